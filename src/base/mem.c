@@ -1,0 +1,145 @@
+#include "base/mem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void *kiln_alloc_aligned(size_t size) {
+    size_t rounded;
+    if (size == 0) size = KILN_ALIGN;
+    if (!kiln_size_align_up(size, KILN_ALIGN, &rounded)) return NULL;
+    return aligned_alloc(KILN_ALIGN, rounded);
+}
+
+void *kiln_calloc_aligned(size_t size) {
+    void *p = kiln_alloc_aligned(size);
+    if (p) memset(p, 0, size ? size : KILN_ALIGN);
+    return p;
+}
+
+void kiln_free_aligned(void *p) {
+    free(p);
+}
+
+kiln_status kiln_size_mul_err(size_t a, size_t b, size_t *out, const char *what, kiln_err *err) {
+    if (!kiln_size_mul(a, b, out))
+        return kiln_err_set(err, KILN_ERR_OVERFLOW, "%s: size overflow (%zu x %zu)", what, a, b);
+    return KILN_OK;
+}
+
+kiln_status kiln_size_add_err(size_t a, size_t b, size_t *out, const char *what, kiln_err *err) {
+    if (!kiln_size_add(a, b, out))
+        return kiln_err_set(err, KILN_ERR_OVERFLOW, "%s: size overflow (%zu + %zu)", what, a, b);
+    return KILN_OK;
+}
+
+kiln_status kiln_xmalloc(size_t size, void **out, const char *what, kiln_err *err) {
+    *out = malloc(size ? size : 1);
+    if (!*out)
+        return kiln_err_set(err, KILN_ERR_NOMEM, "out of memory allocating %zu bytes for %s", size,
+                            what);
+    return KILN_OK;
+}
+
+kiln_status kiln_xcalloc(size_t n, size_t elem, void **out, const char *what, kiln_err *err) {
+    size_t total;
+    KILN_TRY(kiln_size_mul_err(n, elem, &total, what, err));
+    *out = calloc(total ? n : 1, total ? elem : 1);
+    if (!*out)
+        return kiln_err_set(err, KILN_ERR_NOMEM, "out of memory allocating %zu bytes for %s", total,
+                            what);
+    return KILN_OK;
+}
+
+struct kiln_arena_chunk {
+    kiln_arena_chunk *next;
+    size_t cap;
+    size_t used;
+    /* data follows, 64-byte aligned (the header is padded to KILN_ALIGN) */
+};
+
+#define CHUNK_HDR KILN_ALIGN
+_Static_assert(sizeof(kiln_arena_chunk) <= CHUNK_HDR, "arena chunk header too large");
+
+void kiln_arena_init(kiln_arena *a, size_t chunk_size) {
+    memset(a, 0, sizeof *a);
+    a->chunk_size = chunk_size ? chunk_size : (size_t)1 << 20;
+}
+
+static kiln_arena_chunk *chunk_new(size_t cap) {
+    size_t total;
+    if (!kiln_size_add(cap, CHUNK_HDR, &total)) return NULL;
+    kiln_arena_chunk *c = kiln_alloc_aligned(total);
+    if (!c) return NULL;
+    c->next = NULL;
+    c->cap = cap;
+    c->used = 0;
+    return c;
+}
+
+void *kiln_arena_alloc(kiln_arena *a, size_t size) {
+    size_t need;
+    if (!kiln_size_align_up(size ? size : 1, KILN_ALIGN, &need)) return NULL;
+    kiln_arena_chunk *c = a->head;
+    if (!c || c->cap - c->used < need) {
+        size_t cap = need > a->chunk_size ? need : a->chunk_size;
+        kiln_arena_chunk *n = chunk_new(cap);
+        if (!n) return NULL;
+        n->next = c;
+        a->head = n;
+        a->bytes_reserved += cap;
+        c = n;
+    }
+    void *p = (char *)c + CHUNK_HDR + c->used;
+    c->used += need;
+    a->bytes_used += need;
+    return p;
+}
+
+void *kiln_arena_calloc(kiln_arena *a, size_t n, size_t elem) {
+    size_t total;
+    if (!kiln_size_mul(n, elem, &total)) return NULL;
+    void *p = kiln_arena_alloc(a, total);
+    if (p) memset(p, 0, total);
+    return p;
+}
+
+char *kiln_arena_strndup(kiln_arena *a, const char *s, size_t n) {
+    size_t total;
+    if (!kiln_size_add(n, 1, &total)) return NULL;
+    char *p = kiln_arena_alloc(a, total);
+    if (!p) return NULL;
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+void kiln_arena_reset(kiln_arena *a) {
+    /* keep the largest chunk, free the others */
+    kiln_arena_chunk *keep = NULL;
+    for (kiln_arena_chunk *c = a->head; c; c = c->next)
+        if (!keep || c->cap > keep->cap) keep = c;
+    kiln_arena_chunk *c = a->head;
+    while (c) {
+        kiln_arena_chunk *next = c->next;
+        if (c != keep) kiln_free_aligned(c);
+        c = next;
+    }
+    a->head = keep;
+    a->bytes_used = 0;
+    a->bytes_reserved = keep ? keep->cap : 0;
+    if (keep) {
+        keep->next = NULL;
+        keep->used = 0;
+    }
+}
+
+void kiln_arena_free(kiln_arena *a) {
+    kiln_arena_chunk *c = a->head;
+    while (c) {
+        kiln_arena_chunk *next = c->next;
+        kiln_free_aligned(c);
+        c = next;
+    }
+    a->head = NULL;
+    a->bytes_used = a->bytes_reserved = 0;
+}

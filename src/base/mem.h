@@ -1,0 +1,79 @@
+/*
+ * mem.h — allocation and overflow-checked size arithmetic.
+ *
+ * - kiln_alloc_aligned / kiln_free_aligned: 64-byte aligned blocks (cache line and
+ *   AVX-512 width). kiln_free_aligned(NULL) is a no-op.
+ * - kiln_size_mul / kiln_size_add: return false on overflow; use them for every size
+ *   that comes from a file or a client. The _err variants fill a message naming what
+ *   was being computed.
+ * - kiln_arena: a bump allocator made of chained 64-byte-aligned chunks. Use one per
+ *   load (freed with the model) or per step (kiln_arena_reset between steps). Memory
+ *   handed out lives until kiln_arena_reset / kiln_arena_free. Not thread-safe: one
+ *   arena per owner thread.
+ */
+#ifndef KILN_BASE_MEM_H
+#define KILN_BASE_MEM_H
+
+#include "base/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KILN_ALIGN 64
+
+/* Returns NULL on failure (or when size overflows when rounded up to the alignment). */
+void *kiln_alloc_aligned(size_t size);
+/* Zero-filled variant of kiln_alloc_aligned. */
+void *kiln_calloc_aligned(size_t size);
+void kiln_free_aligned(void *p);
+
+static inline bool kiln_size_mul(size_t a, size_t b, size_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool kiln_size_add(size_t a, size_t b, size_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+static inline bool kiln_u64_mul(uint64_t a, uint64_t b, uint64_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool kiln_u64_add(uint64_t a, uint64_t b, uint64_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+/* Round x up to a multiple of align (a power of two); false on overflow. */
+static inline bool kiln_size_align_up(size_t x, size_t align, size_t *out) {
+    size_t t;
+    if (!kiln_size_add(x, align - 1, &t)) return false;
+    *out = t & ~(align - 1);
+    return true;
+}
+
+/* a*b with an error message "<what>: size overflow (a x b)" on failure. */
+kiln_status kiln_size_mul_err(size_t a, size_t b, size_t *out, const char *what, kiln_err *err);
+kiln_status kiln_size_add_err(size_t a, size_t b, size_t *out, const char *what, kiln_err *err);
+
+/* malloc with a message naming what was allocated and how much, on failure. */
+kiln_status kiln_xmalloc(size_t size, void **out, const char *what, kiln_err *err);
+kiln_status kiln_xcalloc(size_t n, size_t elem, void **out, const char *what, kiln_err *err);
+
+typedef struct kiln_arena_chunk kiln_arena_chunk;
+typedef struct kiln_arena {
+    kiln_arena_chunk *head; /* current chunk (newest) */
+    size_t chunk_size;      /* default size of new chunks */
+    size_t bytes_used;      /* sum of bytes handed out since the last reset */
+    size_t bytes_reserved;  /* sum of chunk capacities */
+} kiln_arena;
+
+/* Initializes an empty arena whose chunks are at least chunk_size bytes (0: 1 MiB). */
+void kiln_arena_init(kiln_arena *a, size_t chunk_size);
+/* Returns 64-byte aligned memory or NULL when out of memory / size overflows. */
+void *kiln_arena_alloc(kiln_arena *a, size_t size);
+void *kiln_arena_calloc(kiln_arena *a, size_t n, size_t elem);
+/* Copies a NUL-terminated string of n bytes (plus the NUL) into the arena. */
+char *kiln_arena_strndup(kiln_arena *a, const char *s, size_t n);
+/* Forgets every allocation but keeps the largest chunk for reuse. */
+void kiln_arena_reset(kiln_arena *a);
+/* Frees every chunk; the arena may be re-initialized. */
+void kiln_arena_free(kiln_arena *a);
+
+#endif /* KILN_BASE_MEM_H */

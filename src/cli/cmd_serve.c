@@ -1,0 +1,18 @@
+/* cmd_serve.c — `kiln serve`: not built yet; tracked in a later issue (the scheduler and server are
+ * not built yet). */
+#include "cli/args.h"
+#include "cli/commands.h"
+
+#include <stdio.h>
+
+int kiln_cmd_serve(int argc, char **argv) {
+    static const kiln_cmd_usage u = {"kiln serve [options]", "Not implemented yet."};
+    const char *pos[64];
+    int n_pos;
+    int r = kiln_args_parse(argc, argv, &u, NULL, 0, pos, 64, &n_pos);
+    if (r == KILN_ARGS_HELP) return 0;
+    if (r == KILN_ARGS_ERROR) return 2;
+    fprintf(stderr, "kiln serve: not implemented yet (tracked in a later issue (the scheduler and "
+                    "server are not built yet))\n");
+    return 1;
+}

@@ -1,0 +1,66 @@
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void kt_rng_seed(kt_rng *r, uint64_t seed) {
+    r->s = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
+    if (!r->s) r->s = 1;
+}
+
+uint64_t kt_rng_u64(kt_rng *r) {
+    uint64_t x = r->s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    r->s = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+float kt_rng_uniform(kt_rng *r, float lo, float hi) {
+    return lo + (hi - lo) * (float)((kt_rng_u64(r) >> 40) * (1.0 / 16777216.0));
+}
+
+float kt_rng_normal(kt_rng *r) {
+    float s = 0;
+    for (int i = 0; i < 4; i++) s += kt_rng_uniform(r, -1.0f, 1.0f);
+    return s * 0.8660254f; /* var of U(-1,1) is 1/3; 4 of them: 4/3 -> scale to 1 */
+}
+
+void kt_fill_normal(kt_rng *r, float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = kt_rng_normal(r) * scale;
+}
+
+const char *kt_source_dir(void) {
+    const char *s = getenv("KILN_SOURCE_DIR");
+    return s ? s : ".";
+}
+
+const char *kt_shared_dir(void) {
+    const char *s = getenv("KILN_SHARED_DIR");
+    return s ? s : "../shared";
+}
+
+const char *kt_write_temp(const void *data, size_t len, const char *suffix) {
+    static char paths[8][256];
+    static int slot;
+    char *p = paths[slot++ % 8];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(p, 256, "%s/kiln-test-XXXXXX%s", tmp && *tmp ? tmp : "/tmp", suffix ? suffix : "");
+    int fd = mkstemps(p, suffix ? (int)strlen(suffix) : 0);
+    if (fd < 0) return NULL;
+    const char *b = data;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, b + off, len - off);
+        if (w <= 0) {
+            close(fd);
+            return NULL;
+        }
+        off += (size_t)w;
+    }
+    close(fd);
+    return p;
+}

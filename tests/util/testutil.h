@@ -1,0 +1,33 @@
+/*
+ * testutil.h — helpers shared by kiln's cmocka tests: deterministic random data,
+ * paths to test data, temporary files.
+ */
+#ifndef KILN_TESTS_TESTUTIL_H
+#define KILN_TESTS_TESTUTIL_H
+
+#include <setjmp.h> /* cmocka needs these before cmocka.h */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+/* xorshift64* generator; never returns the same stream for different seeds. */
+typedef struct kt_rng {
+    uint64_t s;
+} kt_rng;
+void kt_rng_seed(kt_rng *r, uint64_t seed);
+uint64_t kt_rng_u64(kt_rng *r);
+/* Uniform in [lo, hi). */
+float kt_rng_uniform(kt_rng *r, float lo, float hi);
+/* Approximately normal (sum of 4 uniforms), mean 0, std ~1. */
+float kt_rng_normal(kt_rng *r);
+void kt_fill_normal(kt_rng *r, float *x, size_t n, float scale);
+
+/* $KILN_SOURCE_DIR / $KILN_SHARED_DIR (set by CTest), with fallbacks. */
+const char *kt_source_dir(void);
+const char *kt_shared_dir(void);
+/* Writes len bytes to a fresh temp file; returns its path (static buffer per call slot). */
+const char *kt_write_temp(const void *data, size_t len, const char *suffix);
+
+#endif /* KILN_TESTS_TESTUTIL_H */
