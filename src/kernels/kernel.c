@@ -1,0 +1,16 @@
+#include "kernels/kernel.h"
+
+#include <assert.h>
+
+static const char *const kop_names[] = {
+    [KILN_KOP_MATMUL] = "matmul",     [KILN_KOP_EMBED] = "embed",
+    [KILN_KOP_RMS_NORM] = "rms_norm", [KILN_KOP_ROPE] = "rope",
+    [KILN_KOP_KV_WRITE] = "kv_write", [KILN_KOP_ATTENTION] = "attention",
+    [KILN_KOP_GLU] = "glu",           [KILN_KOP_ADD] = "add",
+};
+static_assert(sizeof(kop_names) / sizeof(kop_names[0]) == KILN_KOP_COUNT,
+              "kop_names must name every kiln_kop");
+
+const char *kiln_kop_name(kiln_kop op) {
+    return (unsigned)op < KILN_KOP_COUNT ? kop_names[op] : "unknown";
+}

@@ -1,0 +1,213 @@
+/*
+ * kernel.h — the kernel ABI: what every kernel of an op takes, whoever provides it
+ * (ref, cpu SIMD, CUDA, OpenBLAS, oneDNN, cuBLAS).
+ *
+ * Adapters (src/runtime/) compose kernels into the macro-ops of the plan: e.g. the
+ * attention adapter calls matmul (q, k, v), rope, kv_write, attention, matmul (o). Each
+ * of those calls is a *call site*; the selection engine (src/kernels/select.h) picks one
+ * kernel per call site and shape bucket when a plan is bound, and the adapter calls the
+ * chosen function pointer. Nothing here knows about models.
+ *
+ * Conventions:
+ *  - Activations are f32, row-major, one row per token: x[t * x_stride + i].
+ *  - Weights are rows of `n` outputs by `k` inputs in their stored dtype (ggml block
+ *    layout for quantized types: each row is k / block_size blocks), row stride
+ *    w_row_bytes. A kernel may ask the loader for another layout (w_layout != 0,
+ *    declared in its spec); then w points to that repacked layout.
+ *  - The KV cache is paged: blocks of KILN_KV_BLOCK tokens. A sequence's block table
+ *    maps logical block i (positions [16 i, 16 i + 16)) to a physical block id.
+ *  - Kernels are deterministic for a given kernel and thread count unless their spec
+ *    says otherwise; batch-invariant kernels compute each token's row independently of
+ *    the other rows in the call.
+ *  - A kernel returns KILN_OK, or a status with a message (a runtime failure, such as a
+ *    CUDA error, marks the kernel unhealthy: see the circuit breaker in select.h).
+ *    Argument shapes are validated at plan-bind time, not per call.
+ */
+#ifndef KILN_KERNELS_KERNEL_H
+#define KILN_KERNELS_KERNEL_H
+
+#include "base/pool.h"
+#include "base/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KILN_KV_BLOCK 16
+
+/* Kernel-level ops (call-site kinds). Keep kiln_kop_name() in sync. */
+typedef enum kiln_kop {
+    KILN_KOP_MATMUL = 0, /* y[t, n] = sum_k x[t, k] * W[n, k] (+ bias[n])          */
+    KILN_KOP_EMBED,      /* y[t, :] = W[ids[t], :] * scale                          */
+    KILN_KOP_RMS_NORM,   /* y = (x (+ r)) * rsqrt(mean((x (+ r))^2) + eps) * (w + w_offset) */
+    KILN_KOP_ROPE,       /* rotate q/k head vectors in place by position            */
+    KILN_KOP_KV_WRITE,   /* store k, v rows of the step into the paged cache        */
+    KILN_KOP_ATTENTION,  /* softmax(q K^T * scale (softcap)) V over the paged cache */
+    KILN_KOP_GLU,        /* y = act(gate) * up  (SwiGLU / GeGLU)                    */
+    KILN_KOP_ADD,        /* y = a + b                                               */
+    KILN_KOP_COUNT
+} kiln_kop;
+
+const char *kiln_kop_name(kiln_kop op);
+
+/* Per-call context handed to every kernel. */
+typedef struct kiln_kctx {
+    kiln_pool *pool; /* host thread pool (NULL: single-threaded)            */
+    void *scratch;   /* workspace of at least the spec's workspace bytes    */
+    size_t scratch_size;
+    void *stream; /* cudaStream_t for CUDA kernels, NULL on the host     */
+} kiln_kctx;
+
+/* ---- matmul ---- */
+typedef struct kiln_matmul_args {
+    const void *w;      /* [n][k] in w_dtype (layout w_layout)                   */
+    uint32_t w_dtype;   /* kiln_dtype                                           */
+    uint32_t w_layout;  /* 0: plain ggml rows; others: kernel-specific repacks   */
+    size_t w_row_bytes; /* bytes per row of n (plain layout)                     */
+    int64_t n, k;
+    const float *x; /* [t][k], row stride x_stride (floats)                  */
+    int64_t x_stride;
+    float *y; /* [t][n], row stride y_stride                           */
+    int64_t y_stride;
+    int64_t t;         /* tokens (rows of x)                                    */
+    const float *bias; /* [n] or NULL                                           */
+} kiln_matmul_args;
+
+/* ---- embedding lookup ---- */
+typedef struct kiln_embed_args {
+    const void *w; /* [n_vocab][dim] in w_dtype                             */
+    uint32_t w_dtype;
+    size_t w_row_bytes;
+    int64_t n_vocab, dim;
+    const int32_t *ids; /* [t], validated < n_vocab by the engine                */
+    int64_t t;
+    float *y; /* [t][dim], row stride y_stride                         */
+    int64_t y_stride;
+    float scale; /* 1, or sqrt(dim) for Gemma                             */
+} kiln_embed_args;
+
+/* ---- RMS norm (optionally fused with a residual add) ----
+ * For each of `rows` rows of length n: if r != NULL, x[row] += r[row] first (x is then
+ * updated in place, so the residual stream keeps the sum); then
+ * y[row] = x[row] / sqrt(mean(x[row]^2) + eps) * (w + w_offset). y may equal x. */
+typedef struct kiln_rms_norm_args {
+    float *x;
+    const float *r; /* residual to add first, or NULL                        */
+    float *y;
+    const float *w; /* [n] f32 weights, or NULL for no weights               */
+    float w_offset; /* 0, or 1 for Gemma checkpoints that store w - 1        */
+    int64_t rows, n;
+    int64_t x_stride, r_stride, y_stride;
+    float eps;
+} kiln_rms_norm_args;
+
+typedef enum kiln_rope_mode {
+    KILN_ROPE_NORM = 0, /* pairs (2i, 2i+1): llama GGUF layout               */
+    KILN_ROPE_NEOX = 1, /* pairs (i, i + rot/2): HF / gemma / qwen layout    */
+} kiln_rope_mode;
+
+/* ---- RoPE, in place on `rows` tokens of n_head head vectors of head_dim ----
+ * theta_i = pos * base^(-2i/n_rot) / freq_factors[i] (freq_factors may be NULL), with
+ * optional YaRN (ext_factor != 0) exactly as ggml's rope. Only the first n_rot dims of
+ * each head rotate. */
+typedef struct kiln_rope_args {
+    float *x; /* [rows][x_stride], heads at x + h * head_dim           */
+    int64_t rows, x_stride;
+    int32_t n_head, head_dim, n_rot;
+    const int32_t *pos; /* [rows] positions                                      */
+    kiln_rope_mode mode;
+    float base;                /* rope theta                                            */
+    float freq_scale;          /* 1 / linear scaling factor                             */
+    const float *freq_factors; /* [n_rot / 2] or NULL (llama3 scaling)            */
+    float ext_factor, attn_factor, beta_fast, beta_slow; /* YaRN; ext_factor 0 = off */
+    int32_t n_ctx_orig;
+} kiln_rope_args;
+
+/* ---- paged KV cache (one layer) ----
+ * Element (block b, slot s in [0, 16), kv head h, dim d) of K is at
+ *   k + b * block_bytes + ((s * n_kv_head + h) * head_dim + d) * elt_size
+ * and likewise for V. dtype is KILN_DTYPE_F16 or KILN_DTYPE_F32. */
+typedef struct kiln_kv_layer {
+    void *k, *v;
+    uint32_t dtype;
+    int32_t n_kv_head, head_dim;
+    size_t block_bytes;
+} kiln_kv_layer;
+
+typedef struct kiln_kv_seq {
+    const int32_t *block_table; /* logical block -> physical block id               */
+    int32_t n_blocks;           /* blocks mapped (positions < 16 * n_blocks valid)   */
+} kiln_kv_seq;
+
+typedef struct kiln_kv_write_args {
+    kiln_kv_layer kv;
+    const float *k, *v; /* [t][n_kv_head * head_dim], strides k_stride, v_stride */
+    int64_t k_stride, v_stride, t;
+    const int32_t *tok_seq; /* [t] index into seqs                                  */
+    const int32_t *tok_pos; /* [t] position                                          */
+    const kiln_kv_seq *seqs;
+} kiln_kv_write_args;
+
+/* ---- attention over the paged cache ----
+ * Token i (of sequence seqs[tok_seq[i]], at position tok_pos[i]) attends to the cached
+ * positions p with p <= tok_pos[i] and, when window > 0, p > tok_pos[i] - window.
+ * Scores are dot(q, k) * scale, then softcap * tanh(s / softcap) when softcap > 0.
+ * Query head h reads KV head h / (n_head / n_kv_head) (GQA). Every KV entry a token
+ * attends to was written before the call (kv_write of the same step comes first). */
+typedef struct kiln_attention_args {
+    kiln_kv_layer kv;
+    const float *q; /* [t][n_head * head_dim], stride q_stride               */
+    int64_t q_stride;
+    float *out; /* [t][n_head * head_dim], stride out_stride             */
+    int64_t out_stride, t;
+    int32_t n_head;
+    const int32_t *tok_seq, *tok_pos;
+    const kiln_kv_seq *seqs;
+    float scale, softcap;
+    int32_t window; /* 0: full causal                                        */
+} kiln_attention_args;
+
+typedef enum kiln_glu_act {
+    KILN_GLU_SWIGLU = 0, /* silu(gate) * up                          */
+    KILN_GLU_GEGLU_TANH, /* gelu_tanh(gate) * up (Gemma)             */
+    KILN_GLU_GEGLU_ERF,  /* gelu_erf(gate) * up                      */
+} kiln_glu_act;
+
+/* ---- gated activation: y[t, i] = act(gate[t, i]) * up[t, i], i < n ---- */
+typedef struct kiln_glu_args {
+    const float *gate, *up;
+    float *y;
+    int64_t t, n, gate_stride, up_stride, y_stride;
+    kiln_glu_act act;
+} kiln_glu_args;
+
+/* ---- y = a + b over t rows of n ---- */
+typedef struct kiln_add_args {
+    const float *a, *b;
+    float *y;
+    int64_t t, n, a_stride, b_stride, y_stride;
+} kiln_add_args;
+
+typedef kiln_status (*kiln_matmul_fn)(const kiln_kctx *c, const kiln_matmul_args *a);
+typedef kiln_status (*kiln_embed_fn)(const kiln_kctx *c, const kiln_embed_args *a);
+typedef kiln_status (*kiln_rms_norm_fn)(const kiln_kctx *c, const kiln_rms_norm_args *a);
+typedef kiln_status (*kiln_rope_fn)(const kiln_kctx *c, const kiln_rope_args *a);
+typedef kiln_status (*kiln_kv_write_fn)(const kiln_kctx *c, const kiln_kv_write_args *a);
+typedef kiln_status (*kiln_attention_fn)(const kiln_kctx *c, const kiln_attention_args *a);
+typedef kiln_status (*kiln_glu_fn)(const kiln_kctx *c, const kiln_glu_args *a);
+typedef kiln_status (*kiln_add_fn)(const kiln_kctx *c, const kiln_add_args *a);
+
+/* A kernel's entry point, typed by its op. */
+typedef union kiln_kernel_fn {
+    kiln_matmul_fn matmul;
+    kiln_embed_fn embed;
+    kiln_rms_norm_fn rms_norm;
+    kiln_rope_fn rope;
+    kiln_kv_write_fn kv_write;
+    kiln_attention_fn attention;
+    kiln_glu_fn glu;
+    kiln_add_fn add;
+    void (*any)(void);
+} kiln_kernel_fn;
+
+#endif /* KILN_KERNELS_KERNEL_H */
