@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/.carry/lib:${LD_LIBRARY_PATH:-}
 export PATH=$PWD/.carry/bin:$PATH
-export KILN_SOURCE_DIR=$PWD KILN_SHARED_DIR=$PWD/shared KILN_NO_PROGRESS=1
+export KILN_SOURCE_DIR=$PWD KILN_SHARED_DIR=$PWD/tests/data/shared KILN_NO_PROGRESS=1
 OUT=${OUT:-/tmp/kiln-gpu-out}; mkdir -p "$OUT"
 log() { echo "== $*"; }
 rc=0
