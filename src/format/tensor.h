@@ -29,6 +29,13 @@ enum {
     KILN_FILE_REQUIRE_SUPPORTED = 1u << 0, /* fail at open on a tensor kiln cannot use */
 };
 
+/* A value change the loader applies while loading so that every source yields what the
+ * GGUF converter would have stored (families never see the difference). */
+typedef enum kiln_tensor_fixup {
+    KILN_FIXUP_NONE = 0,
+    KILN_FIXUP_ADD_ONE = 1, /* w + 1 (Gemma RMSNorm weights from HF; GGUF stores 1 + w) */
+} kiln_tensor_fixup;
+
 typedef struct kiln_tensor_info {
     const char *name; /* NUL-terminated; the GGUF name (HF names are mapped, see model_file.h) */
     size_t name_len;
@@ -40,6 +47,7 @@ typedef struct kiln_tensor_info {
     uint64_t offset; /* absolute byte offset in that file */
     uint64_t nbytes;
     const void *data; /* into the mapping */
+    uint32_t fixup;   /* kiln_tensor_fixup; always NONE for GGUF */
 } kiln_tensor_info;
 
 /* Number of elements (product of the shape). */
