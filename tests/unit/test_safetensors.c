@@ -76,9 +76,8 @@ static void expect_fail(const char *hdr, size_t data, kiln_status code, const ch
     gb_free(&b);
 }
 
-#define T1(name, dtype, shape, a, b)                                                               \
-    "{\"" name "\":{\"dtype\":\"" dtype "\",\"shape\":" shape ",\"data_offsets\":[" #a "," #b "]}" \
-                                                                                              "}"
+#define OFFS(a, b)        ",\"data_offsets\":[" #a "," #b "]}}"
+#define T1(n, d, s, a, b) "{\"" n "\":{\"dtype\":\"" d "\",\"shape\":" s OFFS(a, b)
 
 static void test_truncated_and_header(void **state) {
     (void)state;
