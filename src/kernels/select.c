@@ -272,8 +272,8 @@ static double prefer_bonus(const kiln_policy *p, const kiln_sel_ctx *c, const ki
     }
     return 0.0;
 found : {
-    double b = KILN_SCORE_PREFER_FIRST - 5.0 * rank;
-    return b < 5.0 ? 5.0 : b;
+    double b = KILN_SCORE_PREFER_FIRST - 10.0 * rank;
+    return b < 10.0 ? 10.0 : b;
 }
 }
 

@@ -164,7 +164,7 @@ void kiln_selector_cache_stats(const kiln_selector *s, uint64_t *hits, uint64_t 
 uint64_t kiln_selector_state_hash(const kiln_selector *s);
 
 /* Scoring constants (docs/KERNELS.md). */
-#define KILN_SCORE_PREFER_FIRST   30.0    /* first preferred name; each next one 5 less  */
+#define KILN_SCORE_PREFER_FIRST   50.0    /* first preferred name; each next one 10 less (min 10) */
 #define KILN_SCORE_SMALL_BATCH    (-40.0) /* tokens_max < spec.good_tokens              */
 #define KILN_SCORE_PERF_MAX_BONUS 10.0    /* fastest measured candidate, full confidence */
 #define KILN_SCORE_PERF_MAX_MALUS 40.0    /* slowest, full confidence                   */
