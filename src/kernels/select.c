@@ -362,6 +362,11 @@ static uint32_t check_kernel(const kiln_selector *s, const kiln_reg_kernel *k,
     return r;
 }
 
+uint32_t kiln_select_check(const kiln_selector *s, const kiln_reg_kernel *k,
+                           const kiln_sel_ctx *c) {
+    return check_kernel(s, k, c);
+}
+
 /* ---- messages ---- */
 
 static void dtype_set_names(uint64_t mask, char *buf, size_t n) {

@@ -193,6 +193,9 @@ typedef struct kiln_sel_result {
     kiln_sel_cand cands[KILN_REG_MAX_PER_OP]; /* every candidate, best first      */
 } kiln_sel_result;
 
+/* The reasons kernel k is invalid for context c (0 = valid): the filter step alone. */
+uint32_t kiln_select_check(const kiln_selector *s, const kiln_reg_kernel *k, const kiln_sel_ctx *c);
+
 /* Runs the pipeline. KILN_ERR_UNSUPPORTED when no kernel can run (strict mode, or the
  * fallback itself is invalid), with a message listing every candidate's reasons.
  * res is filled (candidates with reasons) on that error too. */
