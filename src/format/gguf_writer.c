@@ -11,6 +11,7 @@
 #include "base/progress.h"
 #include "base/timer.h"
 #include "format/dtype.h"
+#include "format/meta.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -279,6 +280,69 @@ kiln_status kiln_gguf_writer_set_raw(kiln_gguf_writer *w, const char *key, const
                             "metadata '%s': raw value is not one well-formed GGUF value", key);
     bytes b = {0};
     b_put(&b, value, len);
+    return kv_set(w, key, &b, err);
+}
+
+/* Payload of v (no type tag). Returns false on a malformed value. */
+static bool enc_payload(bytes *b, const kiln_meta_value *v, int depth) {
+    if (depth > 8) return false;
+    switch (v->type) {
+    case KILN_META_U8:
+    case KILN_META_U16:
+    case KILN_META_U32:
+    case KILN_META_U64:
+        b_put(b, &v->v.u, kiln_meta_type_size(v->type));
+        return true;
+    case KILN_META_I8:
+    case KILN_META_I16:
+    case KILN_META_I32:
+    case KILN_META_I64:
+        b_put(b, &v->v.i, kiln_meta_type_size(v->type));
+        return true;
+    case KILN_META_F32: {
+        float f = (float)v->v.f;
+        b_put(b, &f, 4);
+        return true;
+    }
+    case KILN_META_F64:
+        b_put(b, &v->v.f, 8);
+        return true;
+    case KILN_META_BOOL: {
+        uint8_t u = v->v.b ? 1 : 0;
+        b_put(b, &u, 1);
+        return true;
+    }
+    case KILN_META_STRING:
+        b_str(b, v->v.s.ptr, v->v.s.len);
+        return true;
+    case KILN_META_ARRAY: {
+        b_u32(b, v->elem_type);
+        b_u64(b, v->count);
+        if (v->elem_type == KILN_META_STRING) {
+            for (uint64_t i = 0; i < v->count; i++) b_str(b, v->v.strs[i].ptr, v->v.strs[i].len);
+        } else if (v->elem_type == KILN_META_ARRAY) {
+            for (uint64_t i = 0; i < v->count; i++)
+                if (!enc_payload(b, &v->v.items[i], depth + 1)) return false;
+        } else {
+            const size_t es = kiln_meta_type_size(v->elem_type);
+            if (!es || v->count > SIZE_MAX / es) return false;
+            b_put(b, v->v.raw, (size_t)v->count * es); /* little-endian as stored */
+        }
+        return true;
+    }
+    default:
+        return false;
+    }
+}
+
+kiln_status kiln_gguf_writer_set_value(kiln_gguf_writer *w, const char *key,
+                                       const kiln_meta_value *v, kiln_err *err) {
+    bytes b = {0};
+    b_u32(&b, (uint32_t)v->type);
+    if (!enc_payload(&b, v, 0)) {
+        free(b.p);
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "metadata '%s': malformed value", key);
+    }
     return kv_set(w, key, &b, err);
 }
 

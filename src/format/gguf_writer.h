@@ -108,6 +108,11 @@ kiln_status kiln_gguf_writer_set_arr_str(kiln_gguf_writer *w, const char *key,
  * another file. The bytes are checked to be exactly one well-formed value. */
 kiln_status kiln_gguf_writer_set_raw(kiln_gguf_writer *w, const char *key, const void *value,
                                      size_t len, kiln_err *err);
+/* A metadata value as read by the GGUF reader (format/meta.h), copied with its type
+ * (arrays of arrays included): used to copy keys from one file to another. */
+struct kiln_meta_value;
+kiln_status kiln_gguf_writer_set_value(kiln_gguf_writer *w, const char *key,
+                                       const struct kiln_meta_value *v, kiln_err *err);
 bool kiln_gguf_writer_has(const kiln_gguf_writer *w, const char *key);
 /* Removes key if present. */
 void kiln_gguf_writer_remove(kiln_gguf_writer *w, const char *key);

@@ -27,6 +27,17 @@ cmp -s "$T/a.gguf" "$T/c.gguf" && fail "different seeds, same bytes"
 # overrides
 "$GEN" -q -f llama --layers 3 --hidden 128 --ffn 256 --n-vocab 400 -t q8_0 -o "$T/o.gguf"
 grep -q "llama.block_count" "$T/o.gguf" || fail "metadata missing"
+# a vocabulary copied from a GGUF file: its tokenizer keys are copied byte for byte and
+# set the vocab size
+V="${KILN_SHARED_DIR:-}/testdata/tokenizer/ggml-vocab-llama-spm.gguf"
+if [ -f "$V" ]; then
+  "$GEN" -q -f qwen3 --vocab "$V" -t q8_0 -o "$T/v.gguf" || fail "--vocab"
+  grep -q "tokenizer.ggml.tokens" "$T/v.gguf" || fail "--vocab: no tokens"
+  sz=$(stat -c %s "$T/v.gguf")
+  [ "$sz" -gt 9000000 ] || fail "--vocab: 32000-token embedding missing (size $sz)"
+else
+  echo "skipping --vocab: $V not found"
+fi
 # errors: exit 2 with a message
 set +e
 "$GEN" -q -t q9_9 -o "$T/x.gguf" 2>"$T/err"; rc=$?

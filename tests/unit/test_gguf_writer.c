@@ -4,7 +4,9 @@
  * tensor bytes; error paths (bad names, duplicates, a failing fill leaves no file). */
 #include "base/pool.h"
 #include "format/dtype.h"
+#include "format/gguf.h"
 #include "format/gguf_writer.h"
+#include "format/meta.h"
 #include "testutil.h"
 
 #include <stdio.h>
@@ -240,6 +242,64 @@ static void test_write_and_parse(void **state) {
                              0, 300, want, 0, &e),
                      KILN_OK);
     assert_memory_equal(buf + data + offs[1], want, sizes[1]);
+    /* full round trip through kiln's GGUF reader */
+    kiln_gguf *g;
+    if (kiln_gguf_open(path, 0, &g, &e) != KILN_OK) fail_msg("%s", e.msg);
+    const kiln_meta *m = kiln_gguf_meta(g);
+    uint32_t u;
+    assert_int_equal(kiln_meta_get_u32(m, "llama.block_count", &u, &e), KILN_OK);
+    assert_int_equal(u, 2);
+    assert_int_equal(kiln_meta_get_u32(m, "x.raw", &u, &e), KILN_OK);
+    assert_int_equal(u, 9);
+    uint64_t big;
+    assert_int_equal(kiln_meta_get_u64(m, "x.big", &big, &e), KILN_OK);
+    assert_int_equal(big, 1ull << 40);
+    kiln_str sv;
+    assert_int_equal(kiln_meta_get_str(m, "general.architecture", &sv, &e), KILN_OK);
+    assert_true(kiln_str_eq(sv, "llama"));
+    const kiln_meta_value *arr;
+    assert_int_equal(kiln_meta_get_arr(m, "tok.tokens", KILN_META_STRING, &arr, &e), KILN_OK);
+    assert_int_equal(arr->count, 3);
+    assert_int_equal(kiln_gguf_alignment(g), 32);
+    assert_int_equal(kiln_gguf_data_offset(g), data);
+    assert_int_equal(kiln_gguf_tensor_count(g), 3);
+    const kiln_tensor_info *ti = kiln_gguf_find_tensor(g, "b.weight");
+    assert_non_null(ti);
+    assert_int_equal(ti->dtype, KILN_DTYPE_Q8_0);
+    assert_int_equal(ti->shape[0], 256);
+    assert_int_equal(ti->shape[1], 300);
+    assert_int_equal(ti->nbytes, sizes[1]);
+    assert_memory_equal(ti->data, buf + data + offs[1], sizes[1]);
+    ti = kiln_gguf_find_tensor(g, "c.weight");
+    assert_non_null(ti);
+    assert_int_equal(ti->rank, 3);
+    assert_int_equal(ti->shape[2], 2);
+    /* copying every key through kiln_gguf_writer_set_value gives identical bytes */
+    kiln_gguf_writer *w2;
+    assert_int_equal(kiln_gguf_writer_create(0, &w2, &e), KILN_OK);
+    for (size_t i = 0; i < kiln_meta_count(m); i++) {
+        const kiln_meta_entry *en = kiln_meta_at(m, i);
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)en->key.len, en->key.ptr);
+        assert_int_equal(kiln_gguf_writer_set_value(w2, key, &en->value, &e), KILN_OK);
+    }
+    for (size_t i = 0; i < kiln_gguf_tensor_count(g); i++) {
+        const kiln_tensor_info *t = kiln_gguf_tensor(g, i);
+        assert_int_equal(
+            kiln_gguf_writer_add_tensor(w2, t->name, t->dtype, t->rank, t->shape, t->data, &e),
+            KILN_OK);
+    }
+    char path2[300];
+    snprintf(path2, sizeof path2, "%s.copy", path);
+    assert_int_equal(kiln_gguf_writer_write(w2, path2, NULL, false, NULL, &e), KILN_OK);
+    kiln_gguf_writer_free(w2);
+    size_t len2;
+    uint8_t *buf2 = slurp(path2, &len2);
+    assert_int_equal(len2, len);
+    assert_memory_equal(buf2, buf, len);
+    free(buf2);
+    unlink(path2);
+    kiln_gguf_close(g);
     free(want);
     free(buf);
     unlink(path);

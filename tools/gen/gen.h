@@ -37,7 +37,8 @@ typedef struct gen_config {
     bool tied;
     int64_t sliding_window; /* gemma3 */
     int64_t swa_pattern;    /* gemma3: every swa_pattern-th layer is global */
-    int64_t bos_id, eos_id; /* from the vocabulary */
+    int64_t bos_id, eos_id; /* from the vocabulary (-1: none) */
+    bool vocab_from_file;
     uint64_t seed;
     uint32_t type; /* requested weight dtype */
 } gen_config;
@@ -98,12 +99,19 @@ typedef struct gen_vocab {
     int32_t *types; /* llama.cpp token types: 1 normal, 2 unknown, 3 control, 6 byte */
     size_t n;
     bool builtin;
-    int64_t bos_id, eos_id, unk_id;
+    int64_t bos_id, eos_id, unk_id; /* -1 when absent */
+    char model[32];                 /* tokenizer.ggml.model: "llama" (SPM), "gpt2" (BPE) */
+    char pre[64];                   /* tokenizer.ggml.pre */
+    char **merges;                  /* BPE merges "a b" (n_merges), or NULL */
+    size_t *merge_lens, n_merges;
+    struct kiln_gguf *src; /* the vocab file, kept open: its tokenizer.* keys are copied */
 } gen_vocab;
 
 /* A self-consistent SentencePiece-style vocabulary of n tokens (n >= 300): <unk>, <s>,
  * </s>, 256 byte tokens <0x00>..<0xFF>, then pieces each made of two earlier pieces. */
 kiln_status gen_vocab_builtin(size_t n, gen_vocab *v, kiln_err *err);
+/* Reads tokenizer.ggml.* of a GGUF file (kept open in v->src for copying). */
+kiln_status gen_vocab_from_gguf(const char *path, gen_vocab *v, kiln_err *err);
 void gen_vocab_free(gen_vocab *v);
 
 /* ---- out_gguf.c ---- */

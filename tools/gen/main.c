@@ -146,12 +146,20 @@ int main(int argc, char **argv) {
     gen_vocab v = {0};
     kiln_status st = KILN_OK;
     if (vocab_path) {
-        st = kiln_err_set(&err, KILN_ERR_UNSUPPORTED, "--vocab is not available yet");
+        st = gen_vocab_from_gguf(vocab_path, &v, &err);
+        if (!st) {
+            if (ovs[6].set && ovs[6].v != (int64_t)v.n)
+                st = kiln_err_set(&err, KILN_ERR_INVALID_ARG,
+                                  "--n-vocab %lld contradicts the %zu tokens of %s",
+                                  (long long)ovs[6].v, v.n, vocab_path);
+            c->n_vocab = (int64_t)v.n;
+        }
     } else {
         st = gen_vocab_builtin((size_t)c->n_vocab, &v, &err);
     }
     if (!st) {
         c->bos_id = v.bos_id, c->eos_id = v.eos_id;
+        c->vocab_from_file = vocab_path != NULL;
         snprintf(c->name, sizeof c->name, "kiln-gen %s %s seed %llu", c->preset,
                  gen_family_name(c->family), (unsigned long long)c->seed);
         st = gen_config_check(c, &err);

@@ -6,6 +6,8 @@
 
 #include "base/pool.h"
 #include "format/dtype.h"
+#include "format/gguf.h"
+#include "format/meta.h"
 #include "format/gguf_writer.h"
 
 #include <stdio.h>
@@ -101,11 +103,20 @@ kiln_status gen_write_gguf(gen_model *m, const gen_vocab *v, const char *path,
     kiln_status st = kiln_gguf_writer_create(32, &w, err);
     if (!st) st = put_hparams(w, &m->cfg, err);
     if (!st) {
-        if (o->vocab_path)
-            st = kiln_err_set(err, KILN_ERR_UNSUPPORTED,
-                              "--vocab needs the GGUF reader (not merged yet)");
-        else
+        if (v->src) {
+            /* every tokenizer.* key as stored (tokens, scores, types, merges, special ids,
+             * add_bos, chat template, ...) */
+            const kiln_meta *meta = kiln_gguf_meta(v->src);
+            for (size_t i = 0; i < kiln_meta_count(meta) && !st; i++) {
+                const kiln_meta_entry *e = kiln_meta_at(meta, i);
+                if (e->key.len < 10 || memcmp(e->key.ptr, "tokenizer.", 10) != 0) continue;
+                char key[256];
+                snprintf(key, sizeof key, "%.*s", (int)e->key.len, e->key.ptr);
+                st = kiln_gguf_writer_set_value(w, key, &e->value, err);
+            }
+        } else {
             st = put_builtin_vocab(w, v, err);
+        }
     }
     for (size_t i = 0; i < m->n_t && !st; i++) {
         const gen_tensor *t = &m->t[i];

@@ -11,6 +11,9 @@
  */
 #include "gen.h"
 
+#include "format/gguf.h"
+#include "format/meta.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +99,8 @@ kiln_status gen_vocab_builtin(size_t n, gen_vocab *v, kiln_err *err) {
     if (!b.set || !v->tokens || !v->lens || !v->scores || !v->types) b.oom = true;
     v->builtin = true;
     v->unk_id = 0, v->bos_id = 1, v->eos_id = 2;
+    snprintf(v->model, sizeof v->model, "llama");
+    snprintf(v->pre, sizeof v->pre, "default");
     if (!b.oom) {
         push(&b, "<unk>", 5, 0, 2);
         push(&b, "<s>", 3, 0, 3);
@@ -158,7 +163,95 @@ kiln_status gen_vocab_builtin(size_t n, gen_vocab *v, kiln_err *err) {
     return KILN_OK;
 }
 
+static char *dup_bytes(const char *p, size_t n) {
+    char *s = malloc(n + 1);
+    if (s) {
+        memcpy(s, p, n);
+        s[n] = 0;
+    }
+    return s;
+}
+
+kiln_status gen_vocab_from_gguf(const char *path, gen_vocab *v, kiln_err *err) {
+    memset(v, 0, sizeof *v);
+    kiln_gguf *g;
+    KILN_TRY(kiln_gguf_open(path, 0, &g, err));
+    v->src = g;
+    const kiln_meta *m = kiln_gguf_meta(g);
+    const kiln_meta_value *toks, *arr;
+    kiln_status st = kiln_meta_get_arr(m, "tokenizer.ggml.tokens", KILN_META_STRING, &toks, err);
+    if (st) goto fail;
+    const size_t n = (size_t)toks->count;
+    v->tokens = calloc(n ? n : 1, sizeof *v->tokens);
+    v->lens = calloc(n ? n : 1, sizeof *v->lens);
+    v->scores = calloc(n ? n : 1, sizeof *v->scores);
+    v->types = calloc(n ? n : 1, sizeof *v->types);
+    if (!v->tokens || !v->lens || !v->scores || !v->types) goto oom;
+    for (size_t i = 0; i < n; i++) {
+        kiln_str s;
+        kiln_meta_arr_str(toks, i, &s);
+        if (!(v->tokens[i] = dup_bytes(s.ptr, s.len))) goto oom;
+        v->lens[i] = s.len;
+        v->types[i] = 1;
+        v->n = i + 1;
+    }
+    if (kiln_meta_has(m, "tokenizer.ggml.scores")) {
+        st = kiln_meta_get_arr(m, "tokenizer.ggml.scores", -1, &arr, err);
+        if (!st && arr->count != n)
+            st = kiln_err_set(err, KILN_ERR_FORMAT,
+                              "tokenizer.ggml.scores has %llu entries, %zu tokens",
+                              (unsigned long long)arr->count, n);
+        if (!st) st = kiln_meta_arr_copy_f32(arr, v->scores, n, "tokenizer.ggml.scores", err);
+        if (st) goto fail;
+    }
+    if (kiln_meta_has(m, "tokenizer.ggml.token_type")) {
+        st = kiln_meta_get_arr(m, "tokenizer.ggml.token_type", -1, &arr, err);
+        if (!st && arr->count != n)
+            st = kiln_err_set(err, KILN_ERR_FORMAT,
+                              "tokenizer.ggml.token_type has %llu entries, %zu tokens",
+                              (unsigned long long)arr->count, n);
+        if (!st) st = kiln_meta_arr_copy_i32(arr, v->types, n, "tokenizer.ggml.token_type", err);
+        if (st) goto fail;
+    }
+    kiln_str s;
+    if ((st = kiln_meta_opt_str(m, "tokenizer.ggml.model", "llama", &s, err))) goto fail;
+    snprintf(v->model, sizeof v->model, "%.*s", (int)s.len, s.ptr);
+    if ((st = kiln_meta_opt_str(m, "tokenizer.ggml.pre", "default", &s, err))) goto fail;
+    snprintf(v->pre, sizeof v->pre, "%.*s", (int)s.len, s.ptr);
+    int64_t id;
+    if ((st = kiln_meta_opt_i64(m, "tokenizer.ggml.bos_token_id", -1, &id, err))) goto fail;
+    v->bos_id = id;
+    if ((st = kiln_meta_opt_i64(m, "tokenizer.ggml.eos_token_id", -1, &id, err))) goto fail;
+    v->eos_id = id;
+    if ((st = kiln_meta_opt_i64(m, "tokenizer.ggml.unknown_token_id", -1, &id, err))) goto fail;
+    v->unk_id = id;
+    if (kiln_meta_has(m, "tokenizer.ggml.merges")) {
+        if ((st = kiln_meta_get_arr(m, "tokenizer.ggml.merges", KILN_META_STRING, &arr, err)))
+            goto fail;
+        v->merges = calloc(arr->count ? arr->count : 1, sizeof *v->merges);
+        v->merge_lens = calloc(arr->count ? arr->count : 1, sizeof *v->merge_lens);
+        if (!v->merges || !v->merge_lens) goto oom;
+        for (uint64_t i = 0; i < arr->count; i++) {
+            kiln_meta_arr_str(arr, i, &s);
+            if (!(v->merges[i] = dup_bytes(s.ptr, s.len))) goto oom;
+            v->merge_lens[i] = s.len;
+            v->n_merges = i + 1;
+        }
+    }
+    return KILN_OK;
+oom:
+    st = kiln_err_set(err, KILN_ERR_NOMEM, "reading the vocabulary");
+fail:
+    gen_vocab_free(v);
+    return kiln_err_wrap(err, st, "vocabulary %s", path);
+}
+
 void gen_vocab_free(gen_vocab *v) {
+    if (v->merges)
+        for (size_t i = 0; i < v->n_merges; i++) free(v->merges[i]);
+    free(v->merges);
+    free(v->merge_lens);
+    kiln_gguf_close(v->src);
     if (v->tokens)
         for (size_t i = 0; i < v->n; i++) free(v->tokens[i]);
     free(v->tokens);
