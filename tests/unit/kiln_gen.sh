@@ -17,6 +17,17 @@ for fam in llama qwen2 qwen3 gemma3; do
     [ "$sz" -gt 100000 ] && [ "$sz" -lt 8000000 ] || fail "$fam $ty: size $sz"
   done
 done
+# HF layout
+for fam in llama qwen2 qwen3 gemma3; do
+  "$GEN" -q -f "$fam" -t bf16 --format hf -o "$T/hf-$fam" || fail "hf $fam"
+  for f in config.json tokenizer.json tokenizer_config.json generation_config.json model.safetensors; do
+    [ -s "$T/hf-$fam/$f" ] || fail "hf $fam: $f missing"
+  done
+done
+set +e
+"$GEN" -q -t q4_0 --format hf -o "$T/hf-bad" 2>/dev/null; rc=$?
+set -e
+[ $rc -eq 2 ] || fail "hf with a quantized type: rc $rc"
 # determinism: thread count does not matter, the seed does
 "$GEN" -q -f qwen2 -t q4_K --threads 1 -o "$T/a.gguf"
 "$GEN" -q -f qwen2 -t q4_K --threads 3 -o "$T/b.gguf"
