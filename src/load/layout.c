@@ -9,17 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Dequantization lives in src/format/quants*.c (another component); until it is in the
- * tree the f32 layout serves float types only and says why for quantized ones. */
-#if defined(__has_include)
-#if __has_include("format/quants.h")
-#define KILN_LOAD_HAVE_DEQUANT 1
-#endif
-#endif
-#ifndef KILN_LOAD_HAVE_DEQUANT
-#define KILN_LOAD_HAVE_DEQUANT 0
-#endif
-
 static bool is_float(uint32_t t) {
     return t == KILN_DTYPE_F32 || t == KILN_DTYPE_F16 || t == KILN_DTYPE_BF16;
 }
@@ -112,10 +101,6 @@ static kiln_status f32_plan(uint32_t src, int64_t ne0, int64_t n_rows, uint32_t 
         if (!di->quantized)
             return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "f32: cannot convert %s",
                                 kiln_dtype_name(src));
-        if (!KILN_LOAD_HAVE_DEQUANT)
-            return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
-                                "f32: dequantizing %s needs src/format/quants.c, not in this build",
-                                kiln_dtype_name(src));
         if (ne0 % di->block_size)
             return kiln_err_set(err, KILN_ERR_FORMAT, "row of %lld not a multiple of %u",
                                 (long long)ne0, di->block_size);
@@ -135,11 +120,7 @@ static kiln_status f32_run(uint32_t src, int64_t ne0, uint32_t fixup, const void
         if (is_float(src)) {
             row_to_f32(src, s, d, ne0, fixup);
         } else {
-#if KILN_LOAD_HAVE_DEQUANT
             KILN_TRY(kiln_dequantize_row(src, s, d, ne0, err));
-#else
-            return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "no dequantization in this build");
-#endif
         }
     }
     return KILN_OK;

@@ -197,6 +197,37 @@ static void test_transforms(void **state) {
     }
 }
 
+/* Dequantization to f32 (q8_0, q4_K) through the transform lane on every reader equals
+ * the reference kiln_dequantize_row and the residual lane. */
+static void test_dequant(void **state) {
+    (void)state;
+    kiln_io ios[3] = {KILN_IO_MMAP, KILN_IO_PREAD, KILN_IO_URING};
+    for (int k = 0; k < 3; k++) {
+        if (ios[k] == KILN_IO_URING && !uring_ok()) continue;
+        kiln_load_request req;
+        kiln_load_request_init(&req);
+        req.io = ios[k];
+        req.target.layout = "f32";
+        kiln_load_plan *p = load(&req);
+        assert_int_equal(kiln_load_plan_report(p)->lane[KILN_LANE_TRANSFORM].tensors, 6);
+        check_against_residual(&req, p);
+        const char *names[] = {"blk.0.attn_q.weight", "blk.0.ffn_down.weight",
+                               "blk.1.attn_k.weight"};
+        for (int n = 0; n < 3; n++) {
+            const kiln_load_item *it = kiln_load_plan_find(p, names[n]);
+            assert_int_equal(it->dtype, KILN_DTYPE_F32);
+            int64_t ne = it->shape[0] * it->shape[1];
+            float *want = malloc((size_t)ne * 4);
+            kiln_err e;
+            assert_int_equal(kiln_dequantize_row(it->src->dtype, it->src->data, want, ne, &e),
+                             KILN_OK);
+            assert_memory_equal(it->data, want, (size_t)ne * 4);
+            free(want);
+        }
+        kiln_load_plan_free(p);
+    }
+}
+
 /* Row and column tensor-parallel shards: each shard is the right slice; all shards
  * together cover the tensor; every lane equals the residual lane. */
 static void test_shards(void **state) {
@@ -428,10 +459,15 @@ static void test_registry(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_native_alias), cmocka_unit_test(test_transforms),
-        cmocka_unit_test(test_shards),       cmocka_unit_test(test_selection),
-        cmocka_unit_test(test_plan_errors),  cmocka_unit_test(test_unsupported_refused),
-        cmocka_unit_test(test_fixup),        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_native_alias),
+        cmocka_unit_test(test_transforms),
+        cmocka_unit_test(test_dequant),
+        cmocka_unit_test(test_shards),
+        cmocka_unit_test(test_selection),
+        cmocka_unit_test(test_plan_errors),
+        cmocka_unit_test(test_unsupported_refused),
+        cmocka_unit_test(test_fixup),
+        cmocka_unit_test(test_registry),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
