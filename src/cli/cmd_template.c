@@ -1,16 +1,144 @@
-/* cmd_template.c — `kiln template`: not built yet; tracked in issue #4. */
+/* cmd_template.c — `kiln template`: render a chat template for a conversation, byte-exactly
+ * as transformers' apply_chat_template(..., tokenize=False) with Python jinja2 would. */
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "tok/template.h"
 
+#include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reads a whole file into a malloc'd NUL-terminated buffer. */
+static kiln_status read_all(const char *path, char **out, size_t *len, kiln_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return kiln_err_errno(err, errno, "opening %s", path);
+    size_t cap = 1 << 16, n = 0;
+    char *p = malloc(cap);
+    for (;;) {
+        if (!p) {
+            fclose(f);
+            return kiln_err_set(err, KILN_ERR_NOMEM, "reading %s: out of memory", path);
+        }
+        n += fread(p + n, 1, cap - n - 1, f);
+        if (n < cap - 1) break;
+        cap *= 2;
+        char *np = realloc(p, cap);
+        if (!np) free(p);
+        p = np;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(p);
+        return kiln_err_set(err, KILN_ERR_IO, "reading %s failed", path);
+    }
+    p[n] = 0;
+    *out = p;
+    *len = n;
+    return KILN_OK;
+}
+
+static kiln_status load_json(const char *path, json_t **out, kiln_err *err) {
+    json_error_t je;
+    *out = json_load_file(path, JSON_DECODE_ANY, &je);
+    if (!*out)
+        return kiln_err_set(err, KILN_ERR_FORMAT, "%s:%d:%d: %s", path, je.line, je.column,
+                            je.text);
+    return KILN_OK;
+}
+
+/* The model's template from GGUF metadata (needs src/format/gguf.h). */
+kiln_status kiln_template_from_model(const char *model, const char *name, char **out, size_t *len,
+                                     kiln_err *err);
 
 int kiln_cmd_template(int argc, char **argv) {
-    static const kiln_cmd_usage u = {"kiln template [options]", "Not implemented yet."};
-    const char *pos[64];
+    static const kiln_cmd_usage u = {
+        "kiln template (--template FILE.jinja | -m MODEL) --messages FILE.json [options]",
+        "Render a chat template for a conversation and print the text byte-exactly to stdout, "
+        "as Hugging Face's apply_chat_template(tokenize=False) with Python jinja2 does. "
+        "--messages is a JSON array of messages; --tools a JSON array of tool definitions; "
+        "--vars a JSON object of extra template variables (e.g. {\"enable_thinking\": false}). "
+        "strftime_now uses $KILN_TEMPLATE_NOW (ISO 8601) when set, else the local time."};
+    kiln_opt opts[] = {
+        {"template", 0, true, "FILE", "template file (Jinja)", false, NULL},
+        {"model", 'm', true, "MODEL", "use the model's own template (GGUF metadata)", false, NULL},
+        {"name", 0, true, "NAME", "named template variant (tokenizer.chat_template.NAME)", false,
+         NULL},
+        {"messages", 0, true, "FILE", "conversation: JSON array of messages", false, NULL},
+        {"tools", 0, true, "FILE", "tool definitions: JSON array", false, NULL},
+        {"vars", 0, true, "FILE", "extra template variables: JSON object", false, NULL},
+        {"add-generation-prompt", 0, false, NULL, "end with the assistant turn's header", false,
+         NULL},
+        {"bos", 0, true, "TEXT", "bos_token (default: undefined)", false, NULL},
+        {"eos", 0, true, "TEXT", "eos_token (default: undefined)", false, NULL},
+    };
+    const char *pos[1];
     int n_pos;
-    int r = kiln_args_parse(argc, argv, &u, NULL, 0, pos, 64, &n_pos);
+    int r = kiln_args_parse(argc, argv, &u, opts, KILN_NOPTS(opts), pos, 0, &n_pos);
     if (r == KILN_ARGS_HELP) return 0;
     if (r == KILN_ARGS_ERROR) return 2;
-    fprintf(stderr, "kiln template: not implemented yet (tracked in issue #4)\n");
-    return 1;
+    kiln_opt *o_tpl = &opts[0], *o_model = &opts[1], *o_name = &opts[2], *o_msgs = &opts[3],
+             *o_tools = &opts[4], *o_vars = &opts[5];
+    if (o_tpl->seen == o_model->seen || !o_msgs->seen) {
+        fprintf(stderr, "kiln template: give --messages and exactly one of --template or -m\n");
+        kiln_args_usage(&u, opts, KILN_NOPTS(opts), true);
+        return 2;
+    }
+    kiln_err err;
+    kiln_err_clear(&err);
+    char *src = NULL, *text = NULL;
+    size_t src_len = 0, text_len = 0;
+    json_t *msgs = NULL, *tools = NULL, *vars = NULL;
+    kiln_chat_template *t = NULL;
+    int rc = 1;
+    kiln_status st;
+    if (o_tpl->seen) {
+        st = read_all(o_tpl->value, &src, &src_len, &err);
+    } else {
+        st = kiln_template_from_model(o_model->value, o_name->seen ? o_name->value : NULL, &src,
+                                      &src_len, &err);
+    }
+    if (st) goto fail;
+    if ((st = load_json(o_msgs->value, &msgs, &err))) goto fail;
+    if (o_tools->seen && (st = load_json(o_tools->value, &tools, &err))) goto fail;
+    if (o_vars->seen && (st = load_json(o_vars->value, &vars, &err))) goto fail;
+    if ((st = kiln_chat_template_parse(src, src_len, o_tpl->seen ? o_tpl->value : o_model->value,
+                                       &t, &err)))
+        goto fail;
+    kiln_chat_inputs in = {
+        .messages = msgs,
+        .tools = tools,
+        .extra = vars,
+        .add_generation_prompt = opts[6].seen,
+        .bos_token = opts[7].seen ? opts[7].value : NULL,
+        .eos_token = opts[8].seen ? opts[8].value : NULL,
+    };
+    if ((st = kiln_chat_template_render(t, &in, &text, &text_len, &err))) goto fail;
+    if (fwrite(text, 1, text_len, stdout) != text_len || fflush(stdout) != 0) {
+        kiln_err_errno(&err, errno, "writing to stdout");
+        goto fail;
+    }
+    rc = 0;
+    goto done;
+fail:
+    rc = kiln_cli_fail("template", &err);
+done:
+    free(text);
+    free(src);
+    kiln_chat_template_free(t);
+    json_decref(msgs);
+    json_decref(tools);
+    json_decref(vars);
+    return rc;
+}
+
+kiln_status kiln_template_from_model(const char *model, const char *name, char **out, size_t *len,
+                                     kiln_err *err) {
+    (void)name, (void)out, (void)len;
+    return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
+                        "-m %s: reading templates from models needs the GGUF reader (not merged "
+                        "yet); use --template FILE",
+                        model);
 }

@@ -1,0 +1,58 @@
+/*
+ * cpu_impl.h — the seam between the baseline-compiled drivers of src/kernels/cpu/
+ * (threading, scratch, dispatch; built for plain x86-64) and the per-ISA inner loops
+ * in *_avx2.c / *_avx512.c (built with those ISA flags, called only after
+ * kiln_cpu_info() said the ISA is there). Internal to src/kernels/cpu/.
+ */
+#ifndef KILN_KERNELS_CPU_CPU_IMPL_H
+#define KILN_KERNELS_CPU_CPU_IMPL_H
+
+#include "kernels/cpu/qblocks.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One matmul call as the inner loops see it: rows [r0, r1) of y for every token. */
+typedef struct kiln_cpu_mm {
+    uint32_t dtype;
+    const uint8_t *w;
+    size_t w_row_bytes;
+    int64_t k;
+    /* quantized types: q8 activations, act_stride bytes per token */
+    const uint8_t *act;
+    size_t act_stride;
+    /* float types: the f32 activations */
+    const float *x;
+    int64_t x_stride;
+    int64_t t;
+    float *y;
+    int64_t y_stride;
+    const float *bias;
+} kiln_cpu_mm;
+
+/* Rows per unpacked GEMM panel (the scratch a thread needs: kiln_cpu_mm_panel_bytes). */
+#define KILN_CPU_MM_ROWS 4
+static inline size_t kiln_cpu_mm_panel_bytes(int64_t k) {
+    return KILN_CPU_MM_ROWS * kiln_q8act_row_bytes(k) + 64;
+}
+
+/* Quantize one row of k floats (k a multiple of 32) into the q8 activation format. */
+void kiln_cpu_q8act_avx512(const float *x, int64_t k, uint8_t *dst);
+void kiln_cpu_q8act_avx2(const float *x, int64_t k, uint8_t *dst);
+
+/* Quantized weights (q4_0 ... q6_K): rows [r0, r1) x all tokens. panel: scratch of
+ * kiln_cpu_mm_panel_bytes(k) bytes, 64-byte aligned, used when t > 1. */
+void kiln_cpu_mmq_avx512(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
+void kiln_cpu_mmq_avx2(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
+bool kiln_cpu_mmq_supports(uint32_t dtype);
+
+/* Float weights (f32, f16, bf16) with f32 activations. panel: scratch of
+ * kiln_cpu_mmf_panel_bytes(k), used when t > 1. */
+static inline size_t kiln_cpu_mmf_panel_bytes(int64_t k) {
+    return (size_t)KILN_CPU_MM_ROWS * (size_t)((k + 15) / 16 * 16) * sizeof(float) + 64;
+}
+void kiln_cpu_mmf_avx512(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
+void kiln_cpu_mmf_avx2(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
+
+#endif /* KILN_KERNELS_CPU_CPU_IMPL_H */

@@ -1,0 +1,156 @@
+/*
+ * matmul_f_avx512.c — float-weight matmul (f32, f16, bf16 weights; f32 activations)
+ * for AVX-512. Weights are widened to f32 exactly (f16 by vcvtph2ps, bf16 by a 16-bit
+ * shift), so results match an f32 dot product up to summation order.
+ *
+ *  - t == 1: one row at a time, two accumulators, masked tail for k % 16.
+ *  - t > 1: 4 rows are widened once into an f32 panel (zero padded to 16) and reused by
+ *    a 4-row x 4-token micro-kernel (16 zmm accumulators).
+ */
+#include "format/dtype.h"
+#include "kernels/cpu/cpu_impl.h"
+
+#include <immintrin.h>
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* 16 weights starting at element i of a row, widened to f32; m masks the valid ones. */
+INLINE __m512 wload(uint32_t dt, const uint8_t *row, int64_t i, __mmask16 m) {
+    switch (dt) {
+    case KILN_DTYPE_F32:
+        return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+    case KILN_DTYPE_F16:
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i));
+    default: /* bf16 */
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i)), 16));
+    }
+}
+
+INLINE float gemv_row(uint32_t dt, const uint8_t *row, int64_t k, const float *x) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= k; i += 32) {
+        a0 = _mm512_fmadd_ps(wload(dt, row, i, 0xFFFF), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(wload(dt, row, i + 16, 0xFFFF), _mm512_loadu_ps(x + i + 16), a1);
+    }
+    for (; i < k; i += 16) {
+        __mmask16 m = k - i >= 16 ? 0xFFFF : (__mmask16)((1u << (k - i)) - 1);
+        a0 = _mm512_fmadd_ps(wload(dt, row, i, m), _mm512_maskz_loadu_ps(m, x + i), a0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+INLINE void widen_row(uint32_t dt, const uint8_t *row, int64_t k, float *p) {
+    for (int64_t i = 0; i < k; i += 16) {
+        __mmask16 m = k - i >= 16 ? 0xFFFF : (__mmask16)((1u << (k - i)) - 1);
+        _mm512_store_ps(p + i, wload(dt, row, i, m));
+    }
+}
+
+INLINE void micro(int R, int T, const float *panel, int64_t pstride, int64_t k, const float *x,
+                  int64_t xs, float *out) {
+    __m512 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < k; i += 16) {
+        __mmask16 m = k - i >= 16 ? 0xFFFF : (__mmask16)((1u << (k - i)) - 1);
+        __m512 w[4];
+        for (int r = 0; r < R; r++) w[r] = _mm512_load_ps(panel + r * pstride + i);
+        for (int t = 0; t < T; t++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + t * xs + i);
+            for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(w[r], xv, acc[r][t]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) out[r * 4 + t] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+static void micro_dispatch(int R, int T, const float *panel, int64_t pstride, int64_t k,
+                           const float *x, int64_t xs, float *out) {
+    if (R == 4) {
+        switch (T) {
+        case 4:
+            micro(4, 4, panel, pstride, k, x, xs, out);
+            return;
+        case 3:
+            micro(4, 3, panel, pstride, k, x, xs, out);
+            return;
+        case 2:
+            micro(4, 2, panel, pstride, k, x, xs, out);
+            return;
+        default:
+            micro(4, 1, panel, pstride, k, x, xs, out);
+            return;
+        }
+    }
+    switch (T) {
+    case 4:
+        micro(1, 4, panel, pstride, k, x, xs, out);
+        return;
+    case 3:
+        micro(1, 3, panel, pstride, k, x, xs, out);
+        return;
+    case 2:
+        micro(1, 2, panel, pstride, k, x, xs, out);
+        return;
+    default:
+        micro(1, 1, panel, pstride, k, x, xs, out);
+        return;
+    }
+}
+
+static void widen_dispatch(uint32_t dt, const uint8_t *row, int64_t k, float *p) {
+    switch (dt) {
+    case KILN_DTYPE_F32:
+        widen_row(KILN_DTYPE_F32, row, k, p);
+        break;
+    case KILN_DTYPE_F16:
+        widen_row(KILN_DTYPE_F16, row, k, p);
+        break;
+    default:
+        widen_row(KILN_DTYPE_BF16, row, k, p);
+        break;
+    }
+}
+
+static void gemm(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel_bytes) {
+    float *panel = (float *)panel_bytes;
+    const int64_t pstride = (p->k + 15) / 16 * 16;
+    float out[16];
+    for (int64_t r = r0; r < r1;) {
+        int R = r1 - r >= KILN_CPU_MM_ROWS ? KILN_CPU_MM_ROWS : 1;
+        for (int i = 0; i < R; i++)
+            widen_dispatch(p->dtype, p->w + (r + i) * p->w_row_bytes, p->k, panel + i * pstride);
+        for (int64_t t = 0; t < p->t; t += 4) {
+            int T = p->t - t >= 4 ? 4 : (int)(p->t - t);
+            micro_dispatch(R, T, panel, pstride, p->k, p->x + t * p->x_stride, p->x_stride, out);
+            for (int i = 0; i < R; i++)
+                for (int j = 0; j < T; j++)
+                    p->y[(t + j) * p->y_stride + r + i] =
+                        out[i * 4 + j] + (p->bias ? p->bias[r + i] : 0.0f);
+        }
+        r += R;
+    }
+}
+
+#define GEMV_CASE(DT)                                                                              \
+    case DT:                                                                                       \
+        for (int64_t r = r0; r < r1; r++)                                                          \
+            p->y[r] =                                                                              \
+                gemv_row(DT, p->w + r * p->w_row_bytes, p->k, p->x) + (p->bias ? p->bias[r] : 0);  \
+        break
+
+void kiln_cpu_mmf_avx512(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel) {
+    if (p->t > 1) {
+        gemm(p, r0, r1, panel);
+        return;
+    }
+    switch (p->dtype) {
+        GEMV_CASE(KILN_DTYPE_F32);
+        GEMV_CASE(KILN_DTYPE_F16);
+        GEMV_CASE(KILN_DTYPE_BF16);
+    default:
+        break;
+    }
+}

@@ -1,0 +1,287 @@
+/*
+ * tokenize.c — text -> ids (special-token partition, then SPM or BPE per raw
+ * fragment) and ids -> text.
+ *
+ * Special-token partition, as llama.cpp's tokenizer_st_partition: special tokens
+ * (control, user-defined, unknown; only user-defined unless PARSE_SPECIAL) are taken in
+ * order of precedence (longer texts first); each splits every still-raw fragment at
+ * all its non-overlapping occurrences, left to right. llama.cpp does one substring
+ * search per special token over the whole text (thousands for Gemma); kiln finds all
+ * occurrences of all special tokens in one pass with a trie and then resolves them in
+ * the same order of precedence, which gives the same fragments.
+ */
+#include "base/mem.h"
+#include "tok/tok_impl.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct occ {
+    int32_t rank;
+    int32_t tok;
+    size_t pos;
+} occ;
+
+static int occ_cmp(const void *a, const void *b) {
+    const occ *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+enum { FREE = 0, TAKEN = 1, DROPPED = 2 };
+
+static bool eligible(const kiln_vocab *v, int32_t t, bool parse_special) {
+    return parse_special || !(v->attr[t] & (KILN_TOKEN_ATTR_CONTROL | KILN_TOKEN_ATTR_UNKNOWN));
+}
+
+static inline bool c_isspace(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+/* Fills mark[0..len) (FREE / TAKEN / DROPPED) and tok_at[] (token starting at pos, or
+ * -1) for the accepted special tokens. */
+static kiln_status partition(const kiln_vocab *v, const char *text, size_t len, bool parse_special,
+                             uint8_t *mark, int32_t *tok_at, kiln_err *err) {
+    occ *o = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < len; i++) {
+        tok_at[i] = -1;
+        if (!v->trie_first[(uint8_t)text[i]]) continue;
+        uint32_t node = 0;
+        for (size_t j = i; j < len; j++) {
+            uint64_t child;
+            if (!kiln_u64map_get(&v->trie, ((uint64_t)node << 8 | (uint8_t)text[j]) + 1, &child))
+                break;
+            node = (uint32_t)child;
+            int32_t t = v->trie_tok[node];
+            if (t >= 0 && eligible(v, t, parse_special)) {
+                if (n == cap) {
+                    size_t nc = cap ? cap * 2 : 64;
+                    occ *no = realloc(o, nc * sizeof *no);
+                    if (!no) {
+                        free(o);
+                        return kiln_err_set(err, KILN_ERR_NOMEM, "special tokens: out of memory");
+                    }
+                    o = no;
+                    cap = nc;
+                }
+                o[n++] = (occ){v->special_rank[t], t, i};
+            }
+        }
+    }
+    memset(mark, FREE, len);
+    if (n == 0) {
+        free(o);
+        return KILN_OK;
+    }
+    qsort(o, n, sizeof *o, occ_cmp);
+    size_t last_end = 0;
+    int32_t cur = -1;
+    for (size_t k = 0; k < n; k++) {
+        if (o[k].tok != cur) cur = o[k].tok, last_end = 0;
+        size_t p = o[k].pos, tl = kiln_strtab_get(&v->str, cur).len;
+        if (p < last_end) continue;
+        bool free_span = true;
+        for (size_t j = p; j < p + tl && free_span; j++) free_span = mark[j] == FREE;
+        if (!free_span) continue;
+        memset(mark + p, TAKEN, tl);
+        tok_at[p] = cur;
+        last_end = p + tl;
+        uint32_t a = v->attr[cur];
+        if (a & KILN_TOKEN_ATTR_LSTRIP)
+            for (size_t j = p; j > 0 && mark[j - 1] == FREE && c_isspace(text[j - 1]); j--)
+                mark[j - 1] = DROPPED;
+        if (a & KILN_TOKEN_ATTR_RSTRIP) {
+            size_t j = p + tl;
+            for (; j < len && mark[j] == FREE && c_isspace(text[j]); j++) mark[j] = DROPPED;
+            last_end = j;
+        }
+    }
+    free(o);
+    return KILN_OK;
+}
+
+static kiln_status raw_fragment(const kiln_vocab *v, kiln_pretok_buf *pb, char **scratch,
+                                size_t *scratch_cap, const char *s, size_t n, bool prefix_space,
+                                kiln_tokens *out, kiln_err *err) {
+    bool escape = v->type == KILN_VOCAB_SPM || v->escape_ws;
+    if (!escape && !prefix_space) return kiln_bpe_tokenize(v, pb, s, n, out, err);
+    /* ' ' -> U+2581 (3 bytes), optional leading space */
+    size_t need;
+    if (!kiln_size_mul(n + 1, 3, &need))
+        return kiln_err_set(err, KILN_ERR_OVERFLOW, "text too long");
+    if (*scratch_cap < need) {
+        char *ns = realloc(*scratch, need);
+        if (!ns) return kiln_err_set(err, KILN_ERR_NOMEM, "tokenize: out of memory");
+        *scratch = ns;
+        *scratch_cap = need;
+    }
+    char *o = *scratch;
+    size_t k = 0;
+    if (prefix_space) {
+        if (escape) {
+            memcpy(o, "\xe2\x96\x81", 3);
+            k = 3;
+        } else {
+            o[k++] = ' ';
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == ' ' && escape) {
+            memcpy(o + k, "\xe2\x96\x81", 3);
+            k += 3;
+        } else {
+            o[k++] = s[i];
+        }
+    }
+    if (v->type == KILN_VOCAB_SPM) return kiln_spm_tokenize(v, o, k, out, err);
+    return kiln_bpe_tokenize(v, pb, o, k, out, err);
+}
+
+kiln_status kiln_tokenize(const kiln_vocab *v, const char *text, size_t len, unsigned flags,
+                          kiln_tokens *out, kiln_err *err) {
+    if (!v || !out || (!text && len))
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "kiln_tokenize: NULL argument");
+    bool add_special = flags & KILN_TOK_ADD_SPECIAL, parse_special = flags & KILN_TOK_PARSE_SPECIAL;
+    size_t n0 = out->n;
+    uint8_t *mark = NULL;
+    int32_t *tok_at = NULL;
+    char *scratch = NULL;
+    size_t scratch_cap = 0;
+    kiln_pretok_buf pb = {0};
+    kiln_status st = KILN_OK;
+    if (len) {
+        mark = malloc(len);
+        tok_at = malloc(len * sizeof(int32_t));
+        if (!mark || !tok_at) {
+            st = kiln_err_set(err, KILN_ERR_NOMEM, "tokenize %zu bytes: out of memory", len);
+            goto done;
+        }
+        st = partition(v, text, len, parse_special, mark, tok_at, err);
+        if (st) goto done;
+    }
+    if (add_special && v->add_bos && !kiln_tokens_push(out, v->bos)) goto oom;
+    bool prev_special = true; /* SPM: space prefix for the first fragment and after specials */
+    for (size_t i = 0; i < len;) {
+        if (mark[i] == TAKEN) {
+            if (tok_at[i] >= 0) {
+                if (!kiln_tokens_push(out, tok_at[i])) goto oom;
+                prev_special = true;
+            }
+            i++;
+            continue;
+        }
+        if (mark[i] == DROPPED) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < len && mark[j] == FREE) j++;
+        bool prefix = v->type == KILN_VOCAB_SPM && v->add_space_prefix && prev_special;
+        st = raw_fragment(v, &pb, &scratch, &scratch_cap, text + i, j - i, prefix, out, err);
+        if (st) goto done;
+        prev_special = false;
+        i = j;
+    }
+    if (add_special && v->add_eos && !kiln_tokens_push(out, v->eos)) goto oom;
+    goto done;
+oom:
+    st = kiln_err_set(err, KILN_ERR_NOMEM, "tokenize: out of memory");
+done:
+    if (st) out->n = n0;
+    free(mark);
+    free(tok_at);
+    free(scratch);
+    kiln_pretok_buf_free(&pb);
+    return st;
+}
+
+/* ---- detokenize ---- */
+
+kiln_str kiln_token_piece(const kiln_vocab *v, kiln_token t, bool special, int lstrip) {
+    kiln_str r = {"", 0};
+    if (t < 0 || (uint32_t)t >= v->n_tokens) return r;
+    if (!special && (v->attr[t] & (KILN_TOKEN_ATTR_UNKNOWN | KILN_TOKEN_ATTR_CONTROL))) return r;
+    uint64_t ol = v->piece_off_len[t];
+    r.ptr = v->piece_blob + (ol >> 24);
+    r.len = (size_t)(ol & 0xFFFFFF);
+    for (int i = 0; i < lstrip && r.len && *r.ptr == ' '; i++) r.ptr++, r.len--;
+    return r;
+}
+
+static size_t clean_spaces(char *t, size_t total) {
+    /* llama.cpp's three passes: " ?" " !" " ." " ,"; " ' "; " 's" " 'm" " 're" " 've" */
+    size_t n1 = total;
+    total = total ? 1 : 0;
+    for (size_t i = 1; i < n1; i++) {
+        char x = t[i];
+        if (t[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',')) total--;
+        t[total++] = x;
+    }
+    size_t n2 = total;
+    total = total ? 1 : 0;
+    for (size_t i = 1; i < n2; i++) {
+        char x = t[i];
+        if (x == '\'' && i + 1 < n2 && t[i - 1] == ' ' && t[i + 1] == ' ') {
+            total--;
+            t[++i] = '\0';
+        }
+        t[total++] = x;
+    }
+    size_t n3 = total;
+    total = total ? 1 : 0;
+    for (size_t i = 1; i < n3; i++) {
+        char x = t[i];
+        if (t[i - 1] == ' ' && x == '\'' && i + 1 < n3) {
+            char x1 = t[i + 1];
+            if (x1 == 's' || x1 == 'm') {
+                total--;
+            } else if (x1 != 't' && x1 != 'd' && i + 2 < n3) {
+                char x2 = t[i + 2];
+                if ((x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e')) total--;
+            }
+        }
+        t[total++] = x;
+    }
+    return total;
+}
+
+kiln_status kiln_detokenize(const kiln_vocab *v, const kiln_token *ids, size_t n, unsigned flags,
+                            char **out, size_t *out_len, kiln_err *err) {
+    *out = NULL;
+    *out_len = 0;
+    bool remove_special = flags & KILN_DETOK_REMOVE_SPECIAL;
+    bool unparse = flags & KILN_DETOK_UNPARSE_SPECIAL;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= v->n_tokens)
+            return kiln_err_set(err, KILN_ERR_RANGE,
+                                "token %d at position %zu is not in the "
+                                "vocabulary (%u tokens)",
+                                ids[i], i, v->n_tokens);
+    bool remove_space = v->add_space_prefix;
+    if (remove_special && v->add_bos && n > 0 && ids[0] == v->bos) {
+        remove_space = false;
+        ids++, n--;
+    }
+    if (remove_special && v->add_eos && n > 0 && ids[n - 1] == v->eos) n--;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        kiln_str p = kiln_token_piece(v, ids[i], unparse, i == 0 && remove_space);
+        if (!kiln_size_add(total, p.len, &total))
+            return kiln_err_set(err, KILN_ERR_OVERFLOW, "detokenized text too long");
+    }
+    char *t = malloc(total + 1);
+    if (!t) return kiln_err_set(err, KILN_ERR_NOMEM, "detokenize: %zu bytes", total);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        kiln_str p = kiln_token_piece(v, ids[i], unparse, i == 0 && remove_space);
+        memcpy(t + k, p.ptr, p.len);
+        k += p.len;
+    }
+    if (v->clean_spaces) k = clean_spaces(t, k);
+    t[k] = 0;
+    *out = t;
+    *out_len = k;
+    return KILN_OK;
+}
