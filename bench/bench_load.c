@@ -1,7 +1,8 @@
 /*
  * bench_load.c — loader speed against the physical limits, measured in one run.
  *
- *   bench_load [--file PATH] [--size-gib N] [--threads N] [--keep] [--cuda DEV] [--reps N]
+ *   bench_load [--file PATH | PATH] [--size-gib N] [--threads N] [--keep]
+ *              [--cuda DEV | --device DEV] [--reps N]
  *
  * Writes a synthetic GGUF of about N GiB (default 1.1; f16 embeddings, q8_0 / q4_K / f16
  * matrices, f32 norms, random bytes with finite scales) unless PATH exists, then measures:

@@ -533,6 +533,50 @@ static void test_families(void **state) {
     }
 }
 
+/* The upload lane (CUDA builds with a device: the GPU machine): every tensor copied to
+ * the device, native and as f32, reads back equal to the residual lane. */
+static void test_upload(void **state) {
+    (void)state;
+#ifdef KILN_HAVE_CUDA
+    kiln_load_request probe;
+    kiln_load_request_init(&probe);
+    probe.target.place = KILN_PLACE_CUDA;
+    kiln_load_plan *p = NULL;
+    kiln_err e;
+    if (kiln_load_plan_build(mf, &probe, &p, &e) == KILN_ERR_DEVICE) {
+        print_message("skipped: no CUDA device (%s)\n", e.msg);
+        skip();
+    }
+    kiln_load_plan_free(p);
+    for (int layout = 0; layout < 2; layout++) {
+        kiln_load_request req;
+        kiln_load_request_init(&req);
+        req.target.place = KILN_PLACE_CUDA;
+        req.target.layout = layout ? "f32" : NULL;
+        p = load(&req);
+        assert_int_equal(kiln_load_plan_report(p)->lane[KILN_LANE_UPLOAD].tensors,
+                         kiln_load_plan_count(p));
+        kiln_load_request r = req;
+        r.target.place = KILN_PLACE_HOST;
+        r.force_lane = KILN_LANE_RESIDUAL;
+        kiln_load_plan *ref = load(&r);
+        for (size_t i = 0; i < kiln_load_plan_count(p); i++) {
+            const kiln_load_item *it = kiln_load_plan_item(p, i);
+            assert_non_null(it->device_ptr);
+            void *host = malloc(it->nbytes);
+            assert_int_equal(kiln_load_item_read(it, host, &e), KILN_OK);
+            assert_memory_equal(host, kiln_load_plan_item(ref, i)->data, it->nbytes);
+            free(host);
+        }
+        kiln_load_plan_free(ref);
+        kiln_load_plan_free(p);
+    }
+#else
+    print_message("skipped: built without CUDA\n");
+    skip();
+#endif
+}
+
 static kiln_status dummy_plan(uint32_t src, int64_t ne0, int64_t n_rows, uint32_t fixup,
                               uint32_t *out_dtype, uint64_t *out_row_bytes, kiln_err *err) {
     (void)n_rows, (void)fixup, (void)err;
@@ -582,6 +626,7 @@ int main(void) {
         cmocka_unit_test(test_fixup),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_families),
+        cmocka_unit_test(test_upload),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
