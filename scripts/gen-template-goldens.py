@@ -181,6 +181,57 @@ CONVERSATIONS = {
         ],
         "tools": [SEARCH_TOOL],
     },
+    "assistant_last": {
+        "messages": [
+            {"role": "system", "content": "You complete sentences."},
+            {"role": "user", "content": "Start a story."},
+            {"role": "assistant", "content": "Once upon a time"},
+        ]
+    },
+    "system_only": {"messages": [{"role": "system", "content": "Only a system prompt."}]},
+    "empty_content": {
+        "messages": [
+            {"role": "user", "content": ""},
+            {"role": "assistant", "content": ""},
+            {"role": "user", "content": " "},
+        ]
+    },
+    "reasoning_tool_call": {
+        "messages": [
+            {"role": "system", "content": "Think, then act."},
+            {"role": "user", "content": "Weather in Rome?"},
+            {
+                "role": "assistant",
+                "content": "Let me check.",
+                "reasoning_content": "I should call get_weather for Rome.",
+                "tool_calls": [
+                    {"id": "call_r", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome", "unit": "celsius"}}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_r", "name": "get_weather", "content": "{\"temperature\": 25}"},
+            {"role": "assistant", "content": "It is 25 °C in Rome.", "reasoning_content": "The tool said 25."},
+            {"role": "user", "content": "Thanks! And Milan?"},
+        ],
+        "tools": [WEATHER_TOOL],
+    },
+    "tool_call_multi_turn": {
+        "messages": [
+            {"role": "user", "content": "Find cats."},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": {"query": "cats"}}}]},
+            {"role": "tool", "tool_call_id": "c1", "name": "search", "content": "Cats: small, furry."},
+            {"role": "assistant", "content": "Cats are small and furry."},
+            {"role": "user", "content": "Now dogs."},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c2", "type": "function", "function": {"name": "search", "arguments": {"query": "dogs"}}}]},
+            {"role": "tool", "tool_call_id": "c2", "name": "search", "content": "Dogs: loyal."},
+        ],
+        "tools": [SEARCH_TOOL],
+    },
+    "thinking_on": {
+        "messages": [
+            {"role": "user", "content": "Why is the sky blue?"},
+        ],
+        "vars": {"enable_thinking": True, "reasoning_effort": "high"},
+    },
     "thinking_off": {
         "messages": [
             {"role": "system", "content": "Be brief."},
