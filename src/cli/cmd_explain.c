@@ -59,6 +59,7 @@ int kiln_cmd_explain(int argc, char **argv) {
         {"site", 's', true, "PATTERN", "only call sites matching this glob", false, NULL},
         {"all", 'a', false, NULL, "every site separately (no grouping)", false, NULL},
         {"json", 0, false, NULL, "machine-readable output", false, NULL},
+        {"perfdb", 0, true, "PATH", "PerfDB file (default in the cache dir)", false, NULL},
     };
     const char *pos[4];
     int n_pos;
@@ -77,7 +78,8 @@ int kiln_cmd_explain(int argc, char **argv) {
     kiln_kernel_env env;
     kiln_err err;
     kiln_err_clear(&err);
-    if (kiln_kernel_env_open(&env, opts[0].value, backend, opts[4].value, 0, ctx, &err))
+    if (kiln_kernel_env_open(&env, opts[0].value, backend, opts[4].value, opts[8].value, 0, ctx,
+                             &err))
         return kiln_cli_fail("explain", &err);
     bool json = opts[7].seen;
     json_t *jsites = json ? json_array() : NULL;

@@ -177,8 +177,8 @@ bool kiln_cli_backend_arg(const char *cmd, const char *value, kiln_backend *out)
 }
 
 kiln_status kiln_kernel_env_open(kiln_kernel_env *env, const char *model_arg, kiln_backend backend,
-                                 const char *policy_path, int64_t max_tokens, int64_t max_ctx,
-                                 kiln_err *err) {
+                                 const char *policy_path, const char *perfdb_path,
+                                 int64_t max_tokens, int64_t max_ctx, kiln_err *err) {
     memset(env, 0, sizeof *env);
     char path[1024];
     KILN_TRY(kiln_resolve_model(model_arg, path, sizeof path, err));
@@ -195,8 +195,14 @@ kiln_status kiln_kernel_env_open(kiln_kernel_env *env, const char *model_arg, ki
     }
     /* timings of this machine, when a PerfDB exists (never created here) */
     struct stat sb;
-    if (!kiln_perfdb_default_path(env->perf_path, sizeof env->perf_path, NULL) &&
-        stat(env->perf_path, &sb) == 0) {
+    bool have_path = false;
+    if (perfdb_path) {
+        snprintf(env->perf_path, sizeof env->perf_path, "%s", perfdb_path);
+        have_path = true;
+    } else {
+        have_path = !kiln_perfdb_default_path(env->perf_path, sizeof env->perf_path, NULL);
+    }
+    if (have_path && stat(env->perf_path, &sb) == 0) {
         kiln_perfdb *db;
         kiln_err e2;
         if (!kiln_perfdb_open(env->perf_path, &db, &e2)) {
