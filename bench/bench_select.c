@@ -135,7 +135,7 @@ int main(int argc, char **argv) {
     kiln_selector *s;
     kiln_selector_new(reg, NULL, NULL, &s, &e);
     enum { SITES = 64 };
-    kiln_site sites[SITES];
+    kiln_sel_site sites[SITES];
     memset(sites, 0, sizeof sites);
     for (int i = 0; i < SITES; i++) {
         snprintf(sites[i].name, sizeof sites[i].name, "site.%d", i);

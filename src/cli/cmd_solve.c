@@ -38,7 +38,7 @@ int kiln_cmd_solve(int argc, char **argv) {
         fprintf(stderr, "kiln solve: -m MODEL and -o FILE are required\n");
         return 2;
     }
-    kiln_backend backend;
+    kiln_backend_id backend;
     if (!kiln_cli_backend_arg("solve", opts[2].value, &backend)) return 2;
     int64_t max_tokens = 2048, ctx = 0;
     if (!kiln_opt_int(&opts[3], 1, 1 << 20, &max_tokens) ||
@@ -51,7 +51,7 @@ int kiln_cmd_solve(int argc, char **argv) {
                              ctx, &err))
         return kiln_cli_fail("solve", &err);
     int status = 0;
-    kiln_site *sites = calloc((size_t)env.n_sites + 1, sizeof *sites);
+    kiln_sel_site *sites = calloc((size_t)env.n_sites + 1, sizeof *sites);
     kiln_dispatch *d = NULL;
     if (!sites) {
         kiln_err_set(&err, KILN_ERR_NOMEM, "out of memory");

@@ -81,7 +81,7 @@ int kiln_cmd_tune(int argc, char **argv) {
     if (!kiln_opt_int(&opts[3], 0, 1024, &threads) || !kiln_opt_int(&opts[4], 3, 100000, &reps) ||
         !kiln_opt_float(&opts[5], 0.01, 3600, &max_s))
         return 2;
-    kiln_backend backend;
+    kiln_backend_id backend;
     if (!kiln_cli_backend_arg("tune", opts[7].value, &backend)) return 2;
     if (backend == KILN_BACKEND_CUDA) {
         fprintf(stderr, "kiln tune: measures host kernels only (ref, cpu)\n");

@@ -51,7 +51,7 @@ bool kiln_tok_bucket_from_name(const char *s, int *out) {
     return false;
 }
 
-void kiln_sel_ctx_init(kiln_sel_ctx *c, kiln_kop op, kiln_backend backend) {
+void kiln_sel_ctx_init(kiln_sel_ctx *c, kiln_kop op, kiln_backend_id backend) {
     memset(c, 0, sizeof *c);
     c->op = op;
     c->backend = backend;

@@ -531,7 +531,7 @@ static void test_dispatch_and_breaker(void **state) {
     kiln_selector *s;
     kiln_err e;
     assert_int_equal(kiln_selector_new(reg, NULL, NULL, &s, &e), KILN_OK);
-    kiln_site sites[2];
+    kiln_sel_site sites[2];
     memset(sites, 0, sizeof sites);
     snprintf(sites[0].name, sizeof sites[0].name, "blk.0.attn.q");
     mm_ctx(&sites[0].ctx, KILN_ISA_AVX2);
