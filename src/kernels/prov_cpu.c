@@ -7,7 +7,7 @@
  * (cpu_kernels.h), float types widen exactly. Both are deterministic for a given thread
  * count; batch invariance is not claimed (decode and prefill take different paths).
  */
-#include "base/pool.h"
+#include "base/cpu.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/registry.h"
 #include "kernels/select.h"
@@ -24,7 +24,8 @@
 /* The kernels' scratch grows with the thread count; the context does not carry it, so
  * this assumes the largest pool kiln makes by default (one thread per online CPU). */
 static size_t cpu_matmul_ws(const kiln_sel_ctx *c) {
-    return kiln_cpu_matmul_workspace(c->w_dtype, c->n, c->k, c->tokens_max, kiln_cpu_count());
+    int nth = kiln_cpu_info()->logical_cores;
+    return kiln_cpu_matmul_workspace(c->w_dtype, c->n, c->k, c->tokens_max, nth > 0 ? nth : 1);
 }
 
 static const kiln_kernel_spec cpu_specs[] = {
