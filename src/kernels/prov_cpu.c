@@ -10,7 +10,7 @@
  * cpu.avx512.matmul.r16 asks for the R16 layout (KILN_WLAYOUT_CPU_R16): its entry point
  * also accepts plain rows (w_layout 0), so a binding that cannot repack yet still runs.
  */
-#include "base/pool.h"
+#include "base/cpu.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/registry.h"
@@ -28,7 +28,8 @@
 /* The kernels' scratch grows with the thread count; the context does not carry it, so
  * this assumes the largest pool kiln makes by default (one thread per online CPU). */
 static size_t cpu_matmul_ws(const kiln_sel_ctx *c) {
-    return kiln_cpu_matmul_workspace(c->w_dtype, c->n, c->k, c->tokens_max, kiln_cpu_count());
+    int nth = kiln_cpu_info()->logical_cores;
+    return kiln_cpu_matmul_workspace(c->w_dtype, c->n, c->k, c->tokens_max, nth > 0 ? nth : 1);
 }
 
 #define R16_DTYPES                                                                                 \

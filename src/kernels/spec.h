@@ -46,18 +46,18 @@ typedef enum kiln_platform {
 } kiln_platform;
 
 /* Backends a plan can be bound to (src/runtime/). ref and cpu are host backends. */
-typedef enum kiln_backend {
+typedef enum kiln_backend_id {
     KILN_BACKEND_REF = 0,
     KILN_BACKEND_CPU = 1,
     KILN_BACKEND_CUDA = 2,
     KILN_BACKEND_COUNT
-} kiln_backend;
+} kiln_backend_id;
 
 #define KILN_BACKEND_BIT(b) (1u << (b))
 
-const char *kiln_backend_name(kiln_backend b); /* "ref", "cpu", "cuda", or "unknown" */
-bool kiln_backend_from_name(const char *name, kiln_backend *out);
-kiln_platform kiln_backend_platform(kiln_backend b);
+const char *kiln_backend_name(kiln_backend_id b); /* "ref", "cpu", "cuda", or "unknown" */
+bool kiln_backend_from_name(const char *name, kiln_backend_id *out);
+kiln_platform kiln_backend_platform(kiln_backend_id b);
 const char *kiln_platform_name(kiln_platform p);
 bool kiln_kop_from_name(const char *name, kiln_kop *out);
 
