@@ -16,8 +16,8 @@
  *    rounded to bf16 (uniform error, at most 2^-8 relative each) for vdpbf16ps:
  *      min(2^-7 * sum_i |w_i x_i|, 6 * sqrt(sum_i (w_i x_i)^2 * 2 * 2^-16 / 3))
  *    (worst case, or six standard deviations)
- *  - quantized weights (activations quantized per 32 to int8, step d_b = amax_b / 127,
- *    rounding error uniform in +-d_b / 2, independent across elements):
+ *  - quantized weights (activations quantized per 32 in two int8 levels, final step
+ *    d_b = amax_b / 127 / 256, rounding error uniform in +-d_b / 2, independent):
  *      |y - ref| <= 6 * sqrt(sum_i w_i^2 d_b(i)^2 / 12) + 1e-5 * sum_i |w_i x_i| + 1e-6
  *    i.e. six standard deviations of the error the int8 activations introduce, plus
  *    f32 summation error. A layout bug (wrong nibble, scale or offset) is orders of
@@ -268,7 +268,7 @@ static int check_one(mm_fn fn, kiln_pool *pool, uint32_t dt, int64_t n, int64_t 
                 double amax = 0;
                 for (int q = 0; q < 32 && e + q < k; q++)
                     amax = fmax(amax, fabs((double)xr[e + q]));
-                double step = amax / 127.0;
+                double step = amax / 127.0 / 256.0; /* two-level int8 (qblocks.h) */
                 for (int q = 0; q < 32 && e + q < k; q++) {
                     double p = (double)wd[e + q] * xr[e + q];
                     ref += p;

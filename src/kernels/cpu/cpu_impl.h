@@ -35,7 +35,7 @@ typedef struct kiln_cpu_mm {
 /* Rows per unpacked GEMM panel (the scratch a thread needs: kiln_cpu_mm_panel_bytes). */
 #define KILN_CPU_MM_ROWS 4
 static inline size_t kiln_cpu_mm_panel_bytes(int64_t k) {
-    return KILN_CPU_MM_ROWS * kiln_q8act_row_bytes(k) + 64;
+    return KILN_CPU_MM_ROWS * kiln_wpanel_row_bytes(k) + 64;
 }
 
 /* Quantize one row of k floats (k a multiple of 32) into the q8 activation format. */
