@@ -248,7 +248,7 @@ int main(int argc, char **argv) {
         check_model(p, src, true);
         const char *bin = getenv("KILN_BINARY_DIR") ? getenv("KILN_BINARY_DIR") : ".";
         static const char *const syn[] = {"llama-110m-f16", "llama-110m-q8_0", "llama-110m-q4_0",
-                                          "llama-110m-q4_k"};
+                                          "llama-110m-q4_K"};
         for (size_t i = 0; i < sizeof syn / sizeof syn[0]; i++) {
             snprintf(p, sizeof p, "%s/models/%s.gguf", bin, syn[i]);
             check_model(p, src, false);

@@ -278,7 +278,7 @@ static int check_one(mm_fn fn, kiln_pool *pool, uint32_t dt, int64_t n, int64_t 
                 }
             }
             double tol = 1e-5 * mag + 1e-6 + (quant ? 6.0 * sqrt(var) : 0.0);
-            if (!quant && dt != KILN_DTYPE_F32 && t > 1 && fn == kiln_cpu_matmul_avx512 &&
+            if (!quant && dt != KILN_DTYPE_F32 && t > 1 && fn == kiln_cpu_matmul_avx512_bf16 &&
                 (kiln_cpu_info()->isa & KILN_ISA_AVX512BF16))
                 tol += fmin(0x1p-7 * mag, 6.0 * sqrt(sq * 0x1p-15 / 3.0)); /* bf16: 2^-8 each */
             double got = y[j * ys + i];
@@ -362,6 +362,12 @@ static void test_avx512(void **state) {
     run_all(kiln_cpu_matmul_avx512, "avx512", 0);
 }
 
+static void test_avx512_bf16(void **state) {
+    (void)state;
+    if (!kiln_cpu_avx512_ok()) skip(); /* CPU (or KILN_CPU_ISA_MASK) lacks AVX-512 VNNI */
+    run_all(kiln_cpu_matmul_avx512_bf16, "avx512 bf16", 0);
+}
+
 static void test_avx512_r16(void **state) {
     (void)state;
     if (!kiln_cpu_avx512_ok()) skip(); /* CPU (or KILN_CPU_ISA_MASK) lacks AVX-512 VNNI */
@@ -413,8 +419,8 @@ static void test_dtype_table(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dtype_table), cmocka_unit_test(test_avx512),
-        cmocka_unit_test(test_avx512_r16),  cmocka_unit_test(test_r16_errors),
-        cmocka_unit_test(test_avx2),
+        cmocka_unit_test(test_avx512_r16),  cmocka_unit_test(test_avx512_bf16),
+        cmocka_unit_test(test_r16_errors),  cmocka_unit_test(test_avx2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,6 +36,12 @@ size_t kiln_cpu_matmul_workspace(uint32_t w_dtype, int64_t n, int64_t k, int64_t
 
 kiln_status kiln_cpu_matmul_avx512(const kiln_kctx *c, const kiln_matmul_args *a);
 kiln_status kiln_cpu_matmul_avx2(const kiln_kctx *c, const kiln_matmul_args *a);
+/* As kiln_cpu_matmul_avx512, but f16 / bf16 weights with t > 1 go through AVX512-BF16
+ * vdpbf16ps (activations and weights rounded to bf16: 2x the f32 FMA rate, 2^-7
+ * relative error per product; needs KILN_ISA_AVX512BF16 as well). Not the default:
+ * on llama-110m F16 it moves the logits by a mean KL of 2e-4 from the f32 reference,
+ * above the backend's 1e-4 bar; a policy can prefer it (KILN_PREFER=cpu.avx512bf16.*). */
+kiln_status kiln_cpu_matmul_avx512_bf16(const kiln_kctx *c, const kiln_matmul_args *a);
 
 /* ---- the R16 weight layout (w_layout = KILN_CPU_WLAYOUT_R16, AVX-512 kernels) ----
  * Rows are taken in groups of 16 (the last group zero-padded); for each group, each

@@ -120,7 +120,8 @@ static int64_t row_grain(int64_t n, int nth) {
     return g < 16 ? 16 : g;
 }
 
-static kiln_status matmul(const isa_impl *isa, const kiln_kctx *c, const kiln_matmul_args *a) {
+static kiln_status matmul(const isa_impl *isa, const kiln_kctx *c, const kiln_matmul_args *a,
+                          bool bf16) {
     const bool r16 = a->w_layout == KILN_CPU_WLAYOUT_R16;
     if (a->w_layout != 0 && !(r16 && isa->mmr16 && kiln_cpu_r16_supports(a->w_dtype)))
         return KILN_ERR_UNSUPPORTED;
@@ -150,7 +151,7 @@ static kiln_status matmul(const isa_impl *isa, const kiln_kctx *c, const kiln_ma
                     .y = a->y,
                     .y_stride = a->y_stride,
                     .bias = a->bias,
-                    .bf16 = isa == &impl_avx512 && a->w_dtype != KILN_DTYPE_F32 &&
+                    .bf16 = bf16 && isa == &impl_avx512 && a->w_dtype != KILN_DTYPE_F32 &&
                             (kiln_cpu_info()->isa & KILN_ISA_AVX512BF16)},
              .x = a->x,
              .x_stride = a->x_stride};
@@ -172,9 +173,13 @@ static kiln_status matmul(const isa_impl *isa, const kiln_kctx *c, const kiln_ma
 }
 
 kiln_status kiln_cpu_matmul_avx512(const kiln_kctx *c, const kiln_matmul_args *a) {
-    return matmul(&impl_avx512, c, a);
+    return matmul(&impl_avx512, c, a, false);
+}
+
+kiln_status kiln_cpu_matmul_avx512_bf16(const kiln_kctx *c, const kiln_matmul_args *a) {
+    return matmul(&impl_avx512, c, a, true);
 }
 
 kiln_status kiln_cpu_matmul_avx2(const kiln_kctx *c, const kiln_matmul_args *a) {
-    return matmul(&impl_avx2, c, a);
+    return matmul(&impl_avx2, c, a, false);
 }
