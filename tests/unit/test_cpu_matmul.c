@@ -341,7 +341,9 @@ static void run_all(mm_fn fn, const char *isa, uint32_t layout) {
         for (int ki = 0; ki < 4; ki++)
             for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
                 for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
-                    if (ks[ki] > 1000 && ts[ti] > 16 && ns[ni] > 37) continue; /* keep it fast */
+                    /* keep it fast: the f64 reference costs n * t * k */
+                    if (ks[ki] > 1000 && ts[ti] > 16) continue;
+                    if (ns[ni] == 100 && ts[ti] == 100 && ks[ki] > 200) continue;
                     kiln_pool *p = (seed % 3 == 0) ? NULL : pool;
                     bad +=
                         check_one(fn, p, dt, ns[ni], ks[ki], ts[ti], seed % 2 == 0, seed, layout);
