@@ -35,8 +35,8 @@ command -v jq >/dev/null || { echo "bench-vs-llama: needs jq" >&2; exit 2; }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "# kiln $(git -C "$(dirname "$0")" rev-parse --short=12 HEAD 2>/dev/null || echo '?') vs" \
-     "$("$LLAMA_BENCH" --version 2>&1 | grep -m1 -i 'version' || echo llama-bench)"
+echo "# kiln $(git -C "$(dirname "$0")" rev-parse --short=12 HEAD 2>/dev/null || echo '?') vs $LLAMA_BENCH" \
+     "($(git -C "$(dirname "$LLAMA_BENCH")" rev-parse --short=12 HEAD 2>/dev/null || echo 'commit unknown'))"
 echo "# $(date -u +%FT%TZ), $(nproc) CPUs, threads $threads, pp$n_prompt tg$n_gen, $reps reps"
 echo
 printf '| model | test | kiln t/s | llama.cpp t/s | kiln / llama.cpp |\n'
