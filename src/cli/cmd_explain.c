@@ -59,6 +59,7 @@ int kiln_cmd_explain(int argc, char **argv) {
         {"site", 's', true, "PATTERN", "only call sites matching this glob", false, NULL},
         {"all", 'a', false, NULL, "every site separately (no grouping)", false, NULL},
         {"json", 0, false, NULL, "machine-readable output", false, NULL},
+        {"perfdb", 0, true, "PATH", "PerfDB file (default in the cache dir)", false, NULL},
     };
     const char *pos[4];
     int n_pos;
@@ -69,7 +70,7 @@ int kiln_cmd_explain(int argc, char **argv) {
         fprintf(stderr, "kiln explain: -m MODEL is required\n");
         return 2;
     }
-    kiln_backend backend;
+    kiln_backend_id backend;
     if (!kiln_cli_backend_arg("explain", opts[1].value, &backend)) return 2;
     int64_t tokens = 1, ctx = 0;
     if (!kiln_opt_int(&opts[2], 1, 1 << 20, &tokens)) return 2;
@@ -77,7 +78,8 @@ int kiln_cmd_explain(int argc, char **argv) {
     kiln_kernel_env env;
     kiln_err err;
     kiln_err_clear(&err);
-    if (kiln_kernel_env_open(&env, opts[0].value, backend, opts[4].value, 0, ctx, &err))
+    if (kiln_kernel_env_open(&env, opts[0].value, backend, opts[4].value, opts[8].value, 0, ctx,
+                             &err))
         return kiln_cli_fail("explain", &err);
     bool json = opts[7].seen;
     json_t *jsites = json ? json_array() : NULL;
@@ -95,7 +97,7 @@ int kiln_cmd_explain(int argc, char **argv) {
     int status = 0, groups = 0;
     for (int i = 0; i < env.n_sites && shown; i++) {
         if (shown[i]) continue;
-        const kiln_site *site = &env.sites[i].site;
+        const kiln_sel_site *site = &env.sites[i].site;
         if (opts[5].seen && fnmatch(opts[5].value, site->name, 0) != 0) continue;
         kiln_sel_ctx c = site->ctx;
         int64_t seq = c.op == KILN_KOP_ATTENTION ? (c.seq_max > 0 ? c.seq_max : 4096) : 0;

@@ -52,7 +52,7 @@ static void why_not(const kiln_registry *r, const kiln_reg_kernel *k, int backen
         char isa[200];
         kiln_isa_names(k->spec.isa & ~kiln_cpu_info()->isa, isa, sizeof isa);
         snprintf(buf, n, "CPU lacks %s", isa);
-    } else if (backend >= 0 && k->spec.platform != kiln_backend_platform((kiln_backend)backend))
+    } else if (backend >= 0 && k->spec.platform != kiln_backend_platform((kiln_backend_id)backend))
         snprintf(buf, n, "runs on %s", kiln_platform_name(k->spec.platform));
 }
 
@@ -86,7 +86,7 @@ int kiln_cmd_kernels(int argc, char **argv) {
         op = (int)k;
     }
     if (opts[1].seen) {
-        kiln_backend b;
+        kiln_backend_id b;
         if (!kiln_backend_from_name(opts[1].value, &b)) {
             fprintf(stderr, "kiln kernels: unknown backend '%s' (ref, cpu, cuda)\n", opts[1].value);
             return 2;
@@ -108,7 +108,7 @@ int kiln_cmd_kernels(int argc, char **argv) {
             const kiln_kernel_spec *s = &k->spec;
             if (k->provider != pi) continue;
             if (op >= 0 && (int)s->op != op) continue;
-            if (backend >= 0 && (s->platform != kiln_backend_platform((kiln_backend)backend) ||
+            if (backend >= 0 && (s->platform != kiln_backend_platform((kiln_backend_id)backend) ||
                                  (s->backends && !(s->backends & KILN_BACKEND_BIT(backend)))))
                 continue;
             char why[700], w[300], f[300], pr[200], isa[200];

@@ -26,7 +26,7 @@ static kiln_model_site *push(site_list *l, kiln_err *err) {
     return s;
 }
 
-static void base_ctx(kiln_sel_ctx *c, kiln_kop op, kiln_backend b, int64_t max_tokens) {
+static void base_ctx(kiln_sel_ctx *c, kiln_kop op, kiln_backend_id b, int64_t max_tokens) {
     kiln_sel_ctx_init(c, op, b);
     c->tokens_max = max_tokens;
 }
@@ -47,7 +47,7 @@ static float meta_f32(const kiln_meta *m, const char *arch, const char *key) {
     return v;
 }
 
-kiln_status kiln_model_sites(const kiln_model_file *mf, kiln_backend backend, int64_t max_tokens,
+kiln_status kiln_model_sites(const kiln_model_file *mf, kiln_backend_id backend, int64_t max_tokens,
                              int64_t max_ctx, kiln_model_site **out, int *n_out, kiln_err *err) {
     *out = NULL;
     *n_out = 0;
@@ -168,7 +168,7 @@ fail:
 
 #include <sys/stat.h>
 
-bool kiln_cli_backend_arg(const char *cmd, const char *value, kiln_backend *out) {
+bool kiln_cli_backend_arg(const char *cmd, const char *value, kiln_backend_id *out) {
     *out = KILN_BACKEND_CPU;
     if (!value) return true;
     if (kiln_backend_from_name(value, out)) return true;
@@ -176,8 +176,9 @@ bool kiln_cli_backend_arg(const char *cmd, const char *value, kiln_backend *out)
     return false;
 }
 
-kiln_status kiln_kernel_env_open(kiln_kernel_env *env, const char *model_arg, kiln_backend backend,
-                                 const char *policy_path, int64_t max_tokens, int64_t max_ctx,
+kiln_status kiln_kernel_env_open(kiln_kernel_env *env, const char *model_arg,
+                                 kiln_backend_id backend, const char *policy_path,
+                                 const char *perfdb_path, int64_t max_tokens, int64_t max_ctx,
                                  kiln_err *err) {
     memset(env, 0, sizeof *env);
     char path[1024];
@@ -195,8 +196,14 @@ kiln_status kiln_kernel_env_open(kiln_kernel_env *env, const char *model_arg, ki
     }
     /* timings of this machine, when a PerfDB exists (never created here) */
     struct stat sb;
-    if (!kiln_perfdb_default_path(env->perf_path, sizeof env->perf_path, NULL) &&
-        stat(env->perf_path, &sb) == 0) {
+    bool have_path = false;
+    if (perfdb_path) {
+        snprintf(env->perf_path, sizeof env->perf_path, "%s", perfdb_path);
+        have_path = true;
+    } else {
+        have_path = !kiln_perfdb_default_path(env->perf_path, sizeof env->perf_path, NULL);
+    }
+    if (have_path && stat(env->perf_path, &sb) == 0) {
         kiln_perfdb *db;
         kiln_err e2;
         if (!kiln_perfdb_open(env->perf_path, &db, &e2)) {

@@ -16,17 +16,18 @@
 #include "kernels/select.h"
 
 typedef struct kiln_model_site {
-    kiln_site site;
+    kiln_sel_site site;
     const kiln_tensor_info *weight; /* matmul / embed: the weight tensor, else NULL */
     int layer;                      /* -1 outside the blocks                       */
 } kiln_model_site;
 
 /* max_tokens: most tokens per step; max_ctx: context length (0: from the metadata). */
-kiln_status kiln_model_sites(const kiln_model_file *mf, kiln_backend backend, int64_t max_tokens,
+kiln_status kiln_model_sites(const kiln_model_file *mf, kiln_backend_id backend, int64_t max_tokens,
                              int64_t max_ctx, kiln_model_site **sites, int *n_sites, kiln_err *err);
 
 /* Everything the kernel tools share: the model, its sites, the policy, the PerfDB timings
- * of this machine and a selector. kiln_kernel_env_close frees it all (NULL-safe parts). */
+ * of this machine (perfdb_path, or the default path when NULL) and a selector.
+ * kiln_kernel_env_close frees it all (NULL-safe parts). */
 typedef struct kiln_kernel_env {
     kiln_model_file *mf;
     kiln_model_site *sites;
@@ -37,11 +38,12 @@ typedef struct kiln_kernel_env {
     kiln_selector *sel;
 } kiln_kernel_env;
 
-kiln_status kiln_kernel_env_open(kiln_kernel_env *env, const char *model_arg, kiln_backend backend,
-                                 const char *policy_path, int64_t max_tokens, int64_t max_ctx,
+kiln_status kiln_kernel_env_open(kiln_kernel_env *env, const char *model_arg,
+                                 kiln_backend_id backend, const char *policy_path,
+                                 const char *perfdb_path, int64_t max_tokens, int64_t max_ctx,
                                  kiln_err *err);
 void kiln_kernel_env_close(kiln_kernel_env *env);
 /* Parses --backend (default cpu). Prints an error and returns false on a bad name. */
-bool kiln_cli_backend_arg(const char *cmd, const char *value, kiln_backend *out);
+bool kiln_cli_backend_arg(const char *cmd, const char *value, kiln_backend_id *out);
 
 #endif /* KILN_CLI_KERNEL_SITES_H */

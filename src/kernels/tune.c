@@ -85,6 +85,7 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
     rec->dtype = kiln_perf_ctx_dtype(c);
     rec->tok_bucket = c->tok_bucket;
     rec->seq_bucket = c->seq_bucket;
+    kiln_perf_ctx_shape(c, rec->shape, sizeof rec->shape);
     if (!k->spec.fn.any)
         return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: not built", k->spec.id);
     if (k->spec.platform != KILN_PLATFORM_HOST)
