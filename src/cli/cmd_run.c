@@ -142,11 +142,7 @@ int kiln_cmd_run(int argc, char **argv) {
     }
     if (chat) {
         if (kiln_gen_chat_prompt(g.model, prompt, &chat_text, &err)) goto done;
-        /* the template writes the BOS text itself when it wants one */
-        kiln_str bos = kiln_vocab_text(v, kiln_vocab_bos(v));
-        bool has_bos = bos.len > 0 && strncmp(chat_text, bos.ptr, bos.len) == 0;
-        unsigned fl = KILN_TOK_PARSE_SPECIAL | (has_bos ? 0 : KILN_TOK_ADD_SPECIAL);
-        if (kiln_tokenize(v, chat_text, strlen(chat_text), fl, &toks, &err)) goto done;
+        if (kiln_gen_tokenize_chat(g.model, chat_text, &toks, &err)) goto done;
     } else {
         if (kiln_tokenize(v, prompt, strlen(prompt), KILN_TOK_ADD_SPECIAL, &toks, &err)) goto done;
     }
