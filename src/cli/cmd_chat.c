@@ -133,6 +133,8 @@ int kiln_cmd_chat(int argc, char **argv) {
     kiln_opt opts[] = {
         {"model", 'm', true, "MODEL", "model file or short name (gemma3-270m)", false, NULL},
         {"system", 0, true, "TEXT", "system prompt", false, NULL},
+        {"chat-template", 0, true, "FILE", "Jinja chat template to use instead of the model's",
+         false, NULL},
         {"n-predict", 'n', true, "N", "max tokens per reply (default 512)", false, NULL},
         {"temp", 0, true, "T", "temperature (default 0.8; 0 = greedy)", false, NULL},
         {"top-k", 0, true, "K", "top-k (default 40)", false, NULL},
@@ -174,7 +176,17 @@ int kiln_cmd_chat(int argc, char **argv) {
                         .n_threads = (int32_t)threads,
                         .n_ctx = n_ctx,
                         .max_seqs = 1};
-    if (kiln_gen_open(&go, &c.g, &err)) return kiln_cli_fail("chat", &err);
+    kiln_opt *o_tpl = kiln_opt_find(opts, KILN_NOPTS(opts), "chat-template");
+    char *tpl = NULL;
+    if (o_tpl->seen) {
+        size_t tl;
+        if (kiln_gen_read_file(o_tpl->value, &tpl, &tl, &err)) return kiln_cli_fail("chat", &err);
+        kiln_gen_template_override = tpl;
+    }
+    if (kiln_gen_open(&go, &c.g, &err)) {
+        free(tpl);
+        return kiln_cli_fail("chat", &err);
+    }
     int rc = 1;
     kiln_sampler_params sp;
     kiln_sampler_params_default(&sp);
@@ -236,5 +248,6 @@ done:
     kiln_tokens_free(&c.fed);
     kiln_sampler_free(c.smp);
     kiln_gen_close(&c.g);
+    free(tpl);
     return rc;
 }

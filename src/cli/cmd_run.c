@@ -40,6 +40,8 @@ int kiln_cmd_run(int argc, char **argv) {
         {"threads", 't', true, "N", "threads (default: all cores)", false, NULL},
         {"backend", 0, true, "NAME", "ref or cpu (default ref)", false, NULL},
         {"chat", 0, false, NULL, "wrap the prompt with the model's chat template", false, NULL},
+        {"chat-template", 0, true, "FILE", "Jinja chat template to use instead of the model's",
+         false, NULL},
         {"ignore-eos", 0, false, NULL, "do not stop at end-of-generation tokens", false, NULL},
         {"ids", 0, false, NULL, "print token ids instead of text", false, NULL},
         {"stop", 0, true, "TEXT", "stop when this text is generated", false, NULL},
@@ -120,6 +122,17 @@ int kiln_cmd_run(int argc, char **argv) {
                         .n_ctx = n_ctx,
                         .max_seqs = 1,
                         .kv_f16 = kiln_opt_find(opts, KILN_NOPTS(opts), "kv-f16")->seen};
+    kiln_opt *o_tpl = kiln_opt_find(opts, KILN_NOPTS(opts), "chat-template");
+    char *tpl = NULL;
+    if (o_tpl->seen) {
+        size_t tl;
+        if (kiln_gen_read_file(o_tpl->value, &tpl, &tl, &err)) {
+            free(prompt_buf);
+            return kiln_cli_fail("run", &err);
+        }
+        kiln_gen_template_override = tpl;
+        chat = true;
+    }
     kiln_gen_ctx g;
     uint64_t t_load = kiln_now_ns();
     if (kiln_gen_open(&go, &g, &err)) {
@@ -236,6 +249,7 @@ done:
     free(chat_text);
     free(logits);
     free(prompt_buf);
+    free(tpl);
     kiln_gen_close(&g);
     return rc;
 }

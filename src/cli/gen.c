@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "tok/template.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,4 +134,35 @@ kiln_status kiln_gen_chat_prompt(const kiln_model *m, const char *user, char **o
     kiln_status st = kiln_gen_render_chat(m, msgs, out, err);
     json_decref(msgs);
     return st;
+}
+
+kiln_status kiln_gen_read_file(const char *path, char **out, size_t *len, kiln_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return kiln_err_errno(err, errno, "opening %s", path);
+    size_t cap = 1 << 16, n = 0, k;
+    char *b = malloc(cap + 1);
+    while (b && (k = fread(b + n, 1, cap - n, f)) > 0) {
+        n += k;
+        if (n == cap) {
+            char *q = realloc(b, cap * 2 + 1);
+            if (!q) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = q;
+            cap *= 2;
+        }
+    }
+    int ferr = ferror(f);
+    fclose(f);
+    if (!b) return kiln_err_set(err, KILN_ERR_NOMEM, "reading %s", path);
+    if (ferr) {
+        free(b);
+        return kiln_err_set(err, KILN_ERR_IO, "reading %s failed", path);
+    }
+    b[n] = 0;
+    *out = b;
+    *len = n;
+    return KILN_OK;
 }

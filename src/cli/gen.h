@@ -59,4 +59,7 @@ kiln_status kiln_gen_tokenize_chat(const kiln_model *m, const char *text, kiln_t
  * prompt added. *out is malloc'ed. */
 kiln_status kiln_gen_chat_prompt(const kiln_model *m, const char *user, char **out, kiln_err *err);
 
+/* Reads a whole file into a malloc'ed NUL-terminated buffer. */
+kiln_status kiln_gen_read_file(const char *path, char **out, size_t *len, kiln_err *err);
+
 #endif /* KILN_CLI_GEN_H */
