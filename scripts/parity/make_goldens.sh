@@ -21,9 +21,14 @@ cc -O2 -o "$dump" scripts/parity/llama_dump.c -I"$LLAMA_DIR/include" -I"$LLAMA_D
    -L"$LLAMA_DIR/build/bin" -lllama -lm -Wl,-rpath,"$LLAMA_DIR/build/bin"
 "$dump" greedy "$model" tests/data/parity/prompts.txt 32 > "$out/greedy.txt"
 "$dump" tf "$model" tests/data/parity/text.txt 512 20 > "$out/tf.txt"
-# the last running value "[N]ppl," (llama-perplexity omits its "Final estimate" line when
-# its variance estimate comes out negative, as it can for near-uniform random models)
-"$LLAMA_DIR/build/bin/llama-perplexity" -m "$model" -f tests/data/parity/text.txt -c 256 -t 2 2>&1 |
-  grep -o '\[[0-9]*\][0-9.]*,' | tail -1 | sed 's/.*\]\([0-9.]*\),/\1/' > "$out/ppl.txt"
+# the running value of the last chunk, "[N]ppl," with N from "over N chunks" (llama-perplexity
+# omits its "Final estimate" line when its variance estimate comes out negative, as it can
+# for near-uniform random models); fails when that value is missing
+log=$(mktemp)
+"$LLAMA_DIR/build/bin/llama-perplexity" -m "$model" -f tests/data/parity/text.txt -c 256 -t 2 > "$log" 2>&1 || true
+nch=$(sed -n 's/.*calculating perplexity over \([0-9]*\) chunks.*/\1/p' "$log")
+grep -o "\[$nch\][0-9.]*," "$log" | sed 's/.*\]\([0-9.]*\),/\1/' > "$out/ppl.txt"
+rm -f "$log"
+[ -s "$out/ppl.txt" ] || { echo "llama-perplexity gave no value for chunk $nch" >&2; exit 1; }
 echo "llama.cpp $(git -C "$LLAMA_DIR" rev-parse HEAD 2>/dev/null || echo unknown)" > "$out/SOURCE"
 echo "wrote $out (PPL $(cat "$out/ppl.txt"))"
