@@ -196,6 +196,7 @@ typedef struct work {
     pthread_mutex_t lock;
     kiln_err err;
     atomic_uint_fast64_t done_bytes;
+    atomic_int *left; /* per item: chunks still to run (the tensor commits at 0) */
 } work;
 
 static void fail_work(work *w, const kiln_err *e, const kiln_load_item *it) {
@@ -292,6 +293,10 @@ static void run_chunks(void *ctx, int64_t begin, int64_t end, int ith) {
             }
         }
         atomic_fetch_add_explicit(&w->done_bytes, bytes, memory_order_relaxed);
+        /* the last chunk of a tensor commits it: done tensors stay valid even when a later
+         * tensor fails */
+        if (atomic_fetch_sub_explicit(&w->left[ch->item], 1, memory_order_acq_rel) == 1)
+            it->done = true;
     }
 }
 
@@ -311,6 +316,7 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
     int nth = kiln_pool_size(pool);
     w.nth = nth;
     w.chunks = calloc((size_t)n_chunks, sizeof *w.chunks);
+    w.left = calloc(p->n ? p->n : 1, sizeof *w.left);
     w.readers = calloc((size_t)nth, sizeof *w.readers);
     w.scratch = calloc((size_t)nth, sizeof *w.scratch);
     kiln_status st = KILN_OK;
@@ -321,8 +327,10 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
         const kiln_load_item *it = &p->items[i];
         if (it->lane != lane || it->n_rows == 0) continue;
         int64_t cr = kiln_load_chunk_rows(it);
-        for (int64_t r = 0; r < it->n_rows; r += cr)
+        for (int64_t r = 0; r < it->n_rows; r += cr) {
             w.chunks[k++] = (chunk){(uint32_t)i, r, r + cr < it->n_rows ? r + cr : it->n_rows};
+            atomic_fetch_add_explicit(&w.left[i], 1, memory_order_relaxed);
+        }
     }
     /* staging is needed by transforms that do not read straight into the destination
      * and cannot transform straight from the mapping */
@@ -352,6 +360,7 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
     for (int t = 0; w.readers && t < nth; t++) kiln_reader_free(&w.readers[t]);
     for (int t = 0; w.scratch && t < nth; t++) kiln_free_aligned(w.scratch[t]);
     free(w.chunks);
+    free(w.left);
     free(w.readers);
     free(w.scratch);
     pthread_mutex_destroy(&w.lock);
@@ -424,8 +433,9 @@ kiln_status kiln_load_execute(kiln_load_plan *p, kiln_err *err) {
         ts = kiln_now_ns();
         st = allocate_owned(p, KILN_LANE_TRANSFORM, err);
         if (!st) st = run_parallel(p, pool, KILN_LANE_TRANSFORM, err);
-        for (size_t i = 0; !st && i < p->n; i++)
-            if (p->items[i].lane == KILN_LANE_TRANSFORM) p->items[i].done = true;
+        for (size_t i = 0; !st && i < p->n; i++) /* empty tensors have no chunks */
+            if (p->items[i].lane == KILN_LANE_TRANSFORM && p->items[i].n_rows == 0)
+                p->items[i].done = true;
         p->rep.lane[KILN_LANE_TRANSFORM].seconds = (double)(kiln_now_ns() - ts) * 1e-9;
     }
     /* residual */
