@@ -102,6 +102,7 @@ typedef struct gen_vocab {
     int64_t bos_id, eos_id, unk_id; /* -1 when absent */
     char model[32];                 /* tokenizer.ggml.model: "llama" (SPM), "gpt2" (BPE) */
     char pre[64];                   /* tokenizer.ggml.pre */
+    bool add_bos, add_space_prefix; /* tokenizer.ggml.add_bos_token / add_space_prefix */
     char **merges;                  /* BPE merges "a b" (n_merges), or NULL */
     size_t *merge_lens, n_merges;
     struct kiln_gguf *src; /* the vocab file, kept open: its tokenizer.* keys are copied */

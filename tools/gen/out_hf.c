@@ -440,9 +440,7 @@ kiln_status gen_write_hf(gen_model *m, const gen_vocab *v, const char *dir, uint
     KILN_TRY(write_text(dir, "generation_config.json", gc, err));
 
     /* add_bos / add_space_prefix as the vocabulary's GGUF says (builtin: SPM defaults) */
-    bool add_bos = true, space_prefix = true;
-    if (!v->builtin && strcmp(v->model, "gpt2") == 0) add_bos = false, space_prefix = false;
-    if (c->family == GEN_GEMMA3 && !v->builtin) space_prefix = false;
+    const bool add_bos = v->add_bos, space_prefix = v->add_space_prefix;
     kiln_status st;
     json_t *tj = tokenizer_json(v, add_bos, space_prefix, err, &st);
     if (st) return st;
