@@ -82,6 +82,7 @@ static kiln_status partition_scan(const kiln_vocab *v, const char *text, size_t 
         }
     }
     memset(mark, FREE, len);
+    for (size_t i = 0; i < len; i++) tok_at[i] = -1;
     for (size_t r = 0; r < v->n_special; r++) {
         if (!seen[r]) continue;
         int32_t t = by_rank[r];
@@ -110,10 +111,11 @@ static kiln_status partition_scan(const kiln_vocab *v, const char *text, size_t 
 }
 
 static kiln_status partition(const kiln_vocab *v, const char *text, size_t len, bool parse_special,
-                             uint8_t *mark, int32_t *tok_at, kiln_err *err) {
+                             bool force_scan, uint8_t *mark, int32_t *tok_at, kiln_err *err) {
     occ *o = NULL;
     size_t n = 0, cap = 0;
     size_t budget = 4 * len + 4096; /* occurrences listed before switching to the scan */
+    if (force_scan) return partition_scan(v, text, len, parse_special, mark, tok_at, err);
     for (size_t i = 0; i < len; i++) tok_at[i] = -1;
     for (size_t i = 0; i < len; i++) {
         if (!v->trie_first[(uint8_t)text[i]]) continue;
@@ -236,7 +238,8 @@ kiln_status kiln_tokenize(const kiln_vocab *v, const char *text, size_t len, uns
             st = kiln_err_set(err, KILN_ERR_NOMEM, "tokenize %zu bytes: out of memory", len);
             goto done;
         }
-        st = partition(v, text, len, parse_special, mark, tok_at, err);
+        st = partition(v, text, len, parse_special, flags & KILN_TOK_TEST_SCAN_PARTITION, mark,
+                       tok_at, err);
         if (st) goto done;
     }
     if (add_special && v->add_bos && !kiln_tokens_push(out, v->bos)) goto oom;
