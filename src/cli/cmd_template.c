@@ -2,6 +2,7 @@
  * as transformers' apply_chat_template(..., tokenize=False) with Python jinja2 would. */
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "format/model_file.h"
 #include "tok/template.h"
 
 #include <errno.h>
@@ -49,9 +50,38 @@ static kiln_status load_json(const char *path, json_t **out, kiln_err *err) {
     return KILN_OK;
 }
 
-/* The model's template from GGUF metadata (needs src/format/gguf.h). */
-kiln_status kiln_template_from_model(const char *model, const char *name, char **out, size_t *len,
-                                     kiln_err *err);
+/* The model's template (GGUF metadata, or a Hugging Face directory's files) and its
+ * BOS/EOS token texts (malloc'd, may be NULL). */
+static kiln_status template_from_model(const char *model, const char *name, char **out, size_t *len,
+                                       char **bos, char **eos, kiln_err *err) {
+    char path[4096];
+    KILN_TRY(kiln_resolve_model(model, path, sizeof path, err));
+    kiln_model_file *mf = NULL;
+    KILN_TRY(kiln_model_file_open(path, 0, &mf, err));
+    const kiln_meta *m = kiln_model_file_meta(mf);
+    kiln_status st = kiln_chat_template_from_meta(m, name, out, len, err);
+    if (st == KILN_ERR_NOT_FOUND && kiln_model_file_source(mf) != KILN_SOURCE_GGUF) {
+        /* safetensors: the template lives next to tokenizer.json */
+        const char *tj = kiln_model_file_tokenizer_json(mf);
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", tj ? tj : path);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(dir, sizeof dir, ".");
+        kiln_err_clear(err);
+        st = kiln_chat_template_from_hf_dir(dir, name, out, len, err);
+    }
+    if (!st) st = kiln_chat_template_special_tokens(m, bos, eos, err);
+    if (st) {
+        free(*out);
+        *out = NULL;
+        kiln_err_wrap(err, st, "%s", path);
+    }
+    kiln_model_file_close(mf);
+    return st;
+}
 
 int kiln_cmd_template(int argc, char **argv) {
     static const kiln_cmd_usage u = {
@@ -71,8 +101,8 @@ int kiln_cmd_template(int argc, char **argv) {
         {"vars", 0, true, "FILE", "extra template variables: JSON object", false, NULL},
         {"add-generation-prompt", 0, false, NULL, "end with the assistant turn's header", false,
          NULL},
-        {"bos", 0, true, "TEXT", "bos_token (default: undefined)", false, NULL},
-        {"eos", 0, true, "TEXT", "eos_token (default: undefined)", false, NULL},
+        {"bos", 0, true, "TEXT", "bos_token (default: the model's, else undefined)", false, NULL},
+        {"eos", 0, true, "TEXT", "eos_token (default: the model's, else undefined)", false, NULL},
     };
     const char *pos[1];
     int n_pos;
@@ -88,7 +118,7 @@ int kiln_cmd_template(int argc, char **argv) {
     }
     kiln_err err;
     kiln_err_clear(&err);
-    char *src = NULL, *text = NULL;
+    char *src = NULL, *text = NULL, *model_bos = NULL, *model_eos = NULL;
     size_t src_len = 0, text_len = 0;
     json_t *msgs = NULL, *tools = NULL, *vars = NULL;
     kiln_chat_template *t = NULL;
@@ -97,8 +127,8 @@ int kiln_cmd_template(int argc, char **argv) {
     if (o_tpl->seen) {
         st = read_all(o_tpl->value, &src, &src_len, &err);
     } else {
-        st = kiln_template_from_model(o_model->value, o_name->seen ? o_name->value : NULL, &src,
-                                      &src_len, &err);
+        st = template_from_model(o_model->value, o_name->seen ? o_name->value : NULL, &src,
+                                 &src_len, &model_bos, &model_eos, &err);
     }
     if (st) goto fail;
     if ((st = load_json(o_msgs->value, &msgs, &err))) goto fail;
@@ -112,8 +142,8 @@ int kiln_cmd_template(int argc, char **argv) {
         .tools = tools,
         .extra = vars,
         .add_generation_prompt = opts[6].seen,
-        .bos_token = opts[7].seen ? opts[7].value : NULL,
-        .eos_token = opts[8].seen ? opts[8].value : NULL,
+        .bos_token = opts[7].seen ? opts[7].value : model_bos,
+        .eos_token = opts[8].seen ? opts[8].value : model_eos,
     };
     if ((st = kiln_chat_template_render(t, &in, &text, &text_len, &err))) goto fail;
     if (fwrite(text, 1, text_len, stdout) != text_len || fflush(stdout) != 0) {
@@ -127,18 +157,11 @@ fail:
 done:
     free(text);
     free(src);
+    free(model_bos);
+    free(model_eos);
     kiln_chat_template_free(t);
     json_decref(msgs);
     json_decref(tools);
     json_decref(vars);
     return rc;
-}
-
-kiln_status kiln_template_from_model(const char *model, const char *name, char **out, size_t *len,
-                                     kiln_err *err) {
-    (void)name, (void)out, (void)len;
-    return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
-                        "-m %s: reading templates from models needs the GGUF reader (not merged "
-                        "yet); use --template FILE",
-                        model);
 }

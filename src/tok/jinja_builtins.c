@@ -807,13 +807,19 @@ int jinja_dict_items(jctx *c, const jnode *at, jdict *d, jv *out) {
     return items_of(c, at, d, 0, out);
 }
 BUILTIN(m_items) {
-    return items_of(c, at, self.u.dict, 0, out);
+    JTRY(items_of(c, at, self.u.dict, 0, out));
+    *out = jv_lazy(out->u.list, JL_VIEW, "dict_items");
+    return 0;
 }
 BUILTIN(m_keys) {
-    return items_of(c, at, self.u.dict, 1, out);
+    JTRY(items_of(c, at, self.u.dict, 1, out));
+    *out = jv_lazy(out->u.list, JL_VIEW, "dict_keys");
+    return 0;
 }
 BUILTIN(m_values) {
-    return items_of(c, at, self.u.dict, 2, out);
+    JTRY(items_of(c, at, self.u.dict, 2, out));
+    *out = jv_lazy(out->u.list, JL_VIEW, "dict_values");
+    return 0;
 }
 BUILTIN(m_dict_copy) {
     jdict *d = jd_new(c, self.u.dict->n);
@@ -1088,7 +1094,7 @@ BUILTIN(g_range) {
         if (jl_push(c, l, jv_int(i))) return jv_oom(c, at);
         if ((a[2] > 0 && i > INT64_MAX - a[2]) || (a[2] < 0 && i < INT64_MIN - a[2])) break;
     }
-    *out = jv_list(l);
+    *out = jv_lazy(l, JL_RANGE, "range");
     return 0;
 }
 

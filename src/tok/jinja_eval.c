@@ -10,6 +10,7 @@
  */
 #include "tok/jinja.h"
 #include "tok/jinja_int.h"
+#include "base/utf8.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -130,6 +131,7 @@ static int apply_filters(jctx *c, jscope *s, const jnode *f, jv v, jv *out) {
         return 0;
     }
     if (f->a) JTRY(apply_filters(c, s, f->a, v, &v));
+    if (!f->filter) return jerr(c, f, "no filter named '%s' found", f->name);
     jv *args, *kwv;
     JTRY(eval_args(c, s, f, &args, &kwv));
     return f->filter(c, f, v, args, f->n_items, f->names, kwv, f->n_kw, out);
@@ -188,6 +190,7 @@ static int call_macro(jctx *c, const jnode *at, jfunc *fn, jv *args, size_t narg
         }
         if (jscope_set(c, s, m->names[i], v)) return jv_oom(c, at);
     }
+    varargs->tuple = true; /* a tuple, as in jinja2 */
     if (jscope_set(c, s, "varargs", jv_list(varargs)) ||
         jscope_set(c, s, "kwargs", jv_dict(kwargs)))
         return jv_oom(c, at);
@@ -230,6 +233,8 @@ static bool is_intish(jv v) {
 
 static int repeat(jctx *c, const jnode *at, jv seq, int64_t times, jv *out) {
     if (times < 0) times = 0;
+    if (seq.type == JV_LIST && seq.u.list->kind)
+        return jerr(c, at, "unsupported operand type(s) for *: '%s' and 'int'", seq.u.list->kname);
     if (seq.type == JV_STR) {
         size_t total;
         if (!kiln_size_mul(seq.u.str.n, (size_t)times, &total) || total > c->budget)
@@ -240,6 +245,7 @@ static int repeat(jctx *c, const jnode *at, jv seq, int64_t times, jv *out) {
             memcpy(p + (size_t)i * seq.u.str.n, seq.u.str.s, seq.u.str.n);
         p[total] = 0;
         out->type = JV_STR;
+        out->markup = seq.markup;
         out->u.str.s = p;
         out->u.str.n = total;
         return 0;
@@ -261,6 +267,8 @@ int jinja_str_percent(jctx *c, const jnode *at, jv fmt, jv args, jv *out);
 static int binop(jctx *c, const jnode *at, int op, jv a, jv b, jv *out) {
     static const char *const names[] = {"", "+", "-", "*", "/", "//", "%", "**"};
     if (op == JOP_CONCAT) {
+        JTRY(jv_check_printable(c, at, a));
+        JTRY(jv_check_printable(c, at, b));
         jbuf buf = {0};
         jv_str_into(&buf, a);
         jv_str_into(&buf, b);
@@ -340,6 +348,22 @@ static int binop(jctx *c, const jnode *at, int op, jv a, jv b, jv *out) {
             break;
         }
     }
+    if (op == JOP_ADD && a.type == JV_STR && b.type == JV_STR && (a.markup || b.markup)) {
+        /* markupsafe: Markup + str escapes the plain side and stays Markup */
+        jbuf buf = {0};
+        if (a.markup)
+            jbuf_put(&buf, a.u.str.s, a.u.str.n);
+        else
+            jhtml_escape_into(&buf, a.u.str.s, a.u.str.n);
+        if (b.markup)
+            jbuf_put(&buf, b.u.str.s, b.u.str.n);
+        else
+            jhtml_escape_into(&buf, b.u.str.s, b.u.str.n);
+        *out = buf.p ? jv_str_buf(c, &buf) : jv_str_lit("");
+        if (out->type != JV_STR) return jv_oom(c, at);
+        out->markup = 1;
+        return 0;
+    }
     if (op == JOP_ADD && a.type == JV_STR && b.type == JV_STR) {
         size_t n;
         if (!kiln_size_add(a.u.str.n, b.u.str.n, &n)) return jv_oom(c, at);
@@ -348,14 +372,14 @@ static int binop(jctx *c, const jnode *at, int op, jv a, jv b, jv *out) {
         memcpy(p, a.u.str.s, a.u.str.n);
         memcpy(p + a.u.str.n, b.u.str.s, b.u.str.n);
         p[n] = 0;
-        out->type = JV_STR;
+        *out = (jv){.type = JV_STR};
         out->unsafe = 0;
         out->u.str.s = p;
         out->u.str.n = n;
         return 0;
     }
     if (op == JOP_ADD && a.type == JV_LIST && b.type == JV_LIST &&
-        a.u.list->tuple == b.u.list->tuple) {
+        a.u.list->tuple == b.u.list->tuple && !a.u.list->kind && !b.u.list->kind) {
         jlist *l = jl_new(c, a.u.list->n + b.u.list->n);
         if (!l) return jv_oom(c, at);
         for (size_t i = 0; i < a.u.list->n; i++) l->items[l->n++] = a.u.list->items[i];
@@ -486,6 +510,7 @@ static int slice(jctx *c, const jnode *at, jv obj, jv start, jv stop, jv step, j
 
 static int eval(jctx *c, jscope *s, const jnode *n, jv *out) {
     jv a, b;
+    if (c->steps_left-- == 0) return jerr(c, n, "render stopped: step limit reached");
     switch (n->kind) {
     case JN_CONST:
         *out = n->value;
@@ -516,6 +541,7 @@ static int eval(jctx *c, jscope *s, const jnode *n, jv *out) {
     }
     case JN_FILTER: {
         jv *args, *kwv;
+        if (!n->filter) return jerr(c, n, "no filter named '%s' found", n->name);
         JTRY(eval(c, s, n->a, &a));
         JTRY(eval_args(c, s, n, &args, &kwv));
         return n->filter(c, n, a, args, n->n_items, n->names, kwv, n->n_kw, out);
@@ -523,6 +549,7 @@ static int eval(jctx *c, jscope *s, const jnode *n, jv *out) {
     case JN_TEST: {
         jv *args, *kwv;
         bool r;
+        if (!n->test) return jerr(c, n, "no test named '%s' found", n->name);
         JTRY(eval(c, s, n->a, &a));
         JTRY(eval_args(c, s, n, &args, &kwv));
         JTRY(n->test(c, n, a, args, n->n_items, &r));
@@ -643,8 +670,8 @@ static int exec_for(jctx *c, jscope *s, const jnode *n) {
     if (!lp) return jv_oom(c, n);
     memset(lp, 0, sizeof *lp);
     lp->items = items;
-    jv outer;
-    lp->depth = scope_get(s, "loop", &outer) && outer.type == JV_LOOP ? outer.u.loop->depth + 1 : 1;
+
+    lp->depth = 1; /* only recursive loops (unsupported) nest depth in jinja2 */
     jv loopv = {.type = JV_LOOP};
     loopv.u.loop = lp;
     for (size_t i = 0; i < items->n; i++) {
@@ -670,12 +697,14 @@ static int exec_for(jctx *c, jscope *s, const jnode *n) {
 
 static int exec_node(jctx *c, jscope *s, const jnode *n) {
     jv v;
+    if (c->steps_left-- == 0) return jerr(c, n, "render stopped: step limit reached");
     switch (n->kind) {
     case JN_DATA:
         jbuf_put(c->out, n->value.u.str.s, n->value.u.str.n);
         return 0;
     case JN_OUTPUT:
         JTRY(eval(c, s, n->a, &v));
+        JTRY(jv_check_printable(c, n, v));
         jv_str_into(c->out, v);
         return 0;
     case JN_BODY:
@@ -768,9 +797,10 @@ static int exec_items(jctx *c, jscope *s, jnode *const *items, size_t n) {
             c->depth--;
             return -1;
         }
-        if (c->out->oom) {
+        if (c->out->oom || c->out->n > c->max_out) {
             c->depth--;
-            return jerr(c, items[i], "out of memory while rendering");
+            return jerr(c, items[i],
+                        "out of memory (or over the render size limit) while rendering");
         }
         if (c->ctl) break;
     }
@@ -787,6 +817,18 @@ struct jinja_template {
 
 kiln_status jinja_parse(const char *src, size_t len, jinja_template **out, kiln_err *err) {
     *out = NULL;
+    size_t bad;
+    if (!kiln_utf8_valid(src, len, &bad)) {
+        int line = 1, col = 1;
+        for (size_t i = 0; i < bad; i++) {
+            if (src[i] == '\n')
+                line++, col = 1;
+            else if (((unsigned char)src[i] & 0xC0) != 0x80)
+                col++;
+        }
+        return kiln_err_set(err, KILN_ERR_FORMAT, "line %d, column %d: template is not valid UTF-8",
+                            line, col);
+    }
     jinja_template *t = calloc(1, sizeof *t);
     if (!t) return kiln_err_set(err, KILN_ERR_NOMEM, "template: out of memory");
     kiln_arena_init(&t->arena, 64 * 1024);
@@ -816,6 +858,8 @@ kiln_status jinja_render(const jinja_template *t, const jinja_vars *vars, char *
     jctx c = {.a = &a, .err = err, .out = &b, .budget = JINJA_DEFAULT_BUDGET};
     if (vars->max_bytes) c.budget = vars->max_bytes;
     c.now_iso = vars->now_iso;
+    c.max_out = c.budget;
+    c.steps_left = vars->max_steps ? vars->max_steps : JINJA_DEFAULT_STEPS;
     int rc = 0;
     jscope *g = scope_new(&c, NULL);
     if (!g || jinja_add_globals(&c, g)) rc = g ? -1 : jv_oom(&c, NULL);
@@ -825,6 +869,10 @@ kiln_status jinja_render(const jinja_template *t, const jinja_vars *vars, char *
         if (vars->json[i]) {
             rc = jv_from_json(&c, vars->json[i], &v);
         } else if (vars->str[i]) {
+            if (!kiln_utf8_valid(vars->str[i], strlen(vars->str[i]), NULL)) {
+                rc = jerr(&c, NULL, "variable '%s' is not valid UTF-8", vars->names[i]);
+                break;
+            }
             v = jv_str(&c, vars->str[i], strlen(vars->str[i]));
             if (v.type != JV_STR) rc = jv_oom(&c, NULL);
         } else {

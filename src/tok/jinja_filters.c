@@ -59,11 +59,15 @@ FILTER(f_trim) {
 }
 FILTER(f_upper) {
     jv s = S(c, in);
-    return s.type != JV_STR ? jv_oom(c, at) : ret_str(c, at, jstr_case(c, s, 1), out);
+    JTRY(s.type != JV_STR ? jv_oom(c, at) : ret_str(c, at, jstr_case(c, s, 1), out));
+    out->markup = s.markup;
+    return 0;
 }
 FILTER(f_lower) {
     jv s = S(c, in);
-    return s.type != JV_STR ? jv_oom(c, at) : ret_str(c, at, jstr_case(c, s, 0), out);
+    JTRY(s.type != JV_STR ? jv_oom(c, at) : ret_str(c, at, jstr_case(c, s, 0), out));
+    out->markup = s.markup;
+    return 0;
 }
 FILTER(f_capitalize) {
     jv s = S(c, in);
@@ -108,9 +112,15 @@ FILTER(f_string) {
     return ret_str(c, at, S(c, in), out);
 }
 FILTER(f_safe) {
-    return ret_str(c, at, S(c, in), out);
+    JTRY(ret_str(c, at, S(c, in), out));
+    out->markup = 1;
+    return 0;
 }
 FILTER(f_escape) {
+    if (in.type == JV_STR && in.markup) {
+        *out = in;
+        return 0;
+    }
     jv s = S(c, in);
     if (s.type != JV_STR) return jv_oom(c, at);
     jbuf b = {0};
@@ -136,8 +146,10 @@ FILTER(f_escape) {
             jbuf_putc(&b, ch);
         }
     }
-    if (!b.p && !b.oom) return ret_str(c, at, jv_str_lit(""), out);
-    return ret_str(c, at, jv_str_buf(c, &b), out);
+    JTRY(b.p || b.oom ? ret_str(c, at, jv_str_buf(c, &b), out)
+                      : ret_str(c, at, jv_str_lit(""), out));
+    out->markup = 1;
+    return 0;
 }
 
 FILTER(f_indent) {
@@ -278,6 +290,11 @@ FILTER(f_list) {
 }
 
 FILTER(f_first) {
+    if (in.type == JV_LIST && in.u.list->kind == JL_ITER) {
+        jlist *g = in.u.list;
+        *out = g->pos < g->n ? g->items[g->pos++] : jv_undef("No first item, sequence was empty.");
+        return 0;
+    }
     jlist *l;
     JTRY(jv_iter(c, at, in, &l));
     *out = l->n ? l->items[0] : jv_undef("No first item, sequence was empty.");
@@ -307,7 +324,8 @@ FILTER(f_reverse) {
     jlist *r = jl_new(c, l->n);
     if (!r) return jv_oom(c, at);
     for (size_t i = l->n; i-- > 0;) r->items[r->n++] = l->items[i];
-    *out = jv_list(r);
+    *out = jv_lazy(r, JL_ITER,
+                   in.type == JV_DICT ? "dict_reversekeyiterator" : "list_reverseiterator");
     return 0;
 }
 
@@ -353,7 +371,9 @@ FILTER(f_items) {
     }
     if (in.type != JV_DICT)
         return jerr(c, at, "items filter: can only get item pairs from a mapping");
-    return jinja_dict_items(c, at, in.u.dict, out);
+    JTRY(jinja_dict_items(c, at, in.u.dict, out));
+    *out = jv_lazy(out->u.list, JL_ITER, "generator");
+    return 0;
 }
 
 /* Sort key: case-folded string when !case_sensitive. */
@@ -457,7 +477,7 @@ FILTER(f_unique) {
         for (size_t j = 0; j < seen->n && !dup; j++) dup = jv_eq(seen->items[j], k);
         if (!dup && (jl_push(c, seen, k) || jl_push(c, r, l->items[i]))) return jv_oom(c, at);
     }
-    *out = jv_list(r);
+    *out = jv_lazy(r, JL_ITER, "generator");
     return 0;
 }
 
@@ -533,6 +553,7 @@ static int run_test(jctx *c, const jnode *at, const char *name, jv v, jv *targs,
 
 FILTER(f_map) {
     jlist *l;
+    if (!jv_truthy(in)) in = jv_undef(NULL); /* jinja2: `if value: for item in value` */
     JTRY(jv_iter(c, at, in, &l));
     jlist *r = jl_new(c, l->n);
     if (!r) return jv_oom(c, at);
@@ -554,7 +575,7 @@ FILTER(f_map) {
             if (v.type == JV_UNDEF && has_def) v = def;
             r->items[r->n++] = v;
         }
-        *out = jv_list(r);
+        *out = jv_lazy(r, JL_ITER, "generator");
         return 0;
     }
     if (!nargs || args[0].type != JV_STR)
@@ -565,13 +586,14 @@ FILTER(f_map) {
         JTRY(f(c, at, l->items[i], args + 1, nargs - 1, kwn, kwv, nkw, &r->items[i]));
         r->n = i + 1;
     }
-    *out = jv_list(r);
+    *out = jv_lazy(r, JL_ITER, "generator");
     return 0;
 }
 
 static int select_common(jctx *c, const jnode *at, jv in, jv *args, size_t nargs, jv *out,
                          bool attr_mode, bool want) {
     jlist *l;
+    if (!jv_truthy(in)) in = jv_undef(NULL); /* jinja2: `if value: for item in value` */
     JTRY(jv_iter(c, at, in, &l));
     size_t off = 0;
     const char *attr = NULL;
@@ -598,7 +620,7 @@ static int select_common(jctx *c, const jnode *at, jv in, jv *args, size_t nargs
             ok = jv_truthy(v);
         if (ok == want && jl_push(c, r, l->items[i])) return jv_oom(c, at);
     }
-    *out = jv_list(r);
+    *out = jv_lazy(r, JL_ITER, "generator");
     return 0;
 }
 FILTER(f_select) {

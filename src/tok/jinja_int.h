@@ -51,6 +51,7 @@ typedef struct jloop jloop;
 typedef struct jv {
     uint8_t type;
     uint8_t unsafe; /* JV_UNDEF: produced by a blocked attribute (SecurityError) */
+    uint8_t markup; /* JV_STR: a markupsafe.Markup (from |safe, |escape): `+` escapes */
     union {
         bool b;
         int64_t i;
@@ -67,10 +68,23 @@ typedef struct jv {
     } u;
 } jv;
 
+/* Lazy objects of Python that jinja2 filters return are lists with a kind, so that
+ * kiln fails where Python fails (tojson of a generator, len() of one) and a generator
+ * is consumed by its first iteration, as in Python. */
+enum {
+    JL_LIST = 0,
+    JL_ITER,  /* generator / list_reverseiterator: no len, always true, consumed once */
+    JL_VIEW,  /* dict_keys / dict_values / dict_items: len, not JSON serializable */
+    JL_RANGE, /* range: len, not JSON serializable */
+};
+
 struct jlist {
     size_t n, cap;
     jv *items;
     bool tuple;
+    uint8_t kind;      /* JL_* */
+    const char *kname; /* Python type name for kinds other than JL_LIST */
+    size_t pos;        /* JL_ITER: items before pos were consumed */
 };
 
 struct jdict {
@@ -247,11 +261,14 @@ struct jctx {
     size_t budget;       /* bytes of values we may still allocate */
     const char *now_iso; /* strftime_now time (NULL: local time) */
     int ctl;             /* 1 break, 2 continue pending */
+    uint64_t steps_left; /* evaluation steps before the render is stopped */
+    size_t max_out;      /* output bytes limit (per buffer) */
 };
 
 #define JINJA_MAX_DEPTH      200
 #define JINJA_MAX_RANGE      1000000
 #define JINJA_DEFAULT_BUDGET ((size_t)1 << 30)
+#define JINJA_DEFAULT_STEPS  ((uint64_t)100000000)
 
 #define JTRY(expr)                                                                                 \
     do {                                                                                           \
@@ -312,6 +329,12 @@ void jfloat_repr(double f, char out[32]);
 /* iteration: list of the items `for x in v` visits; error for non-iterables */
 int jv_iter(jctx *c, const jnode *at, jv v, jlist **out);
 int64_t jv_len(jv v, bool *ok);
+/* Fails for values whose Python str() kiln cannot reproduce (generators: addresses). */
+int jv_check_printable(jctx *c, const jnode *at, jv v);
+/* Marks a list as a lazy object of the given kind and Python type name. */
+jv jv_lazy(jlist *l, int kind, const char *kname);
+/* HTML escaping as markupsafe.escape (for |escape and Markup + str) */
+void jhtml_escape_into(jbuf *b, const char *s, size_t n);
 
 /* JSON (jansson in, Python json.dumps out) */
 struct json_t;

@@ -211,6 +211,8 @@ int jv_tojson(jctx *c, const jnode *at, jbuf *b, jv v, int indent, const char *i
         return 0;
     case JV_LIST: {
         jlist *l = v.u.list;
+        if (l->kind != JL_LIST)
+            return jerr(c, at, "tojson: Object of type %s is not JSON serializable", l->kname);
         if (!l->n) {
             jbuf_puts(b, "[]");
             return 0;

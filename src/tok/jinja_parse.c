@@ -351,11 +351,7 @@ static jnode *parse_filter(parser *P, jnode *node) {
         perr(P, cur(P), "kiln does not support dotted filter names");
         return NULL;
     }
-    f->filter = jinja_find_filter(f->name);
-    if (!f->filter) {
-        perr(P, t, "no filter named '%s'", f->name);
-        return NULL;
-    }
+    f->filter = jinja_find_filter(f->name); /* NULL: checked by check_names() */
     f->a = node;
     if (is_op(cur(P), "(") && parse_call_args(P, f)) return NULL;
     return f;
@@ -377,11 +373,7 @@ static jnode *parse_test(parser *P, jnode *node, const jtok *at) {
     }
     n->name = t->text;
     adv(P);
-    n->test = jinja_find_test(n->name);
-    if (!n->test) {
-        perr(P, t, "no test named '%s'", n->name);
-        return NULL;
-    }
+    n->test = jinja_find_test(n->name); /* NULL: checked by check_names() */
     const jtok *c = cur(P);
     if (is_op(c, "(")) {
         if (parse_call_args(P, n)) return NULL;
@@ -932,12 +924,15 @@ static jnode *parse_statement(parser *P) {
         return block_end(P) ? NULL : n;
     }
     if (!strcmp(kw, "generation")) {
-        /* transformers' AssistantTracker extension: renders its body unchanged */
-        if (block_end(P)) return NULL;
+        /* transformers' AssistantTracker extension: a call block rendering its body
+         * unchanged, i.e. a body in its own scope */
+        jnode *n = mk(P, JN_WITH, t);
+        if (!n || block_end(P)) return NULL;
         static const char *const ends[] = {"endgeneration", NULL};
         jnode *body = parse_body(P, ends, &which);
         if (!body || block_end(P)) return NULL;
-        return body;
+        set_body(n, body);
+        return n;
     }
     if (!strcmp(kw, "break") || !strcmp(kw, "continue")) {
         jnode *n = mk(P, kw[0] == 'b' ? JN_BREAK : JN_CONTINUE, t);
@@ -1022,9 +1017,51 @@ static jnode *parse_body(parser *P, const char *const *ends, const char **which)
     return body;
 }
 
+/* jinja2 resolves filters and tests at compile time, except inside `if` statements and
+ * conditional expressions ("soft" frames), where an unknown name fails only when it is
+ * evaluated; bodies of loops, macros, call/filter/set blocks start hard frames again. */
+static int check_names(parser *P, const jnode *n, bool soft, int depth) {
+    if (!n || depth > 2 * P_MAX_DEPTH) return 0;
+    if (!soft && ((n->kind == JN_FILTER && !n->filter) || (n->kind == JN_TEST && !n->test))) {
+        jtok at = {.line = n->line, .col = n->col};
+        return perr(P, &at, "no %s named '%s'", n->kind == JN_FILTER ? "filter" : "test", n->name);
+    }
+    bool s = soft;
+    bool items_soft = soft;
+    switch (n->kind) {
+    case JN_IF:
+    case JN_COND:
+        s = items_soft = true;
+        break;
+    case JN_FOR:
+    case JN_MACRO:
+    case JN_CALLBLOCK:
+    case JN_FILTERBLOCK:
+    case JN_SETBLOCK:
+    case JN_WITH:
+        items_soft = false;
+        break;
+    default:
+        break;
+    }
+    const jnode *kids[] = {n->a, n->b, n->c, n->d, n->target};
+    for (size_t i = 0; i < 5; i++) {
+        bool ks = s;
+        if (n->kind == JN_FOR && kids[i] == n->c) ks = false; /* else body */
+        if (n->kind == JN_IF && kids[i] == n->c) ks = true;
+        if (check_names(P, kids[i], ks, depth + 1)) return -1;
+    }
+    for (size_t i = 0; i < n->n_items; i++)
+        if (check_names(P, n->items[i], items_soft, depth + 1)) return -1;
+    for (size_t i = 0; i < n->n_kw; i++)
+        if (check_names(P, n->kwvals[i], s, depth + 1)) return -1;
+    return 0;
+}
+
 int jinja_parse_tokens(const jlexed *lx, kiln_arena *a, jnode **root, kiln_err *err) {
     parser P = {.t = lx->toks, .n = lx->n, .a = a, .err = err};
     const char *which = NULL;
     *root = parse_body(&P, NULL, &which);
-    return *root ? 0 : -1;
+    if (!*root) return -1;
+    return check_names(&P, *root, false, 0);
 }

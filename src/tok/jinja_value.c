@@ -275,6 +275,43 @@ double jv_num(jv v) {
     return v.type == JV_INT ? (double)v.u.i : v.type == JV_FLOAT ? v.u.f : v.u.b ? 1.0 : 0.0;
 }
 
+jv jv_lazy(jlist *l, int kind, const char *kname) {
+    l->kind = (uint8_t)kind;
+    l->kname = kname;
+    return jv_list(l);
+}
+
+void jhtml_escape_into(jbuf *b, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        switch (s[i]) {
+        case '&':
+            jbuf_puts(b, "&amp;");
+            break;
+        case '<':
+            jbuf_puts(b, "&lt;");
+            break;
+        case '>':
+            jbuf_puts(b, "&gt;");
+            break;
+        case '"':
+            jbuf_puts(b, "&#34;");
+            break;
+        case '\'':
+            jbuf_puts(b, "&#39;");
+            break;
+        default:
+            jbuf_putc(b, s[i]);
+        }
+    }
+}
+
+int jv_check_printable(jctx *c, const jnode *at, jv v) {
+    if (v.type == JV_LIST && (v.u.list->kind == JL_ITER || v.u.list->kind == JL_RANGE))
+        return jerr(c, at, "kiln cannot print a %s object (Python prints its address); add |list",
+                    v.u.list->kname);
+    return 0;
+}
+
 bool jv_truthy(jv v) {
     switch (v.type) {
     case JV_UNDEF:
@@ -289,7 +326,7 @@ bool jv_truthy(jv v) {
     case JV_STR:
         return v.u.str.n != 0;
     case JV_LIST:
-        return v.u.list->n != 0;
+        return v.u.list->kind == JL_ITER || v.u.list->n != 0;
     case JV_DICT:
         return v.u.dict->n != 0;
     default:
@@ -351,7 +388,7 @@ const char *jv_type_name(jv v) {
     case JV_STR:
         return "str";
     case JV_LIST:
-        return v.u.list->tuple ? "tuple" : "list";
+        return v.u.list->kind ? v.u.list->kname : v.u.list->tuple ? "tuple" : "list";
     case JV_DICT:
         return "dict";
     case JV_NS:
@@ -504,10 +541,25 @@ static void repr_str(jbuf *b, const char *s, size_t n) {
 void jv_repr_into(jbuf *b, jv v) {
     switch (v.type) {
     case JV_STR:
+        if (v.markup) jbuf_puts(b, "Markup(");
         repr_str(b, v.u.str.s, v.u.str.n);
+        if (v.markup) jbuf_putc(b, ')');
         return;
     case JV_LIST: {
         jlist *l = v.u.list;
+        if (l->kind == JL_VIEW) {
+            jbuf_printf(b, "%s(", l->kname);
+            jlist plain = *l;
+            plain.kind = JL_LIST;
+            jv pv = jv_list(&plain);
+            jv_repr_into(b, pv);
+            jbuf_putc(b, ')');
+            return;
+        }
+        if (l->kind != JL_LIST) {
+            jbuf_printf(b, "<%s object>", l->kname);
+            return;
+        }
         jbuf_putc(b, l->tuple ? '(' : '[');
         for (size_t i = 0; i < l->n; i++) {
             if (i) jbuf_puts(b, ", ");
@@ -594,6 +646,10 @@ int64_t jv_len(jv v, bool *ok) {
     case JV_STR:
         return (int64_t)ju_len(v.u.str.s, v.u.str.n);
     case JV_LIST:
+        if (v.u.list->kind == JL_ITER) {
+            *ok = false;
+            return 0;
+        }
         return (int64_t)v.u.list->n;
     case JV_DICT:
         return (int64_t)v.u.dict->n;
@@ -608,6 +664,15 @@ int64_t jv_len(jv v, bool *ok) {
 int jv_iter(jctx *c, const jnode *at, jv v, jlist **out) {
     switch (v.type) {
     case JV_LIST:
+        if (v.u.list->kind == JL_ITER) { /* a generator yields its items once */
+            jlist *rest = jl_new(c, 0);
+            if (!rest) return jv_oom(c, at);
+            rest->items = v.u.list->items ? v.u.list->items + v.u.list->pos : NULL;
+            rest->n = rest->cap = v.u.list->n - v.u.list->pos;
+            v.u.list->pos = v.u.list->n;
+            *out = rest;
+            return 0;
+        }
         *out = v.u.list;
         return 0;
     case JV_UNDEF:
@@ -629,8 +694,7 @@ int jv_iter(jctx *c, const jnode *at, jv v, jlist **out) {
             size_t j = i + 1;
             while (j < v.u.str.n && ((unsigned char)s[j] & 0xC0) == 0x80) j++;
             jv ch = jv_str(c, s + i, j - i);
-            if (ch.type != JV_STR) return jv_oom(c, at);
-            l->items[l->n++] = ch;
+            if (ch.type != JV_STR || jl_push(c, l, ch)) return jv_oom(c, at);
             i = j;
         }
         *out = l;

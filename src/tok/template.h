@@ -44,6 +44,25 @@ void kiln_chat_template_free(kiln_chat_template *t);
 kiln_status kiln_chat_template_render(const kiln_chat_template *t, const kiln_chat_inputs *in,
                                       char **out, size_t *out_len, kiln_err *err);
 
+struct kiln_meta;
+
+/* The model's template text from its metadata: GGUF `tokenizer.chat_template`, or
+ * `tokenizer.chat_template.<name>` when name is given. *out is a malloc'd NUL-terminated
+ * copy. KILN_ERR_NOT_FOUND names the key and lists the named templates the model has. */
+kiln_status kiln_chat_template_from_meta(const struct kiln_meta *m, const char *name, char **out,
+                                         size_t *out_len, kiln_err *err);
+
+/* The same from a Hugging Face model directory: chat_template.jinja (default template
+ * only), else tokenizer_config.json's "chat_template" (a string, or a list of
+ * {"name", "template"}). */
+kiln_status kiln_chat_template_from_hf_dir(const char *dir, const char *name, char **out,
+                                           size_t *out_len, kiln_err *err);
+
+/* The text of the BOS/EOS tokens named by tokenizer.ggml.bos_token_id / eos_token_id in
+ * tokenizer.ggml.tokens (malloc'd; NULL when the model has none). */
+kiln_status kiln_chat_template_special_tokens(const struct kiln_meta *m, char **bos, char **eos,
+                                              kiln_err *err);
+
 /* The metadata key of a template: "tokenizer.chat_template" for name NULL or "",
  * else "tokenizer.chat_template.<name>". Returns false when out is too small. */
 bool kiln_chat_template_key(const char *name, char *out, size_t out_size);

@@ -60,7 +60,7 @@ static void check1(const char *name, const char *ids_suffix, unsigned flags) {
     char tp[1024], ip[1024];
     snprintf(tp, sizeof tp, "%s/tests/data/tok/gemma3/%s.txt", kt_source_dir(), name);
     snprintf(ip, sizeof ip, "%s/tests/data/tok/gemma3/%s%s", kt_source_dir(), name, ids_suffix);
-    size_t tn, in;
+    size_t tn = 0, in = 0;
     char *text = read_file(tp, &tn), *ids = read_file(ip, &in);
     assert_non_null(text);
     assert_non_null(ids);
