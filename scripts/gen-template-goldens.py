@@ -418,6 +418,26 @@ def render_case(env, source, conv, agp):
         return {"error_type": type(e).__name__, "error": str(e), "stage": "render"}
 
 
+def write_template_gguf(path, template_path):
+    """Tiny GGUF with general.architecture, a 4-token vocabulary, BOS/EOS ids, the
+    default template and a named variant (tokenizer.chat_template.tool_use)."""
+    import gguf  # pip install gguf
+
+    with open(template_path, encoding="utf-8") as f:
+        tpl = f.read()
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(["<|endoftext|>", "<|im_start|>", "<|im_end|>", "hi"])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_string("tokenizer.chat_template", tpl)
+    w.add_string("tokenizer.chat_template.tool_use", "{{ bos_token }}tools={{ tools | length }}{{ eos_token }}")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(here)
@@ -463,6 +483,8 @@ def main():
         r = render_case(env, f.read(), conv, True)
     with open(os.path.join(cli, "expected-qwen25-tool_call.txt"), "w", encoding="utf-8", newline="") as f:
         f.write(r["output"])
+    # a vocab-only GGUF carrying a real template, for `kiln template -m` (needs pip gguf)
+    write_template_gguf(os.path.join(cli, "qwen25-template.gguf"), os.path.join(args.templates, "Qwen-Qwen2.5-7B-Instruct.jinja"))
     feats = []
     for fname, ftpl in FEATURES:
         r = render_case(env, ftpl, {"messages": [], "vars": FEATURE_CONTEXT}, False)
