@@ -367,6 +367,9 @@ FEATURES = [
     ("string_tests_unicode", "{{ 'ÀB' | lower }}{{ 'àb' | upper }}{{ 'éa' | title }}{{ '  x\u3000' | trim | length }}"),
     ("unicode_whitespace_control", "a\u00a0\u3000 {%- if true -%}\u2003 b \u00a0{{- 'c' -}}\u3000\n d{% endif %}"),
     ("int_float_strings", "{{ '0x10' | int }}{{ '0x10' | int(0, 16) }}{{ '10' | int(0, 2) }}{{ '0b11' | int(0, 0) }}{{ '1_000' | int }}{{ '0x1p3' | float }}{{ ' 2.5 ' | float }}{{ 'nan' | float }}{{ '-inf' | float }}{{ '007' | int }}"),
+    ("call_without_caller", "{% macro m() %}x{% endmacro %}{% call m() %}y{% endcall %}"),
+    ("with_outer_values", "{% set a = 5 %}{% with a = 1, b = a %}{{ a }}{{ b }}{% endwith %}{{ a }}"),
+    ("namespace_item", "{% set ns = namespace(a=1) %}{{ ns['a'] }}{{ ns }}{{ ns.missing is defined }}"),
     ("select_on_none", "{{ none | selectattr('x') | list }}{{ none | map('upper') | list }}"),
 ]
 
