@@ -102,7 +102,7 @@ static bool adopt(kiln_selector *s, json_t *jsites, kiln_dispatch *d, char *why,
         const char *name = json_string_value(json_object_get(o, "name"));
         const char *op = json_string_value(json_object_get(o, "op"));
         json_t *ks = json_object_get(o, "kernels");
-        const kiln_site *site = &d->sites[i];
+        const kiln_sel_site *site = &d->sites[i];
         if (!name || strcmp(name, site->name) || !op || strcmp(op, kiln_kop_name(site->ctx.op))) {
             snprintf(why, n, "call site %d is '%s' (%s) in the table, '%s' (%s) in the plan", i,
                      name ? name : "?", op ? op : "?", site->name, kiln_kop_name(site->ctx.op));
@@ -142,7 +142,7 @@ static bool adopt(kiln_selector *s, json_t *jsites, kiln_dispatch *d, char *why,
     return true;
 }
 
-kiln_status kiln_dispatch_load(kiln_selector *s, const kiln_site *sites, int n_sites,
+kiln_status kiln_dispatch_load(kiln_selector *s, const kiln_sel_site *sites, int n_sites,
                                const char *path, kiln_dispatch **out, bool *baked, char *why,
                                size_t why_size, kiln_err *err) {
     *out = NULL;

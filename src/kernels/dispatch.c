@@ -27,7 +27,7 @@ static int top_seq_bucket(const kiln_sel_ctx *c) {
     return b;
 }
 
-static kiln_status select_entry(kiln_selector *s, const kiln_site *site, int tb, int sb,
+static kiln_status select_entry(kiln_selector *s, const kiln_sel_site *site, int tb, int sb,
                                 kiln_dispatch_entry *e, bool *fell_back, kiln_err *err) {
     kiln_sel_ctx c = site->ctx;
     kiln_sel_ctx_set_bucket(&c, tb, sb, site->ctx.tokens_max, site->ctx.seq_max);
@@ -49,7 +49,7 @@ static kiln_status select_entry(kiln_selector *s, const kiln_site *site, int tb,
 }
 
 static kiln_status fill_site(kiln_selector *s, kiln_dispatch *d, int i, kiln_err *err) {
-    const kiln_site *site = &d->sites[i];
+    const kiln_sel_site *site = &d->sites[i];
     int ttop = top_tok_bucket(site->ctx.tokens_max), stop = top_seq_bucket(&site->ctx);
     bool fell_back = false;
     for (int tb = 0; tb < KILN_TOK_BUCKETS; tb++)
@@ -78,7 +78,7 @@ static kiln_status fill_site(kiln_selector *s, kiln_dispatch *d, int i, kiln_err
     return KILN_OK;
 }
 
-kiln_status kiln_dispatch_build(kiln_selector *s, const kiln_site *sites, int n_sites,
+kiln_status kiln_dispatch_build(kiln_selector *s, const kiln_sel_site *sites, int n_sites,
                                 kiln_dispatch **out, kiln_err *err) {
     *out = NULL;
     if (n_sites < 0 || (n_sites > 0 && !sites))

@@ -35,7 +35,7 @@ kiln_status kiln_dispatch_save(const kiln_dispatch *d, const kiln_selector *s, c
 
 /* *baked tells whether the file's table was used (false: runtime selection, *why says
  * why; may be NULL). */
-kiln_status kiln_dispatch_load(kiln_selector *s, const kiln_site *sites, int n_sites,
+kiln_status kiln_dispatch_load(kiln_selector *s, const kiln_sel_site *sites, int n_sites,
                                const char *path, kiln_dispatch **out, bool *baked, char *why,
                                size_t why_size, kiln_err *err);
 

@@ -22,11 +22,12 @@ struct kiln_perfdb {
 static const char *const schema_sql =
     "CREATE TABLE IF NOT EXISTS perf_records ("
     " kernel_id TEXT NOT NULL, op TEXT NOT NULL, device_id TEXT NOT NULL,"
-    " dtype TEXT NOT NULL, tok_bucket INTEGER NOT NULL, seq_bucket INTEGER NOT NULL,"
+    " dtype TEXT NOT NULL, shape TEXT NOT NULL,"
+    " tok_bucket INTEGER NOT NULL, seq_bucket INTEGER NOT NULL,"
     " median_us REAL NOT NULL, p95_us REAL NOT NULL, samples INTEGER NOT NULL,"
     " variance_us2 REAL NOT NULL, warmup_ms REAL NOT NULL,"
     " kiln_version TEXT NOT NULL, descriptor_hash TEXT NOT NULL, measured_at INTEGER NOT NULL,"
-    " PRIMARY KEY (kernel_id, op, device_id, dtype, tok_bucket, seq_bucket));"
+    " PRIMARY KEY (kernel_id, op, device_id, dtype, shape, tok_bucket, seq_bucket));"
     "CREATE INDEX IF NOT EXISTS perf_by_device ON perf_records(device_id);";
 
 static kiln_status sql_err(sqlite3 *db, const char *what, kiln_err *err) {
@@ -89,8 +90,9 @@ kiln_status kiln_perfdb_open(const char *path, kiln_perfdb **out, kiln_err *err)
     }
     if (sqlite3_prepare_v2(
             p->db,
-            "INSERT INTO perf_records VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
-            "ON CONFLICT(kernel_id, op, device_id, dtype, tok_bucket, seq_bucket) DO UPDATE SET "
+            "INSERT INTO perf_records VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT(kernel_id, op, device_id, dtype, shape, tok_bucket, seq_bucket) "
+            "DO UPDATE SET "
             "median_us=excluded.median_us, p95_us=excluded.p95_us, samples=excluded.samples, "
             "variance_us2=excluded.variance_us2, warmup_ms=excluded.warmup_ms, "
             "kiln_version=excluded.kiln_version, descriptor_hash=excluded.descriptor_hash, "
@@ -123,16 +125,17 @@ kiln_status kiln_perfdb_put(kiln_perfdb *p, const char *device, const kiln_perf_
     sqlite3_bind_text(s, 2, kiln_kop_name((kiln_kop)r->op), -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 3, device, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(s, 4, kiln_dtype_name(r->dtype), -1, SQLITE_STATIC);
-    sqlite3_bind_int(s, 5, r->tok_bucket);
-    sqlite3_bind_int(s, 6, r->seq_bucket);
-    sqlite3_bind_double(s, 7, r->median_us);
-    sqlite3_bind_double(s, 8, r->p95_us);
-    sqlite3_bind_int64(s, 9, r->samples);
-    sqlite3_bind_double(s, 10, r->variance_us2);
-    sqlite3_bind_double(s, 11, r->warmup_ms);
-    sqlite3_bind_text(s, 12, KILN_VERSION_STRING, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 13, hash, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(s, 14, (sqlite3_int64)time(NULL));
+    sqlite3_bind_text(s, 5, r->shape, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(s, 6, r->tok_bucket);
+    sqlite3_bind_int(s, 7, r->seq_bucket);
+    sqlite3_bind_double(s, 8, r->median_us);
+    sqlite3_bind_double(s, 9, r->p95_us);
+    sqlite3_bind_int64(s, 10, r->samples);
+    sqlite3_bind_double(s, 11, r->variance_us2);
+    sqlite3_bind_double(s, 12, r->warmup_ms);
+    sqlite3_bind_text(s, 13, KILN_VERSION_STRING, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 14, hash, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 15, (sqlite3_int64)time(NULL));
     int rc = sqlite3_step(s);
     sqlite3_reset(s);
     if (rc != SQLITE_DONE) return sql_err(p->db, "writing a record", err);
@@ -164,11 +167,30 @@ struct kiln_perf_table {
     uint64_t hash;
 };
 
-static uint64_t rec_key(uint64_t id_hash, int op, uint32_t dtype, int tb, int sb) {
+static uint64_t rec_key(uint64_t id_hash, int op, uint32_t dtype, const char *shape, int tb,
+                        int sb) {
     uint64_t k =
         kiln_hash_combine(id_hash, ((uint64_t)(uint32_t)op << 40) | ((uint64_t)dtype << 16) |
                                        ((uint64_t)tb << 8) | (uint64_t)sb);
+    k = kiln_hash_combine(k, kiln_hash64(shape, strlen(shape), 0));
     return k ? k : 1;
+}
+
+void kiln_perf_ctx_shape(const kiln_sel_ctx *c, char *buf, size_t n) {
+    switch (c->op) {
+    case KILN_KOP_MATMUL:
+    case KILN_KOP_EMBED:
+        snprintf(buf, n, "n=%lld,k=%lld", (long long)c->n, (long long)c->k);
+        break;
+    case KILN_KOP_ROPE:
+    case KILN_KOP_KV_WRITE:
+    case KILN_KOP_ATTENTION:
+        snprintf(buf, n, "hd=%d,h=%d/%d", c->head_dim, c->n_head, c->n_kv_head);
+        break;
+    default:
+        snprintf(buf, n, "n=%lld", (long long)c->n);
+        break;
+    }
 }
 
 kiln_status kiln_perf_table_new(kiln_perf_table **out, kiln_err *err) {
@@ -201,7 +223,7 @@ static kiln_status rehash_slots(kiln_perf_table *t, int slots, kiln_err *err) {
     for (int i = 0; i < t->n; i++) {
         const kiln_perf_rec *r = &t->recs[i];
         uint64_t k = rec_key(kiln_hash64(r->kernel_id, strlen(r->kernel_id), 0), r->op, r->dtype,
-                             r->tok_bucket, r->seq_bucket);
+                             r->shape, r->tok_bucket, r->seq_bucket);
         uint32_t j = (uint32_t)(k % (uint64_t)slots);
         while (keys[j]) j = (j + 1) % (uint32_t)slots;
         keys[j] = k;
@@ -213,7 +235,7 @@ static kiln_status rehash_slots(kiln_perf_table *t, int slots, kiln_err *err) {
 kiln_status kiln_perf_table_add(kiln_perf_table *t, const kiln_perf_rec *rec, kiln_err *err) {
     uint64_t ih = kiln_hash64(rec->kernel_id, strlen(rec->kernel_id), 0);
     kiln_perf_rec *existing = (kiln_perf_rec *)kiln_perf_table_find(
-        t, ih, rec->op, rec->dtype, rec->tok_bucket, rec->seq_bucket);
+        t, ih, rec->op, rec->dtype, rec->shape, rec->tok_bucket, rec->seq_bucket);
     if (existing) {
         *existing = *rec;
     } else {
@@ -227,7 +249,8 @@ kiln_status kiln_perf_table_add(kiln_perf_table *t, const kiln_perf_rec *rec, ki
         if (t->n * 2 > t->slots) {
             KILN_TRY(rehash_slots(t, t->slots ? t->slots * 2 : 256, err));
         } else {
-            uint64_t k = rec_key(ih, rec->op, rec->dtype, rec->tok_bucket, rec->seq_bucket);
+            uint64_t k =
+                rec_key(ih, rec->op, rec->dtype, rec->shape, rec->tok_bucket, rec->seq_bucket);
             uint32_t j = (uint32_t)(k % (uint64_t)t->slots);
             while (t->keys[j]) j = (j + 1) % (uint32_t)t->slots;
             t->keys[j] = k;
@@ -247,15 +270,16 @@ uint64_t kiln_perf_table_hash(const kiln_perf_table *t) {
 }
 
 const kiln_perf_rec *kiln_perf_table_find(const kiln_perf_table *t, uint64_t id_hash, int op,
-                                          uint32_t dtype, int tb, int sb) {
+                                          uint32_t dtype, const char *shape, int tb, int sb) {
     if (!t->slots) return NULL;
-    uint64_t k = rec_key(id_hash, op, dtype, tb, sb);
+    uint64_t k = rec_key(id_hash, op, dtype, shape, tb, sb);
     for (uint32_t j = (uint32_t)(k % (uint64_t)t->slots), i = 0; i < (uint32_t)t->slots;
          i++, j = (j + 1) % (uint32_t)t->slots) {
         if (!t->keys[j]) return NULL;
         if (t->keys[j] != k) continue;
         const kiln_perf_rec *r = &t->recs[t->slot_rec[j]];
         if (r->op == op && r->dtype == dtype && r->tok_bucket == tb && r->seq_bucket == sb &&
+            !strcmp(r->shape, shape) &&
             kiln_hash64(r->kernel_id, strlen(r->kernel_id), 0) == id_hash)
             return r;
     }
@@ -270,9 +294,9 @@ kiln_status kiln_perfdb_load_table(kiln_perfdb *p, const char *device, kiln_perf
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(p->db,
                            "SELECT kernel_id, op, dtype, tok_bucket, seq_bucket, median_us, "
-                           "p95_us, samples, variance_us2, warmup_ms, descriptor_hash "
+                           "p95_us, samples, variance_us2, warmup_ms, descriptor_hash, shape "
                            "FROM perf_records WHERE device_id = ? ORDER BY kernel_id, op, dtype, "
-                           "tok_bucket, seq_bucket",
+                           "shape, tok_bucket, seq_bucket",
                            -1, &s, NULL) != SQLITE_OK) {
         kiln_perf_table_free(t);
         return sql_err(p->db, "reading records", err);
@@ -303,6 +327,9 @@ kiln_status kiln_perfdb_load_table(kiln_perfdb *p, const char *device, kiln_perf
         r.warmup_ms = sqlite3_column_double(s, 9);
         const char *h = (const char *)sqlite3_column_text(s, 10);
         r.descriptor_hash = h ? strtoull(h, NULL, 16) : 0;
+        const char *sh = (const char *)sqlite3_column_text(s, 11);
+        if (!sh || strlen(sh) >= sizeof r.shape) continue;
+        snprintf(r.shape, sizeof r.shape, "%s", sh);
         if (r.tok_bucket < 0 || r.tok_bucket >= KILN_TOK_BUCKETS || r.seq_bucket < 0 ||
             r.seq_bucket >= KILN_SEQ_BUCKETS)
             continue;

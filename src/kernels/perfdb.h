@@ -5,7 +5,8 @@
  * The database ($XDG_CACHE_HOME/kiln/perfdb.sqlite, else ~/.cache/kiln/perfdb.sqlite)
  * runs in WAL mode with a busy timeout, so several processes can tune and read at once;
  * every write is one transaction (an UPSERT per record). Key: kernel id, op, device id,
- * dtype, token bucket, sequence bucket. Value: median and p95 (µs), samples, variance
+ * dtype, shape (the call site's exact dims, e.g. "n=1024,k=640"), token bucket, sequence
+ * bucket. Value: median and p95 (µs), samples, variance
  * (µs²), warm-up cost (ms), kiln version, descriptor hash, time of measurement.
  *
  * Selection never touches SQLite: kiln_perfdb_load_table reads the records of one device
@@ -26,6 +27,7 @@ typedef struct kiln_perf_rec {
     int32_t op;     /* kiln_kop */
     uint32_t dtype; /* weight dtype, else KV dtype, else activation dtype */
     int32_t tok_bucket, seq_bucket;
+    char shape[48]; /* kiln_perf_ctx_shape: "n=1024,k=640", "hd=256,h=4/1", ... */
     double median_us, p95_us, variance_us2;
     int64_t samples;
     double warmup_ms;
@@ -58,7 +60,11 @@ void kiln_perf_table_free(kiln_perf_table *t);
 int kiln_perf_table_size(const kiln_perf_table *t);
 uint64_t kiln_perf_table_hash(const kiln_perf_table *t);
 const kiln_perf_rec *kiln_perf_table_find(const kiln_perf_table *t, uint64_t id_hash, int op,
-                                          uint32_t dtype, int tok_bucket, int seq_bucket);
+                                          uint32_t dtype, const char *shape, int tok_bucket,
+                                          int seq_bucket);
+
+/* The shape part of a context's key ("n=1024,k=640" for matmul, ...). */
+void kiln_perf_ctx_shape(const kiln_sel_ctx *c, char *buf, size_t n);
 
 /* The dtype a context's records are keyed by. */
 static inline uint32_t kiln_perf_ctx_dtype(const kiln_sel_ctx *c) {

@@ -144,7 +144,7 @@ static kiln_status parse_match(pctx *x, yaml_node_t *m, kiln_policy_rule *r) {
                 return perr(x, vn, "unknown dtype '%s'", v, NULL);
             r->w_dtypes |= KILN_DT(dt);
         } else if (!strcmp(k, "backend")) {
-            kiln_backend b;
+            kiln_backend_id b;
             if (!kiln_backend_from_name(v, &b)) return perr(x, vn, "unknown backend '%s'", v, NULL);
             r->backend = (int)b;
         } else if (!strcmp(k, "tokens")) {

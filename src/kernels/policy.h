@@ -63,7 +63,7 @@ typedef struct kiln_policy_rule {
     /* match; "any" values: op -1, backend -1, 0 masks, sm bounds 0 */
     int op;
     uint64_t w_dtypes;    /* KILN_DT mask */
-    int backend;          /* kiln_backend */
+    int backend;          /* kiln_backend_id */
     uint32_t tok_buckets; /* 1 << kiln_tok_bucket */
     uint32_t isa;         /* all these ISA bits present */
     int32_t sm_min, sm_max;

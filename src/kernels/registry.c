@@ -22,6 +22,7 @@
  * kiln_provider here; the order only breaks priority ties. */
 static const kiln_provider *const builtin_providers[] = {
     &kiln_provider_ref,
+    &kiln_provider_cpu,
     &kiln_provider_openblas,
 };
 

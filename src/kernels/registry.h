@@ -46,6 +46,7 @@ typedef struct kiln_provider {
  * src/kernels/cpu/). */
 extern const kiln_provider kiln_provider_ref;
 extern const kiln_provider kiln_provider_openblas;
+extern const kiln_provider kiln_provider_cpu;
 
 #define KILN_REG_MAX_PROVIDERS 16
 #define KILN_REG_MAX_KERNELS   512

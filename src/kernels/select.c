@@ -51,7 +51,7 @@ bool kiln_tok_bucket_from_name(const char *s, int *out) {
     return false;
 }
 
-void kiln_sel_ctx_init(kiln_sel_ctx *c, kiln_kop op, kiln_backend backend) {
+void kiln_sel_ctx_init(kiln_sel_ctx *c, kiln_kop op, kiln_backend_id backend) {
     memset(c, 0, sizeof *c);
     c->op = op;
     c->backend = backend;
@@ -576,13 +576,15 @@ static void perf_adjust(const kiln_selector *s, const kiln_sel_ctx *c, kiln_sel_
                         int n) {
     if (!s->perf) return;
     uint32_t dt = kiln_perf_ctx_dtype(c);
+    char shape[48];
+    kiln_perf_ctx_shape(c, shape, sizeof shape);
     const kiln_perf_rec *recs[KILN_REG_MAX_PER_OP] = {0};
     double fastest = 0;
     int measured = 0;
     for (int i = 0; i < n; i++) {
         if (cands[i].reasons) continue;
-        recs[i] = kiln_perf_table_find(s->perf, cands[i].k->id_hash, (int)c->op, dt, c->tok_bucket,
-                                       c->seq_bucket);
+        recs[i] = kiln_perf_table_find(s->perf, cands[i].k->id_hash, (int)c->op, dt, shape,
+                                       c->tok_bucket, c->seq_bucket);
         if (!recs[i] || !(recs[i]->median_us > 0)) {
             recs[i] = NULL;
             continue;

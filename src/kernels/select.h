@@ -3,7 +3,7 @@
  * that adapters index directly.
  *
  * When a plan is bound to a backend, the binding (src/runtime/) describes every kernel
- * call site of every adapter (kiln_site: op, dtypes, shapes, features...) and calls
+ * call site of every adapter (kiln_sel_site: op, dtypes, shapes, features...) and calls
  * kiln_dispatch_build. For each site and each shape bucket it runs the selection
  * pipeline:
  *
@@ -70,7 +70,7 @@ bool kiln_tok_bucket_from_name(const char *s, int *out);
 /* ---- the call-site context ---- */
 typedef struct kiln_sel_ctx {
     kiln_kop op;
-    kiln_backend backend;
+    kiln_backend_id backend;
     uint32_t isa; /* host kiln_isa bits of the device (kiln_cpu_info()->isa)   */
     int32_t sm;   /* CUDA compute capability x10, 0 on the host                */
     uint32_t w_dtype, act_dtype, kv_dtype; /* kiln_dtype or KILN_DTYPE_NONE    */
@@ -88,7 +88,7 @@ typedef struct kiln_sel_ctx {
 
 /* A context with everything "none": op and backend set, isa from kiln_cpu_info() for
  * host backends, dtypes KILN_DTYPE_NONE, act f32, bucket 0 (1 token). */
-void kiln_sel_ctx_init(kiln_sel_ctx *c, kiln_kop op, kiln_backend backend);
+void kiln_sel_ctx_init(kiln_sel_ctx *c, kiln_kop op, kiln_backend_id backend);
 /* Sets tok/seq buckets and their tokens_max/seq_max, clamped to the plan's limits
  * (max_tokens, max_seq; 0 = unbounded). */
 void kiln_sel_ctx_set_bucket(kiln_sel_ctx *c, int tok_bucket, int seq_bucket, int64_t max_tokens,
@@ -207,11 +207,11 @@ kiln_status kiln_select(kiln_selector *s, const kiln_sel_ctx *ctx, unsigned flag
 /* A call site as the binding describes it. ctx carries everything but the bucket fields;
  * ctx.tokens_max / ctx.seq_max hold the plan's limits (most tokens per step, context
  * length; 0 = unbounded). */
-typedef struct kiln_site {
+typedef struct kiln_sel_site {
     char name[64]; /* "blk.3.attn.q" — unique within a table                       */
     int instr;     /* plan instruction index (explain), -1 = none                  */
     kiln_sel_ctx ctx;
-} kiln_site;
+} kiln_sel_site;
 
 typedef struct kiln_dispatch_entry {
     kiln_kernel_fn fn;        /* what the adapter calls                           */
@@ -223,7 +223,7 @@ typedef struct kiln_dispatch_entry {
 
 typedef struct kiln_dispatch {
     int n_sites;
-    kiln_site *sites;       /* owned copies                                         */
+    kiln_sel_site *sites;   /* owned copies                                         */
     kiln_dispatch_entry *e; /* [n_sites][KILN_SEL_BUCKETS]                          */
     size_t max_workspace;   /* the scratch an executor must provide                 */
     uint64_t state_hash;    /* kiln_selector_state_hash at build time               */
@@ -238,7 +238,7 @@ static inline const kiln_dispatch_entry *kiln_dispatch_get(const kiln_dispatch *
 /* Selects every (site, bucket). Buckets the plan cannot reach (above its max tokens or
  * context) get the entry of the largest reachable one. Warns once per site that falls
  * back to the ref kernel. On error *out is NULL. */
-kiln_status kiln_dispatch_build(kiln_selector *s, const kiln_site *sites, int n_sites,
+kiln_status kiln_dispatch_build(kiln_selector *s, const kiln_sel_site *sites, int n_sites,
                                 kiln_dispatch **out, kiln_err *err);
 void kiln_dispatch_free(kiln_dispatch *d);
 

@@ -12,20 +12,20 @@ static const char *const feat_names[KILN_KFEAT_COUNT] = {
 static const char *const prop_names[KILN_KPROP_COUNT] = {"deterministic", "batch_invariant",
                                                          "graph_safe"};
 
-const char *kiln_backend_name(kiln_backend b) {
+const char *kiln_backend_name(kiln_backend_id b) {
     return (unsigned)b < KILN_BACKEND_COUNT ? backend_names[b] : "unknown";
 }
 
-bool kiln_backend_from_name(const char *name, kiln_backend *out) {
+bool kiln_backend_from_name(const char *name, kiln_backend_id *out) {
     for (int i = 0; i < KILN_BACKEND_COUNT; i++)
         if (name && strcasecmp(name, backend_names[i]) == 0) {
-            *out = (kiln_backend)i;
+            *out = (kiln_backend_id)i;
             return true;
         }
     return false;
 }
 
-kiln_platform kiln_backend_platform(kiln_backend b) {
+kiln_platform kiln_backend_platform(kiln_backend_id b) {
     return b == KILN_BACKEND_CUDA ? KILN_PLATFORM_CUDA : KILN_PLATFORM_HOST;
 }
 

@@ -46,18 +46,18 @@ typedef enum kiln_platform {
 } kiln_platform;
 
 /* Backends a plan can be bound to (src/runtime/). ref and cpu are host backends. */
-typedef enum kiln_backend {
+typedef enum kiln_backend_id {
     KILN_BACKEND_REF = 0,
     KILN_BACKEND_CPU = 1,
     KILN_BACKEND_CUDA = 2,
     KILN_BACKEND_COUNT
-} kiln_backend;
+} kiln_backend_id;
 
 #define KILN_BACKEND_BIT(b) (1u << (b))
 
-const char *kiln_backend_name(kiln_backend b); /* "ref", "cpu", "cuda", or "unknown" */
-bool kiln_backend_from_name(const char *name, kiln_backend *out);
-kiln_platform kiln_backend_platform(kiln_backend b);
+const char *kiln_backend_name(kiln_backend_id b); /* "ref", "cpu", "cuda", or "unknown" */
+bool kiln_backend_from_name(const char *name, kiln_backend_id *out);
+kiln_platform kiln_backend_platform(kiln_backend_id b);
 const char *kiln_platform_name(kiln_platform p);
 bool kiln_kop_from_name(const char *name, kiln_kop *out);
 
@@ -113,9 +113,10 @@ typedef size_t (*kiln_workspace_fn)(const struct kiln_sel_ctx *ctx);
 
 /* Weight layouts a kernel may ask the loader for (kiln_matmul_args.w_layout). */
 typedef enum kiln_wlayout {
-    KILN_WLAYOUT_PLAIN = 0, /* the file's rows as stored                                  */
-    KILN_WLAYOUT_F32 = 1,   /* rows converted to f32 at load (f16/bf16 -> f32; for sgemm) */
-    /* 2..15: reserved for kiln's own repacks (interleaved quant blocks, ...) */
+    KILN_WLAYOUT_PLAIN = 0,   /* the file's rows as stored                                  */
+    KILN_WLAYOUT_F32 = 1,     /* rows converted to f32 at load (f16/bf16 -> f32; for sgemm) */
+    KILN_WLAYOUT_CPU_R16 = 2, /* 16-row interleaved quant blocks (src/kernels/cpu/cpu_kernels.h) */
+    /* 3..15: reserved for kiln's own repacks (interleaved quant blocks, ...) */
 } kiln_wlayout;
 
 typedef struct kiln_kernel_spec {

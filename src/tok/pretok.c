@@ -394,6 +394,10 @@ void kiln_pretok_buf_free(kiln_pretok_buf *b) {
     free(b->s_rank);
     free(b->heap);
     free(b->enc);
+    free(b->spm_memo);
+    free(b->cache);
+    free(b->cache_text);
+    free(b->cache_ids);
     pcre2_match_data_free(b->md);
     pcre2_match_context_free(b->mctx);
     pcre2_jit_stack_free(b->jstack);
@@ -493,12 +497,12 @@ kiln_status kiln_pretok_split(const kiln_pretok *p, kiln_pretok_buf *b, const ch
         !RESERVE(b->bounds[1], b->bounds_cap[1], ncp + 2))
         return kiln_err_set(err, KILN_ERR_NOMEM, "pre-tokenizer buffers for %zu bytes", len);
     if (!b->md) {
+        /* the JIT's default 32 KiB machine-stack area serves ordinary text; a large
+         * stack is made only when a match runs out (long white-space runs) */
         b->md = pcre2_match_data_create(16, NULL);
         b->mctx = pcre2_match_context_create(NULL);
-        b->jstack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
-        if (!b->md || !b->mctx || !b->jstack)
+        if (!b->md || !b->mctx)
             return kiln_err_set(err, KILN_ERR_NOMEM, "regex match data: out of memory");
-        pcre2_jit_stack_assign(b->mctx, NULL, b->jstack);
     }
 
     uint32_t *cur = b->bounds[0], *nxt = b->bounds[1];
@@ -528,6 +532,13 @@ kiln_status kiln_pretok_split(const kiln_pretok *p, kiln_pretok_buf *b, const ch
                 int rc = pcre2_match(p->re[r], (PCRE2_SPTR)subj, slen, start,
                                      coll ? 0 : PCRE2_NO_UTF_CHECK, b->md, b->mctx);
                 if (rc == PCRE2_ERROR_NOMATCH) break;
+                if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !b->jstack) {
+                    b->jstack = pcre2_jit_stack_create(64 * 1024, 256 * 1024 * 1024, NULL);
+                    if (!b->jstack)
+                        return kiln_err_set(err, KILN_ERR_NOMEM, "regex stack: out of memory");
+                    pcre2_jit_stack_assign(b->mctx, NULL, b->jstack);
+                    continue; /* retry the same match with the large stack */
+                }
                 if (rc < 0) {
                     PCRE2_UCHAR msg[256];
                     pcre2_get_error_message(rc, msg, sizeof msg);

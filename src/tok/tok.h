@@ -30,6 +30,7 @@
 #define KILN_TOK_TOK_H
 
 #include "base/status.h"
+#include "format/meta.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -60,11 +61,7 @@ enum {
     KILN_TOKEN_ATTR_RSTRIP = 1 << 8,
 };
 
-/* A byte string that need not be NUL-terminated. */
-typedef struct kiln_str {
-    const char *ptr;
-    size_t len;
-} kiln_str;
+/* kiln_str (a byte string, not necessarily NUL-terminated) comes from format/meta.h. */
 
 /* Everything a vocabulary is made of, as found in GGUF metadata (tokenizer.ggml.*) or
  * tokenizer.json. Arrays are borrowed: kiln_vocab_create copies what it keeps. */
@@ -95,6 +92,20 @@ kiln_status kiln_vocab_create(const kiln_vocab_desc *d, kiln_vocab **out, kiln_e
 
 /* Reads the vocabulary from a GGUF file's metadata (a vocab-only GGUF is fine). */
 kiln_status kiln_vocab_load_gguf(const char *path, kiln_vocab **out, kiln_err *err);
+
+/* The same from a metadata view (format/meta.h) already open; source names it in
+ * messages (may be NULL). The vocabulary copies what it keeps: m may be closed after. */
+kiln_status kiln_vocab_from_meta(const kiln_meta *m, const char *source, kiln_vocab **out,
+                                 kiln_err *err);
+
+/* Any model path kiln_model_file_open accepts (GGUF, vocab-only GGUF, safetensors file
+ * or directory with tokenizer.json). */
+kiln_status kiln_vocab_load(const char *path, kiln_vocab **out, kiln_err *err);
+
+/* From an open model file: its GGUF metadata, or for safetensors its tokenizer.json. */
+struct kiln_model_file;
+kiln_status kiln_vocab_from_model_file(const struct kiln_model_file *mf, kiln_vocab **out,
+                                       kiln_err *err);
 
 /* Reads a Hugging Face tokenizer.json (BPE models: byte-level with merges, or SPM-like
  * with U+2581 and byte fallback). pre_override names the pre-tokenizer (GGUF names:

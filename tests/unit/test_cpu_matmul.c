@@ -211,7 +211,7 @@ static void fill_weights(kt_rng *r, uint32_t dt, uint8_t *w, int64_t n, int64_t 
 typedef kiln_status (*mm_fn)(const kiln_kctx *, const kiln_matmul_args *);
 
 static int check_one(mm_fn fn, kiln_pool *pool, uint32_t dt, int64_t n, int64_t k, int64_t t,
-                     bool bias, uint64_t seed) {
+                     bool bias, uint64_t seed, uint32_t layout) {
     kt_rng r;
     kt_rng_seed(&r, seed);
     size_t row_bytes;
@@ -230,8 +230,17 @@ static int check_one(mm_fn fn, kiln_pool *pool, uint32_t dt, int64_t n, int64_t 
     for (int64_t i = 0; i < t * ys + 2 * guard; i++) ybuf[i] = -12345.0f;
     float *y = ybuf + guard;
 
+    void *wr = NULL;
+    if (layout == KILN_CPU_WLAYOUT_R16) {
+        size_t sz;
+        assert_int_equal(kiln_cpu_r16_size(dt, n, k, &sz, NULL), KILN_OK);
+        wr = kiln_alloc_aligned(sz);
+        assert_non_null(wr);
+        assert_int_equal(kiln_cpu_r16_repack(dt, w, row_bytes, n, k, wr, NULL), KILN_OK);
+    }
     kiln_kctx ctx = {.pool = pool};
-    kiln_matmul_args a = {.w = w,
+    kiln_matmul_args a = {.w = wr ? wr : w,
+                          .w_layout = layout,
                           .w_dtype = dt,
                           .w_row_bytes = row_bytes,
                           .n = n,
@@ -266,9 +275,10 @@ static int check_one(mm_fn fn, kiln_pool *pool, uint32_t dt, int64_t n, int64_t 
             double tol = 1e-5 * mag + 1e-6 + (quant ? 6.0 * sqrt(var) : 0.0);
             double got = y[j * ys + i];
             if (!(fabs(got - ref) <= tol)) {
-                print_error("%s n=%lld k=%lld t=%lld: y[%lld][%lld] = %.7g, ref %.7g (tol %.3g)\n",
-                            kiln_dtype_name(dt), (long long)n, (long long)k, (long long)t,
-                            (long long)j, (long long)i, got, ref, tol);
+                print_error(
+                    "%s%s n=%lld k=%lld t=%lld: y[%lld][%lld] = %.7g, ref %.7g (tol %.3g)\n",
+                    kiln_dtype_name(dt), layout ? " (R16)" : "", (long long)n, (long long)k,
+                    (long long)t, (long long)j, (long long)i, got, ref, tol);
                 bad++;
             }
         }
@@ -290,6 +300,7 @@ static int check_one(mm_fn fn, kiln_pool *pool, uint32_t dt, int64_t n, int64_t 
                 break;
             }
     free(w), free(x), free(ybuf), free(b), free(wd);
+    kiln_free_aligned(wr);
     return bad;
 }
 
@@ -299,7 +310,7 @@ static const uint32_t all_dtypes[] = {
     KILN_DTYPE_Q4_K, KILN_DTYPE_Q5_K, KILN_DTYPE_Q6_K,
 };
 
-static void run_all(mm_fn fn, const char *isa) {
+static void run_all(mm_fn fn, const char *isa, uint32_t layout) {
     kiln_pool *pool = NULL;
     assert_int_equal(kiln_pool_create(2, &pool, NULL), KILN_OK);
     static const int64_t ts[] = {1, 2, 3, 7, 16, 33, 100};
@@ -308,6 +319,7 @@ static void run_all(mm_fn fn, const char *isa) {
     uint64_t seed = 1;
     for (size_t d = 0; d < sizeof all_dtypes / sizeof all_dtypes[0]; d++) {
         uint32_t dt = all_dtypes[d];
+        if (layout == KILN_CPU_WLAYOUT_R16 && !kiln_cpu_r16_supports(dt)) continue;
         const uint32_t bs = kiln_dtype_get(dt)->block_size;
         /* k: one block, an odd number of 32-blocks (k % 64 == 32), larger sizes */
         int64_t ks[4];
@@ -323,12 +335,14 @@ static void run_all(mm_fn fn, const char *isa) {
                 for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
                     if (ks[ki] > 1000 && ts[ti] > 16 && ns[ni] > 37) continue; /* keep it fast */
                     kiln_pool *p = (seed % 3 == 0) ? NULL : pool;
-                    bad += check_one(fn, p, dt, ns[ni], ks[ki], ts[ti], seed % 2 == 0, seed);
+                    bad +=
+                        check_one(fn, p, dt, ns[ni], ks[ki], ts[ti], seed % 2 == 0, seed, layout);
                     seed++;
                 }
         /* a bigger one that splits over threads in several chunks */
-        bad += check_one(fn, pool, dt, 515, bs == 1 ? 200 : bs == 32 ? 224 : 512, 1, false, seed++);
-        bad += check_one(fn, pool, dt, 515, bs == 1 ? 200 : bs == 32 ? 224 : 512, 9, true, seed++);
+        const int64_t kb = bs == 1 ? 200 : bs == 32 ? 224 : 512;
+        bad += check_one(fn, pool, dt, 515, kb, 1, false, seed++, layout);
+        bad += check_one(fn, pool, dt, 515, kb, 9, true, seed++, layout);
     }
     kiln_pool_free(pool);
     if (bad) fail_msg("%s: %d mismatches", isa, bad);
@@ -337,13 +351,47 @@ static void run_all(mm_fn fn, const char *isa) {
 static void test_avx512(void **state) {
     (void)state;
     if (!kiln_cpu_avx512_ok()) skip(); /* CPU (or KILN_CPU_ISA_MASK) lacks AVX-512 VNNI */
-    run_all(kiln_cpu_matmul_avx512, "avx512");
+    run_all(kiln_cpu_matmul_avx512, "avx512", 0);
+}
+
+static void test_avx512_r16(void **state) {
+    (void)state;
+    if (!kiln_cpu_avx512_ok()) skip(); /* CPU (or KILN_CPU_ISA_MASK) lacks AVX-512 VNNI */
+    run_all(kiln_cpu_matmul_avx512, "avx512 R16", KILN_CPU_WLAYOUT_R16);
+}
+
+/* The R16 layout is refused where it cannot run, and bad shapes are named. */
+static void test_r16_errors(void **state) {
+    (void)state;
+    size_t sz;
+    kiln_err err;
+    assert_int_equal(kiln_cpu_r16_size(KILN_DTYPE_Q4_1, 16, 64, &sz, &err), KILN_ERR_UNSUPPORTED);
+    assert_int_equal(kiln_cpu_r16_size(KILN_DTYPE_Q4_K, 16, 300, &sz, &err), KILN_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "k=300"));
+    assert_int_equal(kiln_cpu_r16_size(KILN_DTYPE_Q4_0, 17, 64, &sz, &err), KILN_OK);
+    assert_int_equal(sz, 2 * 2 * 16 * 18); /* 2 groups (17 rows padded to 32) x 2 blocks */
+    float x[64] = {0}, y[16];
+    uint8_t w[64] = {0};
+    kiln_matmul_args a = {.w = w,
+                          .w_dtype = KILN_DTYPE_Q4_0,
+                          .w_layout = KILN_CPU_WLAYOUT_R16,
+                          .w_row_bytes = 36,
+                          .n = 1,
+                          .k = 64,
+                          .x = x,
+                          .x_stride = 64,
+                          .y = y,
+                          .y_stride = 1,
+                          .t = 1};
+    assert_int_equal(kiln_cpu_matmul_avx2(NULL, &a), KILN_ERR_UNSUPPORTED);
+    a.w_layout = 7;
+    assert_int_equal(kiln_cpu_matmul_avx2(NULL, &a), KILN_ERR_UNSUPPORTED);
 }
 
 static void test_avx2(void **state) {
     (void)state;
     if (!kiln_cpu_avx2_ok()) skip(); /* CPU lacks AVX2 + FMA + F16C */
-    run_all(kiln_cpu_matmul_avx2, "avx2");
+    run_all(kiln_cpu_matmul_avx2, "avx2", 0);
 }
 
 static void test_dtype_table(void **state) {
@@ -356,8 +404,8 @@ static void test_dtype_table(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dtype_table),
-        cmocka_unit_test(test_avx512),
+        cmocka_unit_test(test_dtype_table), cmocka_unit_test(test_avx512),
+        cmocka_unit_test(test_avx512_r16),  cmocka_unit_test(test_r16_errors),
         cmocka_unit_test(test_avx2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -71,7 +71,7 @@ static const kiln_kernel_spec f_specs[] = {
 static const kiln_provider pf = {.name = "f", .specs = f_specs, .n_specs = 3};
 
 static kiln_registry *reg;
-static kiln_site sites[3];
+static kiln_sel_site sites[3];
 static char path[300];
 
 static void make_sites(void) {
@@ -190,7 +190,7 @@ static void test_fallbacks(void **state) {
     kiln_dispatch_free(l);
     kiln_selector_set_policy(s, NULL);
     /* other call sites */
-    kiln_site other[3];
+    kiln_sel_site other[3];
     memcpy(other, sites, sizeof other);
     snprintf(other[1].name, sizeof other[1].name, "blk.1.ffn.up");
     assert_int_equal(kiln_dispatch_load(s, other, 3, path, &l, &baked, why, sizeof why, &e),

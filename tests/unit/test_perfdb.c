@@ -20,6 +20,7 @@ static kiln_perf_rec mkrec(const char *id, int tb, double med) {
     r.op = KILN_KOP_MATMUL;
     r.dtype = KILN_DTYPE_Q4_K;
     r.tok_bucket = tb;
+    snprintf(r.shape, sizeof r.shape, "n=640,k=2048");
     r.median_us = med;
     r.p95_us = med * 1.1;
     r.samples = 20;
@@ -48,13 +49,16 @@ static void test_roundtrip(void **state) {
     assert_int_equal(kiln_perfdb_load_table(db, "devA", &t, &e), KILN_OK);
     assert_int_equal(kiln_perf_table_size(t), 2);
     const char *id = "cpu.avx512.matmul";
-    const kiln_perf_rec *got = kiln_perf_table_find(t, kiln_hash64(id, strlen(id), 0),
-                                                    KILN_KOP_MATMUL, KILN_DTYPE_Q4_K, 2, 0);
+    const kiln_perf_rec *got = kiln_perf_table_find(
+        t, kiln_hash64(id, strlen(id), 0), KILN_KOP_MATMUL, KILN_DTYPE_Q4_K, "n=640,k=2048", 2, 0);
     assert_non_null(got);
     assert_true(got->median_us == 80);
     assert_int_equal(got->samples, 20);
     assert_null(kiln_perf_table_find(t, kiln_hash64(id, strlen(id), 0), KILN_KOP_MATMUL,
-                                     KILN_DTYPE_Q4_K, 3, 0));
+                                     KILN_DTYPE_Q4_K, "n=640,k=2048", 3, 0));
+    /* another shape of the same dtype is another key */
+    assert_null(kiln_perf_table_find(t, kiln_hash64(id, strlen(id), 0), KILN_KOP_MATMUL,
+                                     KILN_DTYPE_Q4_K, "n=1024,k=640", 2, 0));
     kiln_perf_table_free(t);
     kiln_perfdb_close(db);
     /* WAL mode persisted in the file */

@@ -1,6 +1,7 @@
 /* test_select.c — the selection pipeline on a fake registry: every reason code, scoring
  * (priority, prefer, small-batch hint, PerfDB), locks, fallback, strict mode, cache
  * soundness and thread safety, dispatch tables and the circuit breaker. */
+#include "base/log.h"
 #include "kernels/perfdb.h"
 #include "kernels/select.h"
 #include "testutil.h"
@@ -333,7 +334,7 @@ static void test_policy_reasons(void **state) {
     assert_int_equal(kiln_select(s, &c, 0, &r, &e), KILN_OK);
     assert_string_equal(r.chosen->spec.id, "ref.matmul");
     assert_true(HAS(&r, "fast.avx512.matmul.q4_k", POLICY_AVOIDED));
-    /* prefer: +30 lifts avx512 (80) above flaky (90) */
+    /* prefer: +50 lifts avx512 (80) above flaky (90) */
     kiln_policy_init(&pol);
     snprintf(pol.prefer.name[0], KILN_POLICY_NAME_MAX, "fast.avx512.*");
     pol.prefer.n = 1;
@@ -341,7 +342,7 @@ static void test_policy_reasons(void **state) {
     kiln_selector_set_policy(s, &pol);
     assert_int_equal(kiln_select(s, &c, 0, &r, &e), KILN_OK);
     assert_string_equal(r.chosen->spec.id, "fast.avx512.matmul.q4_k");
-    assert_true(r.score > 109.9 && r.score < 110.1);
+    assert_true(r.score > 129.9 && r.score < 130.1);
     kiln_selector_free(s);
 }
 
@@ -391,6 +392,7 @@ static void test_perf_scores(void **state) {
                          .p95_us = 320,
                          .samples = 100,
                          .variance_us2 = 25};
+    kiln_perf_ctx_shape(&c, rec.shape, sizeof rec.shape);
     snprintf(rec.kernel_id, sizeof rec.kernel_id, "fast.flaky.matmul.q4_k");
     assert_int_equal(kiln_perf_table_add(t, &rec, &e), KILN_OK);
     snprintf(rec.kernel_id, sizeof rec.kernel_id, "fast.avx512.matmul.q4_k");
@@ -530,7 +532,7 @@ static void test_dispatch_and_breaker(void **state) {
     kiln_selector *s;
     kiln_err e;
     assert_int_equal(kiln_selector_new(reg, NULL, NULL, &s, &e), KILN_OK);
-    kiln_site sites[2];
+    kiln_sel_site sites[2];
     memset(sites, 0, sizeof sites);
     snprintf(sites[0].name, sizeof sites[0].name, "blk.0.attn.q");
     mm_ctx(&sites[0].ctx, KILN_ISA_AVX2);
@@ -577,6 +579,38 @@ static void test_dispatch_and_breaker(void **state) {
     kiln_selector_free(s);
 }
 
+static int fallback_warnings;
+static void count_sink(kiln_log_level l, const char *line, void *u) {
+    (void)l, (void)u;
+    if (strstr(line, "using the reference kernel")) fallback_warnings++;
+}
+
+/* a site that falls back in every bucket warns once, not once per bucket */
+static void test_fallback_warns_once(void **state) {
+    (void)state;
+    kiln_selector *s;
+    kiln_err e;
+    assert_int_equal(kiln_selector_new(reg, NULL, NULL, &s, &e), KILN_OK);
+    kiln_sel_site site;
+    memset(&site, 0, sizeof site);
+    snprintf(site.name, sizeof site.name, "blk.0.ffn_up");
+    mm_ctx(&site.ctx, 0xffff);
+    site.ctx.graph_capture = true; /* nothing but the fallback */
+    kiln_log_set_sink(count_sink, NULL);
+    kiln_log_set_level(KILN_LOG_WARN);
+    fallback_warnings = 0;
+    kiln_dispatch *d;
+    assert_int_equal(kiln_dispatch_build(s, &site, 1, &d, &e), KILN_OK);
+    kiln_log_set_sink(NULL, NULL);
+    assert_int_equal(fallback_warnings, 1);
+    for (int b = 0; b < KILN_SEL_BUCKETS; b++) {
+        assert_string_equal(kiln_dispatch_get(d, 0, b)->k->spec.id, "ref.matmul");
+        assert_true(kiln_dispatch_get(d, 0, b)->fallback);
+    }
+    kiln_dispatch_free(d);
+    kiln_selector_free(s);
+}
+
 static void test_buckets(void **state) {
     (void)state;
     assert_int_equal(kiln_tok_bucket(1), 0);
@@ -605,6 +639,7 @@ int main(void) {
         cmocka_unit_test(test_cache_soundness),
         cmocka_unit_test(test_cache_threads),
         cmocka_unit_test(test_dispatch_and_breaker),
+        cmocka_unit_test(test_fallback_warns_once),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -18,7 +18,7 @@ typedef struct kiln_cpu_mm {
     uint32_t dtype;
     const uint8_t *w;
     size_t w_row_bytes;
-    int64_t k;
+    int64_t n, k;
     /* quantized types: q8 activations, act_stride bytes per token */
     const uint8_t *act;
     size_t act_stride;
@@ -54,5 +54,12 @@ static inline size_t kiln_cpu_mmf_panel_bytes(int64_t k) {
 }
 void kiln_cpu_mmf_avx512(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
 void kiln_cpu_mmf_avx2(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
+
+/* R16 layout (cpu_kernels.h): rows [r0, r1) (multiples of 16 except at n) x all tokens.
+ * panel: kiln_cpu_r16_panel_bytes(k) of scratch, used when t > 1. */
+static inline size_t kiln_cpu_r16_panel_bytes(int64_t k) {
+    return (size_t)((k + 63) / 64) * 24 * 64 + 64;
+}
+void kiln_cpu_mmr16_avx512(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
 
 #endif /* KILN_KERNELS_CPU_CPU_IMPL_H */

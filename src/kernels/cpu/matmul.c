@@ -57,16 +57,19 @@ typedef struct isa_impl {
     void (*q8act)(const float *x, int64_t k, uint8_t *dst);
     void (*mmq)(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
     void (*mmf)(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
+    void (*mmr16)(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel); /* or NULL */
 } isa_impl;
 
 static const isa_impl impl_avx512 = {kiln_cpu_q8act_avx512, kiln_cpu_mmq_avx512,
-                                     kiln_cpu_mmf_avx512};
-static const isa_impl impl_avx2 = {kiln_cpu_q8act_avx2, kiln_cpu_mmq_avx2, kiln_cpu_mmf_avx2};
+                                     kiln_cpu_mmf_avx512, kiln_cpu_mmr16_avx512};
+static const isa_impl impl_avx2 = {kiln_cpu_q8act_avx2, kiln_cpu_mmq_avx2, kiln_cpu_mmf_avx2, NULL};
 
 /* Scratch layout: [activations: t * act_stride][panels: nth * panel_bytes]. */
 static size_t panel_bytes(uint32_t dtype, int64_t k) {
     size_t b =
         kiln_cpu_mmq_supports(dtype) ? kiln_cpu_mm_panel_bytes(k) : kiln_cpu_mmf_panel_bytes(k);
+    if (kiln_cpu_r16_supports(dtype) && kiln_cpu_r16_panel_bytes(k) > b)
+        b = kiln_cpu_r16_panel_bytes(k);
     return (b + 63) & ~(size_t)63;
 }
 
@@ -100,6 +103,11 @@ static void rows_q(void *ctx, int64_t b, int64_t e, int ith) {
     j->isa->mmq(&j->mm, b, e, j->panels + (size_t)ith * j->panel_stride);
 }
 
+static void rows_r16(void *ctx, int64_t b, int64_t e, int ith) {
+    job *j = ctx;
+    j->isa->mmr16(&j->mm, b, e, j->panels + (size_t)ith * j->panel_stride);
+}
+
 static void rows_f(void *ctx, int64_t b, int64_t e, int ith) {
     job *j = ctx;
     j->isa->mmf(&j->mm, b, e, j->panels + (size_t)ith * j->panel_stride);
@@ -113,7 +121,9 @@ static int64_t row_grain(int64_t n, int nth) {
 }
 
 static kiln_status matmul(const isa_impl *isa, const kiln_kctx *c, const kiln_matmul_args *a) {
-    if (a->w_layout != 0) return KILN_ERR_UNSUPPORTED; /* no repacked layouts yet */
+    const bool r16 = a->w_layout == KILN_CPU_WLAYOUT_R16;
+    if (a->w_layout != 0 && !(r16 && isa->mmr16 && kiln_cpu_r16_supports(a->w_dtype)))
+        return KILN_ERR_UNSUPPORTED;
     const bool quant = kiln_cpu_mmq_supports(a->w_dtype);
     if (!quant && !is_float_type(a->w_dtype)) return KILN_ERR_UNSUPPORTED;
     if (a->t <= 0 || a->n <= 0) return KILN_OK;
@@ -121,10 +131,8 @@ static kiln_status matmul(const isa_impl *isa, const kiln_kctx *c, const kiln_ma
     const int nth = kiln_pool_size(pool);
     size_t need = kiln_cpu_matmul_workspace(a->w_dtype, a->n, a->k, a->t, nth);
     uint8_t *ws = NULL, *own = NULL;
-    if (c && c->scratch && c->scratch_size >= need) {
-        ws = (uint8_t *)(((uintptr_t)c->scratch + 63) & ~(uintptr_t)63);
-        if ((size_t)(ws - (uint8_t *)c->scratch) + need - 64 > c->scratch_size) ws = NULL;
-    }
+    if (c && c->scratch && c->scratch_size >= need && ((uintptr_t)c->scratch & 63) == 0)
+        ws = c->scratch;
     if (!ws) {
         own = kiln_alloc_aligned(need);
         if (!own) return KILN_ERR_NOMEM;
@@ -134,6 +142,7 @@ static kiln_status matmul(const isa_impl *isa, const kiln_kctx *c, const kiln_ma
              .mm = {.dtype = a->w_dtype,
                     .w = a->w,
                     .w_row_bytes = a->w_row_bytes,
+                    .n = a->n,
                     .k = a->k,
                     .x = a->x,
                     .x_stride = a->x_stride,
@@ -155,7 +164,7 @@ static kiln_status matmul(const isa_impl *isa, const kiln_kctx *c, const kiln_ma
     }
     j.panels = ws + act_bytes;
     j.panel_stride = panel_bytes(a->w_dtype, a->k);
-    kiln_pool_for(pool, a->n, row_grain(a->n, nth), quant ? rows_q : rows_f, &j);
+    kiln_pool_for(pool, a->n, row_grain(a->n, nth), r16 ? rows_r16 : quant ? rows_q : rows_f, &j);
     kiln_free_aligned(own);
     return KILN_OK;
 }

@@ -72,18 +72,25 @@ INLINE void widen_row(uint32_t dt, const uint8_t *row, int64_t k, float *p) {
 INLINE void micro(int R, int T, const float *panel, int64_t pstride, int64_t k, const float *x,
                   int64_t xs, float *out) {
     __m256 acc[2][4];
+#pragma GCC unroll 16
     for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
         for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= k; i += 8) {
         __m256 w[2];
+#pragma GCC unroll 16
         for (int r = 0; r < R; r++) w[r] = _mm256_load_ps(panel + r * pstride + i);
+#pragma GCC unroll 16
         for (int t = 0; t < T; t++) {
             __m256 xv = _mm256_loadu_ps(x + t * xs + i);
+#pragma GCC unroll 16
             for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(w[r], xv, acc[r][t]);
         }
     }
+#pragma GCC unroll 16
     for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
         for (int t = 0; t < T; t++) {
             float s = hsum8(acc[r][t]);
             for (int64_t j = i; j < k; j++) s += panel[r * pstride + j] * x[t * xs + j];
@@ -166,7 +173,10 @@ static void gemm(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel_by
                 gemv_row(DT, p->w + r * p->w_row_bytes, p->k, p->x) + (p->bias ? p->bias[r] : 0);  \
         break
 
-void kiln_cpu_mmf_avx2(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel) {
+void kiln_cpu_mmf_avx2(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t *panel) {
+    /* a private copy: the caller\'s struct shares cache lines with its stack, and y
+     * stores would otherwise force reloads of it (false sharing between threads) */
+    const kiln_cpu_mm m = *pp, *p = &m;
     if (p->t > 1) {
         gemm(p, r0, r1, panel);
         return;

@@ -51,18 +51,25 @@ INLINE void widen_row(uint32_t dt, const uint8_t *row, int64_t k, float *p) {
 INLINE void micro(int R, int T, const float *panel, int64_t pstride, int64_t k, const float *x,
                   int64_t xs, float *out) {
     __m512 acc[4][4];
+#pragma GCC unroll 16
     for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
         for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < k; i += 16) {
         __mmask16 m = k - i >= 16 ? 0xFFFF : (__mmask16)((1u << (k - i)) - 1);
         __m512 w[4];
+#pragma GCC unroll 16
         for (int r = 0; r < R; r++) w[r] = _mm512_load_ps(panel + r * pstride + i);
+#pragma GCC unroll 16
         for (int t = 0; t < T; t++) {
             __m512 xv = _mm512_maskz_loadu_ps(m, x + t * xs + i);
+#pragma GCC unroll 16
             for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(w[r], xv, acc[r][t]);
         }
     }
+#pragma GCC unroll 16
     for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
         for (int t = 0; t < T; t++) out[r * 4 + t] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
@@ -141,7 +148,10 @@ static void gemm(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel_by
                 gemv_row(DT, p->w + r * p->w_row_bytes, p->k, p->x) + (p->bias ? p->bias[r] : 0);  \
         break
 
-void kiln_cpu_mmf_avx512(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel) {
+void kiln_cpu_mmf_avx512(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t *panel) {
+    /* a private copy: the caller\'s struct shares cache lines with its stack, and y
+     * stores would otherwise force reloads of it (false sharing between threads) */
+    const kiln_cpu_mm m = *pp, *p = &m;
     if (p->t > 1) {
         gemm(p, r0, r1, panel);
         return;

@@ -218,6 +218,7 @@ void kiln_cpu_q8act_avx2(const float *x, int64_t k, uint8_t *dst) {
     for (int64_t b = 0; b < nb; b++) {
         __m256 v[4];
         __m256 a = _mm256_setzero_ps();
+#pragma GCC unroll 16
         for (int i = 0; i < 4; i++) {
             v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
             a = _mm256_max_ps(a, _mm256_and_ps(v[i], absmask));
@@ -225,6 +226,7 @@ void kiln_cpu_q8act_avx2(const float *x, int64_t k, uint8_t *dst) {
         float amax = hmax8(a);
         float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
         __m256i q[4];
+#pragma GCC unroll 16
         for (int i = 0; i < 4; i++)
             q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
         gs[2 * b] = d * (float)hsum8i(_mm256_add_epi32(q[0], q[1]));
@@ -310,21 +312,27 @@ INLINE void micro(uint32_t dt, int R, int T, const uint8_t *panel, size_t pstrid
                   const uint8_t *act, size_t astride, float *out) {
     const int64_t kc = kiln_q8act_chunks(k);
     __m256 acc[2][4];
+#pragma GCC unroll 16
     for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
         for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
     for (int64_t c = 0; c < kc; c++) {
+#pragma GCC unroll 16
         for (int h = 0; h < 2; h++) {
             __m256i u[2];
             __m256 s[2];
+#pragma GCC unroll 16
             for (int r = 0; r < R; r++) {
                 u[r] = _mm256_load_si256((const __m256i *)(panel + r * pstride + 64 * c + 32 * h));
                 s[r] =
                     _mm256_load_ps((const float *)(panel + r * pstride + kc * 64) + 16 * c + 8 * h);
             }
+#pragma GCC unroll 16
             for (int t = 0; t < T; t++) {
                 const uint8_t *a = act + t * astride;
                 __m256i aq = _mm256_load_si256((const __m256i *)(a + 64 * c + 32 * h));
                 __m256 dl = _mm256_load_ps((const float *)(a + kc * 64) + 16 * c + 8 * h);
+#pragma GCC unroll 16
                 for (int r = 0; r < R; r++) {
                     __m256i d = dot4(dt, u[r], aq);
                     acc[r][t] =
@@ -333,7 +341,9 @@ INLINE void micro(uint32_t dt, int R, int T, const uint8_t *panel, size_t pstrid
             }
         }
     }
+#pragma GCC unroll 16
     for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
         for (int t = 0; t < T; t++)
             out[r * 4 + t] =
                 hsum8(acc[r][t]) + dot_o((const float *)(panel + r * pstride + kc * 128),
@@ -440,7 +450,10 @@ static void gemm(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel) {
                       (p->bias ? p->bias[r] : 0.0f);                                               \
         break
 
-void kiln_cpu_mmq_avx2(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel) {
+void kiln_cpu_mmq_avx2(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t *panel) {
+    /* a private copy: the caller\'s struct shares cache lines with its stack, and y
+     * stores would otherwise force reloads of it (false sharing between threads) */
+    const kiln_cpu_mm m = *pp, *p = &m;
     if (p->t > 1) {
         gemm(p, r0, r1, panel);
         return;

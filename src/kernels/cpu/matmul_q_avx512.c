@@ -273,19 +273,24 @@ INLINE void micro(int R, int T, const uint8_t *panel, size_t pstride, int64_t k,
                   size_t astride, float *out) {
     const int64_t kc = kiln_q8act_chunks(k);
     __m512 acc[4][4];
+#pragma GCC unroll 16
     for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
         for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t c = 0; c < kc; c++) {
         __m512i u[4];
         __m512 s[4];
+#pragma GCC unroll 16
         for (int r = 0; r < R; r++) {
             u[r] = _mm512_load_si512((const void *)(panel + r * pstride + 64 * c));
             s[r] = _mm512_load_ps((const float *)(panel + r * pstride + kc * 64) + 16 * c);
         }
+#pragma GCC unroll 16
         for (int t = 0; t < T; t++) {
             const uint8_t *a = act + t * astride;
             __m512i aq = _mm512_load_si512((const void *)(a + 64 * c));
             __m512 dl = _mm512_load_ps((const float *)(a + kc * 64) + 16 * c);
+#pragma GCC unroll 16
             for (int r = 0; r < R; r++) {
                 __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[r], aq);
                 acc[r][t] =
@@ -293,7 +298,9 @@ INLINE void micro(int R, int T, const uint8_t *panel, size_t pstride, int64_t k,
             }
         }
     }
+#pragma GCC unroll 16
     for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
         for (int t = 0; t < T; t++)
             out[r * 4 + t] = _mm512_reduce_add_ps(acc[r][t]) +
                              dot_o((const float *)(panel + r * pstride + kc * 128),
@@ -391,7 +398,10 @@ static void gemm(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel) {
                       (p->bias ? p->bias[r] : 0.0f);                                               \
         break
 
-void kiln_cpu_mmq_avx512(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel) {
+void kiln_cpu_mmq_avx512(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t *panel) {
+    /* a private copy: the caller\'s struct shares cache lines with its stack, and y
+     * stores would otherwise force reloads of it (false sharing between threads) */
+    const kiln_cpu_mm m = *pp, *p = &m;
     if (p->t > 1) {
         gemm(p, r0, r1, panel);
         return;

@@ -1,0 +1,245 @@
+/*
+ * bench_cpu_matmul.c — microbenchmarks of the CPU backend's matmul kernels against the
+ * machine's measured limits.
+ *
+ *   bench_cpu_matmul [-t THREADS] [-r REPS] [-i avx512|avx2] [-d DTYPE,...] [-m MB]
+ *
+ * 1. Memory read bandwidth: THREADS threads sum disjoint halves of a 1 GiB buffer
+ *    (AVX2 loads, 8 accumulators); best and median of REPS passes.
+ * 2. Decode (GEMV, t = 1): tinyllama-1.1b shaped matrices (2048x2048, 256x2048 k/v,
+ *    5632x2048, 2048x5632) repeated until the set is MB megabytes (default 256, far
+ *    above the 32 MiB L3), one pass = one matmul per matrix: weight GB/s and its
+ *    fraction of the measured bandwidth.
+ * 3. Prefill (GEMM, t = 128) on 2048x2048 (L3 resident weights): GFLOP/s.
+ * Numbers go to docs/PERF.md (CPU backend section) with the command and commit.
+ */
+#include "base/mem.h"
+#include "base/pool.h"
+#include "base/timer.h"
+#include "format/dtype.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef kiln_status (*mm_fn)(const kiln_kctx *, const kiln_matmul_args *);
+
+/* ---- memory bandwidth ---- */
+typedef struct bw_job {
+    const uint8_t *buf;
+    size_t size;
+    double sums[64];
+} bw_job;
+
+__attribute__((target("avx2"))) static double read_sum(const uint8_t *p, size_t n) {
+    __m256i a[8];
+    for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_si256();
+    for (size_t i = 0; i + 256 <= n; i += 256)
+        for (int j = 0; j < 8; j++)
+            a[j] = _mm256_add_epi64(a[j], _mm256_load_si256((const __m256i *)(p + i + 32 * j)));
+    for (int j = 1; j < 8; j++) a[0] = _mm256_add_epi64(a[0], a[j]);
+    uint64_t v[4];
+    memcpy(v, &a[0], 32);
+    return (double)(v[0] + v[1] + v[2] + v[3]);
+}
+
+static void bw_range(void *ctx, int64_t b, int64_t e, int ith) {
+    bw_job *j = ctx;
+    j->sums[ith] += read_sum(j->buf + b * 4096, (size_t)(e - b) * 4096);
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double measure_bw(kiln_pool *pool, int reps) {
+    const size_t size = (size_t)1 << 30;
+    uint8_t *buf = kiln_alloc_aligned(size);
+    if (!buf) return 0;
+    for (size_t i = 0; i < size; i += 64) buf[i] = (uint8_t)i;
+    bw_job j = {.buf = buf, .size = size};
+    double g[64];
+    for (int r = 0; r < reps && r < 64; r++) {
+        uint64_t t0 = kiln_now_ns();
+        kiln_pool_for(pool, (int64_t)(size / 4096), 1024, bw_range, &j); /* 4 MiB chunks */
+        g[r] = (double)size / (double)(kiln_now_ns() - t0);
+    }
+    qsort(g, (size_t)reps, sizeof g[0], cmp_d);
+    printf("memory read bandwidth (%d threads, 1 GiB): best %.1f GB/s, median %.1f GB/s\n",
+           kiln_pool_size(pool), g[reps - 1], g[reps / 2]);
+    kiln_free_aligned(buf);
+    return g[reps - 1];
+}
+
+/* ---- matrices ---- */
+static void fill(uint32_t dt, uint8_t *w, size_t bytes, int64_t rows, size_t row_bytes) {
+    uint64_t s = 0x9E3779B97F4A7C15ull ^ bytes;
+    for (size_t i = 0; i < bytes; i += 8) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        memcpy(w + i, &s, bytes - i < 8 ? bytes - i : 8);
+    }
+    const kiln_dtype_info *in = kiln_dtype_get(dt);
+    uint16_t h = kiln_f32_to_fp16(0.01f);
+    if (dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16) {
+        for (size_t i = 0; i + 2 <= bytes; i += 2) memcpy(w + i, &h, 2);
+        return;
+    }
+    if (dt == KILN_DTYPE_F32) {
+        float f = 0.01f;
+        for (size_t i = 0; i + 4 <= bytes; i += 4) memcpy(w + i, &f, 4);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (size_t b = 0; b < row_bytes / in->block_bytes; b++) {
+            uint8_t *blk = w + r * row_bytes + b * in->block_bytes;
+            if (dt == KILN_DTYPE_Q6_K)
+                memcpy(blk + 208, &h, 2);
+            else {
+                memcpy(blk, &h, 2);
+                if (dt != KILN_DTYPE_Q4_0 && dt != KILN_DTYPE_Q5_0 && dt != KILN_DTYPE_Q8_0)
+                    memcpy(blk + 2, &h, 2);
+            }
+        }
+}
+
+typedef struct mat {
+    int64_t n, k;
+    size_t row_bytes;
+    uint8_t *w;
+} mat;
+
+static void bench_dtype(mm_fn fn, kiln_pool *pool, uint32_t dt, double bw, int reps, size_t mb,
+                        uint32_t layout) {
+    static const int64_t shapes[][2] = {{2048, 2048}, {256, 2048},  {256, 2048}, {2048, 2048},
+                                        {5632, 2048}, {5632, 2048}, {2048, 5632}};
+    const int nshape = (int)(sizeof shapes / sizeof shapes[0]);
+    mat m[512];
+    int nm = 0;
+    size_t total = 0;
+    while (total < mb * 1000000 && nm < 512) {
+        mat *x = &m[nm];
+        x->n = shapes[nm % nshape][0], x->k = shapes[nm % nshape][1];
+        if (kiln_dtype_row_bytes(dt, x->k, &x->row_bytes, NULL)) return;
+        x->w = kiln_alloc_aligned(x->row_bytes * (size_t)x->n);
+        if (!x->w) break;
+        fill(dt, x->w, x->row_bytes * (size_t)x->n, x->n, x->row_bytes);
+        total += x->row_bytes * (size_t)x->n;
+        if (layout == KILN_CPU_WLAYOUT_R16) {
+            size_t sz;
+            if (kiln_cpu_r16_size(dt, x->n, x->k, &sz, NULL)) return;
+            uint8_t *r = kiln_alloc_aligned(sz);
+            if (!r || kiln_cpu_r16_repack(dt, x->w, x->row_bytes, x->n, x->k, r, NULL)) return;
+            kiln_free_aligned(x->w);
+            x->w = r;
+        }
+        nm++;
+    }
+    const int64_t T = 128, K = 5632;
+    float *x = kiln_alloc_aligned(sizeof(float) * (size_t)(T * K));
+    float *y = kiln_alloc_aligned(sizeof(float) * (size_t)(T * 5632));
+    for (int64_t i = 0; i < T * K; i++) x[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
+    size_t ws = 0;
+    for (int i = 0; i < nm; i++) {
+        size_t s = kiln_cpu_matmul_workspace(dt, m[i].n, m[i].k, T, kiln_pool_size(pool));
+        if (s > ws) ws = s;
+    }
+    void *scratch = kiln_alloc_aligned(ws);
+    kiln_kctx ctx = {.pool = pool, .scratch = scratch, .scratch_size = ws};
+    /* decode */
+    double best = 1e30;
+    for (int r = 0; r < reps + 1; r++) {
+        uint64_t t0 = kiln_now_ns();
+        for (int i = 0; i < nm; i++) {
+            kiln_matmul_args a = {.w = m[i].w,
+                                  .w_dtype = dt,
+                                  .w_layout = layout,
+                                  .w_row_bytes = m[i].row_bytes,
+                                  .n = m[i].n,
+                                  .k = m[i].k,
+                                  .x = x,
+                                  .x_stride = m[i].k,
+                                  .y = y,
+                                  .y_stride = m[i].n,
+                                  .t = 1};
+            fn(&ctx, &a);
+        }
+        double s = (double)(kiln_now_ns() - t0) * 1e-9;
+        if (r > 0 && s < best) best = s;
+    }
+    double gbs = (double)total / best * 1e-9;
+    /* prefill: 2048 x 2048, t = 128 */
+    double pbest = 1e30;
+    for (int r = 0; r < reps + 1; r++) {
+        kiln_matmul_args a = {.w = m[0].w,
+                              .w_dtype = dt,
+                              .w_layout = layout,
+                              .w_row_bytes = m[0].row_bytes,
+                              .n = m[0].n,
+                              .k = m[0].k,
+                              .x = x,
+                              .x_stride = m[0].k,
+                              .y = y,
+                              .y_stride = m[0].n,
+                              .t = T};
+        uint64_t t0 = kiln_now_ns();
+        fn(&ctx, &a);
+        double s = (double)(kiln_now_ns() - t0) * 1e-9;
+        if (r > 0 && s < pbest) pbest = s;
+    }
+    double gflops = 2.0 * (double)m[0].n * (double)m[0].k * (double)T / pbest * 1e-9;
+    printf("| %-5s%s | %7.1f MB | %6.2f ms | %6.1f GB/s | %5.1f %% | %7.1f |\n",
+           kiln_dtype_name(dt), layout ? " R16" : "    ", (double)total * 1e-6, best * 1e3, gbs,
+           bw > 0 ? 100.0 * gbs / bw : 0.0, gflops);
+    for (int i = 0; i < nm; i++) kiln_free_aligned(m[i].w);
+    kiln_free_aligned(x), kiln_free_aligned(y), kiln_free_aligned(scratch);
+}
+
+int main(int argc, char **argv) {
+    int threads = 2, reps = 5;
+    size_t mb = 256;
+    const char *isa = kiln_cpu_avx512_ok() ? "avx512" : "avx2";
+    const char *dts = "f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q4_K,q5_K,q6_K";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-t"))
+            threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-r"))
+            reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-i"))
+            isa = argv[i + 1];
+        else if (!strcmp(argv[i], "-d"))
+            dts = argv[i + 1];
+        else if (!strcmp(argv[i], "-m"))
+            mb = (size_t)atol(argv[i + 1]);
+    }
+    if (reps < 1) reps = 1;
+    mm_fn fn = !strcmp(isa, "avx2") ? kiln_cpu_matmul_avx2 : kiln_cpu_matmul_avx512;
+    if ((fn == kiln_cpu_matmul_avx512 && !kiln_cpu_avx512_ok()) || !kiln_cpu_avx2_ok()) {
+        fprintf(stderr, "bench_cpu_matmul: this CPU lacks %s\n", isa);
+        return 1;
+    }
+    kiln_pool *pool = NULL;
+    if (kiln_pool_create(threads, &pool, NULL)) return 1;
+    double bw = measure_bw(pool, reps);
+    printf("isa %s, %d threads; decode = t 1 over tinyllama-shaped matrices, prefill = "
+           "2048x2048 t 128\n\n",
+           isa, threads);
+    printf("| dtype     | weights    | decode     | weight rate | of bw   | prefill GFLOP/s |\n");
+    printf("|-----------|------------|------------|-------------|---------|-----------------|\n");
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", dts);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        kiln_dtype dt;
+        if (!kiln_dtype_from_name(tok, &dt) || !kiln_cpu_matmul_dtype_ok(dt)) {
+            fprintf(stderr, "bench_cpu_matmul: unknown dtype '%s'\n", tok);
+            continue;
+        }
+        bench_dtype(fn, pool, dt, bw, reps, mb, 0);
+        if (fn == kiln_cpu_matmul_avx512 && kiln_cpu_r16_supports(dt))
+            bench_dtype(fn, pool, dt, bw, reps, mb, KILN_CPU_WLAYOUT_R16);
+    }
+    kiln_pool_free(pool);
+    return 0;
+}

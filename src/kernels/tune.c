@@ -1,0 +1,342 @@
+/*
+ * tune.c — benchmark one kernel on one context (tune.h).
+ */
+#include "kernels/tune.h"
+
+#include "base/mem.h"
+#include "base/timer.h"
+#include "format/dtype.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int64_t kiln_tune_tokens(const kiln_sel_ctx *c) {
+    static const int64_t rep[KILN_TOK_BUCKETS] = {1, 8, 64, 512, 1024};
+    int64_t t = rep[c->tok_bucket < 0 || c->tok_bucket >= KILN_TOK_BUCKETS ? 0 : c->tok_bucket];
+    if (c->tokens_max > 0 && t > c->tokens_max) t = c->tokens_max;
+    return t < 1 ? 1 : t;
+}
+
+/* everything one run needs; freed together (and its random stream) */
+typedef struct bufs {
+    void *p[12];
+    int n;
+    uint64_t rng;
+} bufs;
+
+static float frand_(bufs *b) {
+    b->rng ^= b->rng << 13;
+    b->rng ^= b->rng >> 7;
+    b->rng ^= b->rng << 17;
+    return (float)((b->rng >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
+}
+#define frand() frand_(b)
+
+static void *balloc(bufs *b, size_t bytes, kiln_err *err) {
+    if (b->n >= 12) return NULL;
+    void *p = kiln_calloc_aligned(bytes ? bytes : 64);
+    if (!p) {
+        kiln_err_set(err, KILN_ERR_NOMEM, "tune: cannot allocate %zu bytes", bytes);
+        return NULL;
+    }
+    b->p[b->n++] = p;
+    return p;
+}
+
+static float *frandom(bufs *b, size_t n, kiln_err *err) {
+    float *x = balloc(b, n * sizeof(float), err);
+    if (x)
+        for (size_t i = 0; i < n; i++) x[i] = frand();
+    return x;
+}
+
+static const void *random_weights(bufs *b, uint32_t dtype, int64_t rows, int64_t cols,
+                                  size_t *row_bytes, kiln_err *err) {
+    size_t rb;
+    if (kiln_dtype_row_bytes(dtype, cols, &rb, err)) return NULL;
+    size_t total;
+    if (!kiln_size_mul(rb, (size_t)rows, &total)) {
+        kiln_err_set(err, KILN_ERR_OVERFLOW, "tune: weight size overflows");
+        return NULL;
+    }
+    uint8_t *w = balloc(b, total, err);
+    float *row = balloc(b, (size_t)cols * sizeof(float), err);
+    if (!w || !row) return NULL;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < cols; i++) row[i] = frand() * 0.1f;
+        if (kiln_quantize_row(dtype, row, w + (size_t)r * rb, cols, err)) return NULL;
+    }
+    *row_bytes = rb;
+    return w;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
+                             const kiln_tune_opts *o, kiln_perf_rec *rec, kiln_err *err) {
+    memset(rec, 0, sizeof *rec);
+    snprintf(rec->kernel_id, sizeof rec->kernel_id, "%s", k->spec.id);
+    rec->op = (int32_t)c->op;
+    rec->dtype = kiln_perf_ctx_dtype(c);
+    rec->tok_bucket = c->tok_bucket;
+    rec->seq_bucket = c->seq_bucket;
+    kiln_perf_ctx_shape(c, rec->shape, sizeof rec->shape);
+    if (!k->spec.fn.any)
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: not built", k->spec.id);
+    if (k->spec.platform != KILN_PLATFORM_HOST)
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: tune measures host kernels only",
+                            k->spec.id);
+    int64_t t = kiln_tune_tokens(c);
+    bufs bb_ = {.rng = 0x9e3779b97f4a7c15ull}, *b = &bb_;
+    kiln_status st = KILN_OK;
+    size_t ws = k->spec.workspace ? k->spec.workspace(c) : 0;
+    kiln_kctx kc = {.pool = o->pool, .scratch = NULL, .scratch_size = ws};
+    if (ws && !(kc.scratch = balloc(b, ws, err))) {
+        st = err ? err->code : KILN_ERR_NOMEM;
+        goto done;
+    }
+    union {
+        kiln_matmul_args mm;
+        kiln_rms_norm_args rn;
+        kiln_add_args add;
+        kiln_glu_args glu;
+        kiln_embed_args emb;
+        kiln_rope_args rope;
+        kiln_kv_write_args kvw;
+        kiln_attention_args at;
+    } a;
+    memset(&a, 0, sizeof a);
+    int32_t *ints = NULL;
+    kiln_kv_seq seq = {0};
+    int64_t n = c->n > 0 ? c->n : 1;
+#define NEED(ptr)                                                                                  \
+    do {                                                                                           \
+        if (!(ptr)) {                                                                              \
+            st = err && err->code ? err->code : KILN_ERR_NOMEM;                                    \
+            goto done;                                                                             \
+        }                                                                                          \
+    } while (0)
+    switch (c->op) {
+    case KILN_KOP_MATMUL: {
+        a.mm.n = n;
+        a.mm.k = c->k;
+        a.mm.t = t;
+        a.mm.w_dtype = c->w_dtype;
+        a.mm.w_layout = k->spec.w_layout;
+        if (o->weights) {
+            a.mm.w = o->weights;
+            a.mm.w_row_bytes = o->w_row_bytes;
+        } else {
+            a.mm.w = random_weights(b, c->w_dtype, n, c->k, &a.mm.w_row_bytes, err);
+            NEED(a.mm.w);
+        }
+        float *x = frandom(b, (size_t)(t * c->k), err);
+        NEED(x);
+        a.mm.x = x;
+        a.mm.x_stride = c->k;
+        NEED(a.mm.y = balloc(b, (size_t)(t * n) * sizeof(float), err));
+        a.mm.y_stride = n;
+        break;
+    }
+    case KILN_KOP_RMS_NORM: {
+        float *x = frandom(b, (size_t)(t * n), err), *w = frandom(b, (size_t)n, err);
+        NEED(x);
+        NEED(w);
+        a.rn = (kiln_rms_norm_args){
+            .x = x, .y = x, .w = w, .rows = t, .n = n, .x_stride = n, .y_stride = n, .eps = 1e-6f};
+        if (c->features & KILN_KFEAT_RESIDUAL) {
+            float *r = frandom(b, (size_t)(t * n), err);
+            NEED(r);
+            a.rn.r = r;
+            a.rn.r_stride = n;
+        }
+        break;
+    }
+    case KILN_KOP_ADD:
+    case KILN_KOP_GLU: {
+        float *x = frandom(b, (size_t)(t * n), err), *y = frandom(b, (size_t)(t * n), err);
+        float *z = balloc(b, (size_t)(t * n) * sizeof(float), err);
+        NEED(x);
+        NEED(y);
+        NEED(z);
+        if (c->op == KILN_KOP_ADD)
+            a.add = (kiln_add_args){x, y, z, t, n, n, n, n};
+        else
+            a.glu = (kiln_glu_args){
+                x, y, z,
+                t, n, n,
+                n, n, (c->features & KILN_KFEAT_GEGLU) ? KILN_GLU_GEGLU_TANH : KILN_GLU_SWIGLU};
+        break;
+    }
+    case KILN_KOP_EMBED: {
+        int64_t vocab = c->k > 0 ? c->k : 1000;
+        size_t rb;
+        const void *w = o->weights;
+        if (w)
+            rb = o->w_row_bytes;
+        else
+            NEED(w = random_weights(b, c->w_dtype, vocab, n, &rb, err));
+        NEED(ints = balloc(b, (size_t)t * sizeof(int32_t), err));
+        for (int64_t i = 0; i < t; i++) ints[i] = (int32_t)((i * 7919) % vocab);
+        NEED(a.emb.y = balloc(b, (size_t)(t * n) * sizeof(float), err));
+        a.emb.w = w;
+        a.emb.w_dtype = c->w_dtype;
+        a.emb.w_row_bytes = rb;
+        a.emb.n_vocab = vocab;
+        a.emb.dim = n;
+        a.emb.ids = ints;
+        a.emb.t = t;
+        a.emb.y_stride = n;
+        a.emb.scale = 1.0f;
+        break;
+    }
+    case KILN_KOP_ROPE: {
+        int32_t hd = c->head_dim > 0 ? c->head_dim : 64, nh = c->n_head > 0 ? c->n_head : 1;
+        float *x = frandom(b, (size_t)(t * nh * hd), err);
+        NEED(x);
+        NEED(ints = balloc(b, (size_t)t * sizeof(int32_t), err));
+        for (int64_t i = 0; i < t; i++) ints[i] = (int32_t)i;
+        a.rope = (kiln_rope_args){.x = x,
+                                  .rows = t,
+                                  .x_stride = (int64_t)nh * hd,
+                                  .n_head = nh,
+                                  .head_dim = hd,
+                                  .n_rot = hd,
+                                  .pos = ints,
+                                  .mode = (c->features & KILN_KFEAT_ROPE_NEOX) ? KILN_ROPE_NEOX
+                                                                               : KILN_ROPE_NORM,
+                                  .base = 10000.0f,
+                                  .freq_scale = 1.0f,
+                                  .attn_factor = 1.0f,
+                                  .n_ctx_orig = 4096};
+        break;
+    }
+    case KILN_KOP_KV_WRITE:
+    case KILN_KOP_ATTENTION: {
+        int32_t hd = c->head_dim > 0 ? c->head_dim : 64;
+        int32_t nkv = c->n_kv_head > 0 ? c->n_kv_head : 1, nh = c->n_head > 0 ? c->n_head : nkv;
+        uint32_t kvdt = c->kv_dtype == KILN_DTYPE_F32 ? KILN_DTYPE_F32 : KILN_DTYPE_F16;
+        size_t elt = kvdt == KILN_DTYPE_F32 ? 4 : 2;
+        int64_t ctxlen = c->op == KILN_KOP_ATTENTION ? kiln_seq_bucket_max(c->seq_bucket) : t;
+        if (c->seq_max > 0 && ctxlen > c->seq_max) ctxlen = c->seq_max;
+        if (ctxlen > 4096) ctxlen = 4096;
+        if (ctxlen < t) ctxlen = t;
+        int32_t nblk = (int32_t)((ctxlen + KILN_KV_BLOCK - 1) / KILN_KV_BLOCK);
+        size_t bb = (size_t)KILN_KV_BLOCK * (size_t)nkv * (size_t)hd * elt;
+        kiln_kv_layer kv = {.dtype = kvdt, .n_kv_head = nkv, .head_dim = hd, .block_bytes = bb};
+        NEED(kv.k = balloc(b, bb * (size_t)nblk, err));
+        NEED(kv.v = balloc(b, bb * (size_t)nblk, err));
+        NEED(ints = balloc(b, (size_t)(nblk + 2 * t) * sizeof(int32_t), err));
+        for (int32_t i = 0; i < nblk; i++) ints[i] = i;
+        int32_t *tok_seq = ints + nblk, *tok_pos = tok_seq + t;
+        for (int64_t i = 0; i < t; i++) tok_seq[i] = 0, tok_pos[i] = (int32_t)(ctxlen - t + i);
+        seq.block_table = ints;
+        seq.n_blocks = nblk;
+        float *q = frandom(b, (size_t)(t * nh * hd), err);
+        NEED(q);
+        if (c->op == KILN_KOP_KV_WRITE) {
+            float *kk = frandom(b, (size_t)(t * nkv * hd), err);
+            NEED(kk);
+            a.kvw = (kiln_kv_write_args){.kv = kv,
+                                         .k = kk,
+                                         .v = kk,
+                                         .k_stride = (int64_t)nkv * hd,
+                                         .v_stride = (int64_t)nkv * hd,
+                                         .t = t,
+                                         .tok_seq = tok_seq,
+                                         .tok_pos = tok_pos,
+                                         .seqs = &seq};
+        } else {
+            float *out = balloc(b, (size_t)(t * nh * hd) * sizeof(float), err);
+            NEED(out);
+            a.at = (kiln_attention_args){.kv = kv,
+                                         .q = q,
+                                         .q_stride = (int64_t)nh * hd,
+                                         .out = out,
+                                         .out_stride = (int64_t)nh * hd,
+                                         .t = t,
+                                         .n_head = nh,
+                                         .tok_seq = tok_seq,
+                                         .tok_pos = tok_pos,
+                                         .seqs = &seq,
+                                         .scale = 1.0f / sqrtf((float)hd)};
+        }
+        break;
+    }
+    default:
+        st = kiln_err_set(err, KILN_ERR_UNSUPPORTED, "tune: op %d", (int)c->op);
+        goto done;
+    }
+#undef NEED
+    int warm = o->warmup < 1 ? 1 : o->warmup, reps = o->reps < 3 ? 3 : o->reps;
+    double *times = calloc((size_t)reps, sizeof *times);
+    if (!times) {
+        st = kiln_err_set(err, KILN_ERR_NOMEM, "tune: out of memory");
+        goto done;
+    }
+    int done_reps = 0;
+    uint64_t start = kiln_now_ns();
+    for (int i = 0; i < warm + reps; i++) {
+        uint64_t t0 = kiln_now_ns();
+        switch (c->op) {
+        case KILN_KOP_MATMUL:
+            st = k->spec.fn.matmul(&kc, &a.mm);
+            break;
+        case KILN_KOP_RMS_NORM:
+            st = k->spec.fn.rms_norm(&kc, &a.rn);
+            break;
+        case KILN_KOP_ADD:
+            st = k->spec.fn.add(&kc, &a.add);
+            break;
+        case KILN_KOP_GLU:
+            st = k->spec.fn.glu(&kc, &a.glu);
+            break;
+        case KILN_KOP_EMBED:
+            st = k->spec.fn.embed(&kc, &a.emb);
+            break;
+        case KILN_KOP_ROPE:
+            st = k->spec.fn.rope(&kc, &a.rope);
+            break;
+        case KILN_KOP_KV_WRITE:
+            st = k->spec.fn.kv_write(&kc, &a.kvw);
+            break;
+        case KILN_KOP_ATTENTION:
+            st = k->spec.fn.attention(&kc, &a.at);
+            break;
+        default:
+            break;
+        }
+        double us = (double)(kiln_now_ns() - t0) / 1e3;
+        if (st) {
+            free(times);
+            st = kiln_err_set(err, st, "%s failed while tuning (%s)", k->spec.id,
+                              kiln_status_name(st));
+            goto done;
+        }
+        if (i == 0) rec->warmup_ms = us / 1e3;
+        if (i >= warm) times[done_reps++] = us;
+        if (i >= warm + 2 && o->max_seconds > 0 &&
+            (double)(kiln_now_ns() - start) / 1e9 > o->max_seconds)
+            break;
+    }
+    qsort(times, (size_t)done_reps, sizeof *times, cmp_double);
+    double mean = 0, var = 0;
+    for (int i = 0; i < done_reps; i++) mean += times[i];
+    mean /= done_reps;
+    for (int i = 0; i < done_reps; i++) var += (times[i] - mean) * (times[i] - mean);
+    rec->median_us = done_reps % 2 ? times[done_reps / 2]
+                                   : 0.5 * (times[done_reps / 2 - 1] + times[done_reps / 2]);
+    int p95 = (int)ceil(0.95 * done_reps) - 1;
+    rec->p95_us = times[p95 < 0 ? 0 : p95];
+    rec->variance_us2 = done_reps > 1 ? var / (done_reps - 1) : 0;
+    rec->samples = done_reps;
+    free(times);
+done:
+    for (int i = 0; i < b->n; i++) kiln_free_aligned(b->p[i]);
+    return st;
+}

@@ -1,0 +1,447 @@
+/* exec.c — executing a load plan: readers (mmap, pread, io_uring), the alias, transform
+ * and residual lanes, and the per-lane timing of the report (load.h). */
+#include "base/mem.h"
+#include "base/pool.h"
+#include "base/timer.h"
+#include "load/load_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+#define URING_QD    16
+#define URING_PIECE ((size_t)1 << 20)
+
+/* ---- readers ----------------------------------------------------------------------------- */
+
+kiln_status kiln_reader_init(kiln_reader *r, const kiln_load_plan *p, kiln_io io, kiln_err *err) {
+    memset(r, 0, sizeof *r);
+    r->plan = p;
+    r->io = io;
+    if (io == KILN_IO_URING) {
+        struct io_uring *ring = calloc(1, sizeof *ring);
+        if (!ring) return kiln_err_set(err, KILN_ERR_NOMEM, "io_uring");
+        int rc = io_uring_queue_init(URING_QD, ring, 0);
+        if (rc < 0) {
+            free(ring);
+            return kiln_err_errno(err, -rc, "io_uring_queue_init");
+        }
+        r->ring = ring;
+    }
+    return KILN_OK;
+}
+
+void kiln_reader_free(kiln_reader *r) {
+    if (r->ring) {
+        io_uring_queue_exit(r->ring);
+        free(r->ring);
+        r->ring = NULL;
+    }
+}
+
+static kiln_status pread_all(int fd, void *dst, size_t n, uint64_t off, const char *path,
+                             kiln_err *err) {
+    uint8_t *d = dst;
+    while (n) {
+        ssize_t got = pread(fd, d, n, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return kiln_err_errno(err, errno, "pread %s at %" PRIu64, path, off);
+        if (got == 0)
+            return kiln_err_set(err, KILN_ERR_IO, "pread %s at %" PRIu64 ": unexpected end of file",
+                                path, off);
+        d += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return KILN_OK;
+}
+
+/* Reads n_ranges ranges (dst[i] <- file[off[i] .. + len]) through io_uring, URING_QD in flight. */
+static kiln_status uring_read(kiln_reader *r, const kiln_model_shard *sh, uint8_t *dst,
+                              uint64_t off, size_t n, kiln_err *err) {
+    struct io_uring *ring = r->ring;
+    size_t submitted = 0, completed = 0, n_pieces = (n + URING_PIECE - 1) / URING_PIECE;
+    size_t inflight = 0;
+    while (completed < n_pieces) {
+        while (submitted < n_pieces && inflight < URING_QD) {
+            struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+            if (!sqe) break;
+            size_t o = submitted * URING_PIECE, len = n - o < URING_PIECE ? n - o : URING_PIECE;
+            io_uring_prep_read(sqe, sh->fd, dst + o, (unsigned)len, off + o);
+            io_uring_sqe_set_data64(sqe, submitted);
+            submitted++;
+            inflight++;
+        }
+        int rc = io_uring_submit_and_wait(ring, 1);
+        if (rc < 0 && rc != -EINTR) return kiln_err_errno(err, -rc, "io_uring_submit %s", sh->path);
+        struct io_uring_cqe *cqe;
+        unsigned head, seen = 0;
+        kiln_status st = KILN_OK;
+        io_uring_for_each_cqe(ring, head, cqe) {
+            size_t k = (size_t)io_uring_cqe_get_data64(cqe);
+            size_t o = k * URING_PIECE, len = n - o < URING_PIECE ? n - o : URING_PIECE;
+            if (!st && cqe->res < 0)
+                st = kiln_err_errno(err, -cqe->res, "io_uring read %s at %" PRIu64, sh->path,
+                                    off + o);
+            else if (!st && (size_t)cqe->res < len) /* short read: finish it synchronously */
+                st = pread_all(sh->fd, dst + o + cqe->res, len - (size_t)cqe->res,
+                               off + o + (uint64_t)cqe->res, sh->path, err);
+            seen++;
+        }
+        io_uring_cq_advance(ring, seen);
+        completed += seen;
+        inflight -= seen;
+        if (st) {
+            /* drain what is still in flight before the buffers go away */
+            while (inflight) {
+                if (io_uring_wait_cqe(ring, &cqe) < 0) break;
+                io_uring_cqe_seen(ring, cqe);
+                inflight--;
+            }
+            return st;
+        }
+    }
+    return KILN_OK;
+}
+
+static kiln_status read_range(kiln_reader *r, uint32_t file, uint64_t off, void *dst, size_t n,
+                              kiln_err *err) {
+    const kiln_model_shard *sh = kiln_model_file_shard(r->plan->mf, file);
+    if (off > sh->size || n > sh->size - off)
+        return kiln_err_set(err, KILN_ERR_INTERNAL, "read past end of %s", sh->path);
+    switch (r->io) {
+    case KILN_IO_MMAP:
+        memcpy(dst, sh->base + off, n);
+        return KILN_OK;
+    case KILN_IO_URING:
+        return uring_read(r, sh, dst, off, n, err);
+    default:
+        return pread_all(sh->fd, dst, n, off, sh->path, err);
+    }
+}
+
+/* ---- producing output rows -------------------------------------------------------------- */
+
+kiln_status kiln_load_produce(const kiln_load_plan *p, const kiln_load_item *it, int64_t r0,
+                              int64_t r1, void *dst, void *scratch, kiln_reader *rd,
+                              kiln_err *err) {
+    const int64_t rows = r1 - r0;
+    const bool contiguous = it->src_stride == it->src_row_bytes;
+    const bool identity =
+        strcmp(it->layout->name, "native") == 0 && it->src->fixup == KILN_FIXUP_NONE;
+    const size_t src_bytes = (size_t)(it->src_row_bytes * (uint64_t)rows);
+    const uint64_t off = it->src_offset + (uint64_t)r0 * it->src_stride;
+    const uint8_t *src;
+    if (identity) {
+        /* read straight into the destination */
+        if (contiguous) return read_range(rd, it->file, off, dst, src_bytes, err);
+        for (int64_t r = 0; r < rows; r++)
+            KILN_TRY(read_range(rd, it->file, off + (uint64_t)r * it->src_stride,
+                                (uint8_t *)dst + (size_t)r * it->src_row_bytes, it->src_row_bytes,
+                                err));
+        return KILN_OK;
+    }
+    if (rd->io == KILN_IO_MMAP && contiguous) {
+        src = kiln_model_file_shard(p->mf, it->file)->base + off; /* transform from the mapping */
+    } else {
+        if (!scratch) return kiln_err_set(err, KILN_ERR_INTERNAL, "no staging buffer");
+        if (contiguous) {
+            KILN_TRY(read_range(rd, it->file, off, scratch, src_bytes, err));
+        } else {
+            for (int64_t r = 0; r < rows; r++)
+                KILN_TRY(read_range(rd, it->file, off + (uint64_t)r * it->src_stride,
+                                    (uint8_t *)scratch + (size_t)r * it->src_row_bytes,
+                                    it->src_row_bytes, err));
+        }
+        src = scratch;
+    }
+    return it->layout->run(it->src->dtype, it->shape[0], it->src->fixup, src, rows, dst, err);
+}
+
+/* ---- parallel work: a list of chunks run on the pool ------------------------------------ */
+
+typedef struct chunk {
+    uint32_t item;
+    int64_t r0, r1;
+} chunk;
+
+typedef struct work {
+    kiln_load_plan *p;
+    chunk *chunks;
+    int64_t n_chunks;
+    kiln_lane lane; /* alias (populate) or transform */
+    bool cold;      /* the files were not (fully) in the page cache at planning time */
+    kiln_reader *readers;
+    void **scratch;
+    atomic_int failed;
+    pthread_mutex_t lock;
+    kiln_err err;
+    atomic_uint_fast64_t done_bytes;
+} work;
+
+static void fail_work(work *w, const kiln_err *e, const kiln_load_item *it) {
+    pthread_mutex_lock(&w->lock);
+    if (!atomic_load(&w->failed)) {
+        w->err = *e;
+        kiln_err_wrap(&w->err, e->code, "lane %s: tensor '%s'", kiln_lane_name(w->lane),
+                      it->src->name);
+        atomic_store(&w->failed, 1);
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* ---- owned host memory: large buffers are anonymous mappings with transparent huge
+ * pages (512x fewer first-touch faults than 4 KiB pages) ---- */
+#define HUGE_MIN ((size_t)2 << 20)
+
+void *kiln_load_owned_alloc(size_t n) {
+    if (n < HUGE_MIN) return kiln_alloc_aligned(n ? n : 1);
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    madvise(p, n, MADV_HUGEPAGE); /* advice only: ignored where THP is off */
+    return p;
+}
+
+void kiln_load_owned_free(void *p, size_t n) {
+    if (!p) return;
+    if (n < HUGE_MIN)
+        kiln_free_aligned(p);
+    else
+        munmap(p, n);
+}
+
+/* Maps the pages of [a, a + n) into the page tables, so the first use of an aliased tensor
+ * does not fault. Warm file: one read per 64 KiB, each fault maps its neighbours too
+ * (the kernel's fault-around, 64 KiB by default): measured 1.5-3x faster than
+ * MADV_POPULATE_READ here. Cold file: MADV_POPULATE_READ after the caller started
+ * asynchronous readahead of the range. */
+static void populate_range(const uint8_t *a, size_t n, bool cold) {
+    long pg = sysconf(_SC_PAGESIZE);
+    volatile uint8_t sink = 0;
+    if (!cold) {
+        for (size_t o = 0; o < n; o += 65536) sink ^= a[o];
+        if (n) sink ^= a[n - 1];
+        return;
+    }
+    uintptr_t start = (uintptr_t)a & ~(uintptr_t)(pg - 1);
+    size_t len = (size_t)((uintptr_t)a + n - start);
+    if (madvise((void *)start, len, MADV_POPULATE_READ) == 0) return;
+    /* kernels before 5.14: touch one byte per page (same lane, same result: resident) */
+    for (size_t o = 0; o < n; o += (size_t)pg) sink ^= a[o];
+    if (n) sink ^= a[n - 1];
+}
+
+static void run_chunks(void *ctx, int64_t begin, int64_t end, int ith) {
+    work *w = ctx;
+    for (int64_t c = begin; c < end; c++) {
+        if (atomic_load_explicit(&w->failed, memory_order_relaxed)) return;
+        const chunk *ch = &w->chunks[c];
+        kiln_load_item *it = &w->p->items[ch->item];
+        uint64_t bytes = it->src_row_bytes * (uint64_t)(ch->r1 - ch->r0);
+        if (w->lane == KILN_LANE_ALIAS) {
+            /* a cold file: start large asynchronous reads of the chunk first, so the page
+             * faults below find the pages instead of reading them 4 KiB at a time */
+            const kiln_model_shard *sh = kiln_model_file_shard(w->p->mf, it->file);
+            uint64_t off = it->src_offset + (uint64_t)ch->r0 * it->src_row_bytes;
+            if (w->cold) posix_fadvise(sh->fd, (off_t)off, (off_t)bytes, POSIX_FADV_WILLNEED);
+            populate_range(sh->base + off, (size_t)bytes, w->cold);
+        } else {
+            kiln_err e;
+            kiln_err_clear(&e);
+            uint8_t *dst = (uint8_t *)w->p->owned[ch->item] + (size_t)ch->r0 * it->out_row_bytes;
+            if (w->cold && w->p->rep.env.io != KILN_IO_MMAP) {
+                /* start the whole chunk's reads at once (large, asynchronous readahead)
+                 * instead of the kernel's small synchronous windows */
+                const kiln_model_shard *sh = kiln_model_file_shard(w->p->mf, it->file);
+                uint64_t off = it->src_offset + (uint64_t)ch->r0 * it->src_stride;
+                uint64_t span =
+                    (uint64_t)(ch->r1 - ch->r0 - 1) * it->src_stride + it->src_row_bytes;
+                posix_fadvise(sh->fd, (off_t)off, (off_t)span, POSIX_FADV_WILLNEED);
+            }
+            kiln_status st = kiln_load_produce(w->p, it, ch->r0, ch->r1, dst, w->scratch[ith],
+                                               &w->readers[ith], &e);
+            if (st) {
+                fail_work(w, &e, it);
+                return;
+            }
+        }
+        atomic_fetch_add_explicit(&w->done_bytes, bytes, memory_order_relaxed);
+    }
+}
+
+/* Splits every item of `lane` into chunks and runs them on the pool. */
+static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane lane, kiln_err *err) {
+    int64_t n_chunks = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        const kiln_load_item *it = &p->items[i];
+        if (it->lane != lane || it->n_rows == 0) continue;
+        int64_t cr = kiln_load_chunk_rows(it);
+        n_chunks += (it->n_rows + cr - 1) / cr;
+    }
+    if (n_chunks == 0) return KILN_OK;
+    work w = {.p = p, .n_chunks = n_chunks, .lane = lane};
+    w.cold = p->rep.env.resident_bytes < p->rep.env.file_bytes;
+    pthread_mutex_init(&w.lock, NULL);
+    int nth = kiln_pool_size(pool);
+    w.chunks = calloc((size_t)n_chunks, sizeof *w.chunks);
+    w.readers = calloc((size_t)nth, sizeof *w.readers);
+    w.scratch = calloc((size_t)nth, sizeof *w.scratch);
+    kiln_status st = KILN_OK;
+    if (!w.chunks || !w.readers || !w.scratch)
+        st = kiln_err_set(err, KILN_ERR_NOMEM, "load chunks");
+    int64_t k = 0;
+    for (size_t i = 0; !st && i < p->n; i++) {
+        const kiln_load_item *it = &p->items[i];
+        if (it->lane != lane || it->n_rows == 0) continue;
+        int64_t cr = kiln_load_chunk_rows(it);
+        for (int64_t r = 0; r < it->n_rows; r += cr)
+            w.chunks[k++] = (chunk){(uint32_t)i, r, r + cr < it->n_rows ? r + cr : it->n_rows};
+    }
+    /* staging is needed by transforms that do not read straight into the destination
+     * and cannot transform straight from the mapping */
+    bool need_scratch = false;
+    for (size_t i = 0; i < p->n && lane == KILN_LANE_TRANSFORM; i++) {
+        const kiln_load_item *it = &p->items[i];
+        bool identity =
+            strcmp(it->layout->name, "native") == 0 && it->src->fixup == KILN_FIXUP_NONE;
+        bool contiguous = it->src_stride == it->src_row_bytes;
+        if (it->lane == lane && !identity && (p->rep.env.io != KILN_IO_MMAP || !contiguous))
+            need_scratch = true;
+    }
+    for (int t = 0; !st && t < nth && lane == KILN_LANE_TRANSFORM; t++) {
+        st = kiln_reader_init(&w.readers[t], p, p->rep.env.io, err);
+        if (!st && need_scratch && p->max_chunk_src) {
+            w.scratch[t] = kiln_alloc_aligned(p->max_chunk_src);
+            if (!w.scratch[t]) st = kiln_err_set(err, KILN_ERR_NOMEM, "staging buffer");
+        }
+    }
+    if (!st) {
+        kiln_pool_for(pool, n_chunks, 1, run_chunks, &w);
+        if (atomic_load(&w.failed)) {
+            if (err) *err = w.err;
+            st = w.err.code;
+        }
+    }
+    for (int t = 0; w.readers && t < nth; t++) kiln_reader_free(&w.readers[t]);
+    for (int t = 0; w.scratch && t < nth; t++) kiln_free_aligned(w.scratch[t]);
+    free(w.chunks);
+    free(w.readers);
+    free(w.scratch);
+    pthread_mutex_destroy(&w.lock);
+    return st;
+}
+
+/* ---- lanes ---------------------------------------------------------------------------- */
+
+static kiln_status allocate_owned(kiln_load_plan *p, kiln_lane lane, kiln_err *err) {
+    for (size_t i = 0; i < p->n; i++) {
+        kiln_load_item *it = &p->items[i];
+        if (it->lane != lane) continue;
+        p->owned[i] = kiln_load_owned_alloc((size_t)it->nbytes);
+        if (!p->owned[i])
+            return kiln_err_set(err, KILN_ERR_NOMEM, "lane %s: tensor '%s': %" PRIu64 " bytes",
+                                kiln_lane_name(lane), it->src->name, it->nbytes);
+        it->data = p->owned[i];
+    }
+    return KILN_OK;
+}
+
+/* Residual: generic byte ranges, read with pread one range at a time into owned memory,
+ * then the tensor's transform (the reference the other lanes must match). */
+static kiln_status residual_lane(kiln_load_plan *p, kiln_err *err) {
+    kiln_reader rd;
+    KILN_TRY(kiln_reader_init(&rd, p, KILN_IO_PREAD, err));
+    void *scratch = p->max_chunk_src ? kiln_alloc_aligned(p->max_chunk_src) : NULL;
+    if (p->max_chunk_src && !scratch) return kiln_err_set(err, KILN_ERR_NOMEM, "residual staging");
+    kiln_status st = KILN_OK;
+    for (size_t i = 0; i < p->n && !st; i++) {
+        kiln_load_item *it = &p->items[i];
+        if (it->lane != KILN_LANE_RESIDUAL) continue;
+        int64_t cr = kiln_load_chunk_rows(it);
+        for (int64_t r = 0; r < it->n_rows && !st; r += cr) {
+            int64_t r1 = r + cr < it->n_rows ? r + cr : it->n_rows;
+            st = kiln_load_produce(p, it, r, r1,
+                                   (uint8_t *)p->owned[i] + (size_t)r * it->out_row_bytes, scratch,
+                                   &rd, err);
+        }
+        if (st) kiln_err_wrap(err, st, "lane residual: tensor '%s'", it->src->name);
+        it->done = !st;
+    }
+    kiln_free_aligned(scratch);
+    kiln_reader_free(&rd);
+    return st;
+}
+
+kiln_status kiln_load_execute(kiln_load_plan *p, kiln_err *err) {
+    if (p->rep.executed)
+        return kiln_err_set(err, KILN_ERR_STATE, "the load plan was already executed");
+    p->rep.executed = true;
+    uint64_t t0 = kiln_now_ns();
+    kiln_pool *pool = NULL;
+    KILN_TRY(kiln_pool_create(p->rep.env.threads, &pool, err));
+    kiln_status st = KILN_OK;
+
+    /* alias: views into the mapping, faulted in when asked */
+    uint64_t ts = kiln_now_ns();
+    for (size_t i = 0; i < p->n; i++) {
+        kiln_load_item *it = &p->items[i];
+        if (it->lane != KILN_LANE_ALIAS) continue;
+        it->data = kiln_model_file_shard(p->mf, it->file)->base + it->src_offset;
+        it->done = true;
+    }
+    if (p->req.populate) st = run_parallel(p, pool, KILN_LANE_ALIAS, err);
+    p->rep.lane[KILN_LANE_ALIAS].seconds = (double)(kiln_now_ns() - ts) * 1e-9;
+
+    /* transform: parallel over row chunks of every tensor */
+    if (!st) {
+        ts = kiln_now_ns();
+        st = allocate_owned(p, KILN_LANE_TRANSFORM, err);
+        if (!st) st = run_parallel(p, pool, KILN_LANE_TRANSFORM, err);
+        for (size_t i = 0; !st && i < p->n; i++)
+            if (p->items[i].lane == KILN_LANE_TRANSFORM) p->items[i].done = true;
+        p->rep.lane[KILN_LANE_TRANSFORM].seconds = (double)(kiln_now_ns() - ts) * 1e-9;
+    }
+    /* residual */
+    if (!st) {
+        ts = kiln_now_ns();
+        st = allocate_owned(p, KILN_LANE_RESIDUAL, err);
+        if (!st) st = residual_lane(p, err);
+        p->rep.lane[KILN_LANE_RESIDUAL].seconds = (double)(kiln_now_ns() - ts) * 1e-9;
+    }
+    /* upload */
+    if (!st && p->rep.lane[KILN_LANE_UPLOAD].tensors) {
+        ts = kiln_now_ns();
+        kiln_load_item **ups = calloc(p->rep.lane[KILN_LANE_UPLOAD].tensors, sizeof *ups);
+        if (!ups) {
+            st = kiln_err_set(err, KILN_ERR_NOMEM, "upload list");
+        } else {
+            size_t k = 0;
+            for (size_t i = 0; i < p->n; i++)
+                if (p->items[i].lane == KILN_LANE_UPLOAD) ups[k++] = &p->items[i];
+            kiln_reader rd;
+            st = kiln_reader_init(&rd, p, p->rep.env.io, err);
+            if (!st) {
+                st = kiln_upload_lane(p, ups, k, &rd, err);
+                kiln_reader_free(&rd);
+            }
+            free(ups);
+        }
+        p->rep.lane[KILN_LANE_UPLOAD].seconds = (double)(kiln_now_ns() - ts) * 1e-9;
+    }
+    kiln_pool_free(pool);
+    p->rep.exec_seconds = (double)(kiln_now_ns() - t0) * 1e-9;
+    p->rep.total_seconds = p->rep.plan_seconds + p->rep.exec_seconds;
+    if (st) kiln_err_wrap(err, st, "loading %s", kiln_model_file_path(p->mf));
+    return st;
+}

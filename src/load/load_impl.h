@@ -1,0 +1,58 @@
+/*
+ * load_impl.h — internals shared by the loader's files (plan.c, exec.c, report.c,
+ * upload.c). Not for use outside src/load/.
+ */
+#ifndef KILN_LOAD_IMPL_H
+#define KILN_LOAD_IMPL_H
+
+#include "format/meta.h"
+#include "load/load.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KILN_LOAD_CHUNK_BYTES ((size_t)8 << 20) /* unit of parallel work and of staging */
+
+struct kiln_load_plan {
+    const kiln_model_file *mf;
+    kiln_load_request req;
+    kiln_load_item *items;
+    void **owned; /* per item: host buffer owned by the plan (or NULL) */
+    size_t n;
+    kiln_str *names;
+    kiln_strmap index;
+    size_t max_chunk_src; /* largest source bytes of one chunk (staging size) */
+    kiln_load_report rep;
+};
+
+/* A byte reader bound to one executor (one per thread). */
+typedef struct kiln_reader {
+    const kiln_load_plan *plan;
+    kiln_io io;
+    void *ring; /* struct io_uring * when io == KILN_IO_URING */
+} kiln_reader;
+
+kiln_status kiln_reader_init(kiln_reader *r, const kiln_load_plan *p, kiln_io io, kiln_err *err);
+void kiln_reader_free(kiln_reader *r);
+
+/* Produces output rows [r0, r1) of item it into dst (at the rows' output position
+ * relative to dst, i.e. dst holds exactly those rows), reading source bytes through rd
+ * and staging through scratch (at least max_chunk_src bytes, or NULL when unneeded). */
+kiln_status kiln_load_produce(const kiln_load_plan *p, const kiln_load_item *it, int64_t r0,
+                              int64_t r1, void *dst, void *scratch, kiln_reader *rd, kiln_err *err);
+/* Rows per chunk for an item (a multiple of the layout's row group). */
+int64_t kiln_load_chunk_rows(const kiln_load_item *it);
+
+/* Owned host buffers (huge-page mappings when large); free with the same size. */
+void *kiln_load_owned_alloc(size_t n);
+void kiln_load_owned_free(void *p, size_t n);
+
+/* ---- CUDA upload lane (upload.c; stubs without KILN_HAVE_CUDA) ---- */
+/* Number of usable devices (0 without CUDA or a device). */
+int kiln_cuda_device_count(void);
+/* Uploads the items (all placed on CUDA) with pinned double buffers; fills device_ptr. */
+kiln_status kiln_upload_lane(kiln_load_plan *p, kiln_load_item **items, size_t n, kiln_reader *rd,
+                             kiln_err *err);
+void kiln_upload_free(void *device_ptr);
+
+#endif /* KILN_LOAD_IMPL_H */

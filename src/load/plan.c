@@ -1,0 +1,382 @@
+/* plan.c — load planning: selection, targets, environment facts, lane choice (load.h). */
+#include "base/mem.h"
+#include "base/pool.h"
+#include "base/timer.h"
+#include "format/dtype.h"
+#include "load/load_impl.h"
+
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+const char *kiln_lane_name(kiln_lane l) {
+    static const char *const n[] = {"alias", "transform", "upload", "residual"};
+    return (unsigned)l < KILN_LANE_COUNT ? n[l] : "invalid";
+}
+
+const char *kiln_io_name(kiln_io io) {
+    static const char *const n[] = {"auto", "mmap", "pread", "io_uring"};
+    return (unsigned)io <= KILN_IO_URING ? n[io] : "invalid";
+}
+
+void kiln_load_request_init(kiln_load_request *r) {
+    memset(r, 0, sizeof *r);
+    r->target.place = KILN_PLACE_HOST;
+    r->io = KILN_IO_AUTO;
+    r->populate = true;
+    r->force_lane = -1;
+    r->alias_align = 32;
+    r->shard_count = 1;
+}
+
+/* ---- environment facts ---------------------------------------------------------------- */
+
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* cachestat(2) (Linux 6.5): the page-cache state of a file range in one call. */
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+struct kiln_cachestat_range {
+    uint64_t off, len;
+};
+struct kiln_cachestat {
+    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+/* Bytes of the file (mapped at base) resident in the page cache: cachestat when the
+ * kernel has it (one call), else mincore over the mapping (one byte per page). */
+static uint64_t resident_bytes(int fd, const uint8_t *base, uint64_t size) {
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0 || size == 0) return 0;
+    struct kiln_cachestat_range range = {0, 0}; /* len 0: to the end of the file */
+    struct kiln_cachestat cs;
+    if (fd >= 0 && syscall(__NR_cachestat, fd, &range, &cs, 0) == 0) {
+        uint64_t b = cs.nr_cache * (uint64_t)pg;
+        return b > size ? size : b;
+    }
+    size_t pages = (size_t)((size + (uint64_t)pg - 1) / (uint64_t)pg);
+    unsigned char *vec = malloc(pages);
+    if (!vec) return 0;
+    uint64_t res = 0;
+    if (mincore((void *)base, (size_t)size, vec) == 0) {
+        for (size_t i = 0; i < pages; i++) res += vec[i] & 1;
+        res *= (uint64_t)pg;
+        if (res > size) res = size;
+    }
+    free(vec);
+    return res;
+}
+
+static bool uring_probe(void) {
+    struct io_uring ring;
+    if (io_uring_queue_init(4, &ring, 0) != 0) return false;
+    io_uring_queue_exit(&ring);
+    return true;
+}
+
+static void gather_env(kiln_load_plan *p) {
+    kiln_load_env *e = &p->rep.env;
+    for (size_t s = 0; s < kiln_model_file_shard_count(p->mf); s++) {
+        const kiln_model_shard *sh = kiln_model_file_shard(p->mf, s);
+        e->file_bytes += sh->size;
+        e->resident_bytes += resident_bytes(sh->fd, sh->base, sh->size);
+    }
+    e->mem_available = mem_available();
+    e->budget = p->req.memory_budget ? p->req.memory_budget : e->mem_available;
+    e->cores = kiln_cpu_count();
+    e->threads = p->req.threads > 0 ? p->req.threads : e->cores;
+    e->uring_ok = uring_probe();
+#ifdef KILN_HAVE_CUDA
+    e->cuda_built = true;
+#endif
+    e->cuda_devices = 0; /* asked only when a tensor targets CUDA (initializing CUDA is slow) */
+}
+
+/* ---- selection --------------------------------------------------------------------------- */
+
+/* Layer number of "blk.N.*", or -1. */
+static long layer_of(const char *name) {
+    if (strncmp(name, "blk.", 4) != 0) return -1;
+    char *end;
+    long n = strtol(name + 4, &end, 10);
+    if (end == name + 4 || *end != '.' || n < 0) return -1;
+    return n;
+}
+
+static bool selected(const kiln_load_request *r, const char *name) {
+    if (r->pattern && fnmatch(r->pattern, name, 0) != 0) return false;
+    if (r->layer_end > r->layer_begin) {
+        long l = layer_of(name);
+        if (l < 0) return !r->skip_globals;
+        return l >= r->layer_begin && l < r->layer_end;
+    }
+    return true;
+}
+
+/* ---- per-tensor planning ------------------------------------------------------------------ */
+
+static kiln_status plan_source(const kiln_load_request *r, const kiln_tensor_info *t,
+                               kiln_load_item *it, bool *col_shard, kiln_err *err) {
+    size_t row_bytes;
+    KILN_TRY(kiln_dtype_row_bytes(t->dtype, t->shape[0], &row_bytes, err));
+    const kiln_dtype_info *di = kiln_dtype_get(t->dtype);
+    it->rank = t->rank;
+    memcpy(it->shape, t->shape, sizeof it->shape);
+    it->file = t->file;
+    it->src_offset = t->offset;
+    it->src_row_bytes = row_bytes;
+    it->src_stride = row_bytes;
+    it->n_rows = t->shape[1] * t->shape[2] * t->shape[3];
+    *col_shard = false;
+    bool shard = r->shard != KILN_SHARD_NONE && r->shard_count > 1 && t->rank == 2 &&
+                 (!r->shard_pattern || fnmatch(r->shard_pattern, t->name, 0) == 0);
+    if (!shard) return KILN_OK;
+    const int64_t k = r->shard_count, i = r->shard_index;
+    if (r->shard == KILN_SHARD_ROWS) {
+        if (t->shape[1] % k)
+            return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
+                                "row shard: %lld rows not divisible by %d", (long long)t->shape[1],
+                                r->shard_count);
+        it->shape[1] = t->shape[1] / k;
+        it->n_rows = it->shape[1];
+        it->src_offset += (uint64_t)(i * it->shape[1]) * row_bytes;
+    } else {
+        if (t->shape[0] % (k * (int64_t)di->block_size))
+            return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
+                                "column shard: row of %lld not divisible into %d parts of whole "
+                                "%s blocks",
+                                (long long)t->shape[0], r->shard_count, di->name);
+        it->shape[0] = t->shape[0] / k;
+        it->src_row_bytes = row_bytes / (uint64_t)k;
+        it->src_offset += (uint64_t)i * it->src_row_bytes;
+        *col_shard = true;
+    }
+    return KILN_OK;
+}
+
+static kiln_status plan_item(kiln_load_plan *p, const kiln_tensor_info *t, kiln_load_item *it,
+                             kiln_err *err) {
+    const kiln_load_request *r = &p->req;
+    it->src = t;
+    it->target = r->target_for ? r->target_for(r->target_user, t) : r->target;
+    if (!t->supported)
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "type %s is not supported by kiln",
+                            kiln_dtype_name(t->dtype));
+    bool col;
+    KILN_TRY(plan_source(r, t, it, &col, err));
+    it->layout = kiln_layout_find(it->target.layout);
+    if (!it->layout)
+        return kiln_err_set(err, KILN_ERR_NOT_FOUND, "unknown target layout '%s'",
+                            it->target.layout);
+    kiln_status st = it->layout->plan(t->dtype, it->shape[0], it->n_rows, t->fixup, &it->dtype,
+                                      &it->out_row_bytes, err);
+    if (st) return kiln_err_wrap(err, st, "layout %s", it->layout->name);
+    if (!kiln_u64_mul(it->out_row_bytes, (uint64_t)it->n_rows, &it->nbytes))
+        return kiln_err_set(err, KILN_ERR_OVERFLOW, "output size overflows");
+    if (it->n_rows % it->layout->row_group)
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "layout %s needs rows in groups of %u",
+                            it->layout->name, it->layout->row_group);
+
+    const bool native = strcmp(it->layout->name, "native") == 0 && t->fixup == KILN_FIXUP_NONE;
+    const bool host = it->target.place == KILN_PLACE_HOST;
+    const uint64_t align = r->alias_align ? r->alias_align : 1;
+    const uint64_t addr =
+        (uint64_t)(uintptr_t)kiln_model_file_shard(p->mf, it->file)->base + it->src_offset;
+    char alias_no[80] = "";
+    if (!host)
+        snprintf(alias_no, sizeof alias_no, "target is cuda:%d", it->target.device);
+    else if (!native)
+        snprintf(alias_no, sizeof alias_no, "layout %s%s", it->layout->name,
+                 t->fixup ? " + fixup" : "");
+    else if (col)
+        snprintf(alias_no, sizeof alias_no, "column shard (strided)");
+    else if (it->target.writable)
+        snprintf(alias_no, sizeof alias_no, "writable copy requested");
+    else if (addr % align)
+        snprintf(alias_no, sizeof alias_no,
+                 "data misaligned (address %% %" PRIu64 " = %" PRIu64 ")", align, addr % align);
+
+    if (!host) {
+#ifndef KILN_HAVE_CUDA
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
+                            "target cuda:%d, but this kiln was built without CUDA (KILN_CUDA=OFF)",
+                            it->target.device);
+#else
+        if (p->rep.env.cuda_devices == 0) p->rep.env.cuda_devices = kiln_cuda_device_count();
+        if (it->target.device < 0 || it->target.device >= p->rep.env.cuda_devices)
+            return kiln_err_set(err, KILN_ERR_DEVICE,
+                                "target cuda:%d, but %d CUDA device(s) usable", it->target.device,
+                                p->rep.env.cuda_devices);
+#endif
+    }
+    if (r->force_lane >= 0) {
+        it->lane = (kiln_lane)r->force_lane;
+        snprintf(it->why, sizeof it->why, "forced by the request");
+        switch (it->lane) {
+        case KILN_LANE_ALIAS:
+            if (alias_no[0])
+                return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "lane alias cannot serve it: %s",
+                                    alias_no);
+            break;
+        case KILN_LANE_UPLOAD:
+            if (host)
+                return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "lane upload needs a CUDA target");
+            break;
+        case KILN_LANE_TRANSFORM:
+        case KILN_LANE_RESIDUAL:
+            if (!host)
+                return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "lane %s serves host targets only",
+                                    kiln_lane_name(it->lane));
+            break;
+        default:
+            return kiln_err_set(err, KILN_ERR_INVALID_ARG, "forced lane %d", r->force_lane);
+        }
+        return KILN_OK;
+    }
+    if (!host) {
+        it->lane = KILN_LANE_UPLOAD;
+        snprintf(it->why, sizeof it->why, "cuda:%d, layout %s", it->target.device,
+                 it->layout->name);
+    } else if (!alias_no[0]) {
+        it->lane = KILN_LANE_ALIAS;
+        snprintf(it->why, sizeof it->why, "native bytes in the mapping");
+    } else if (col && native) {
+        it->lane = KILN_LANE_RESIDUAL;
+        snprintf(it->why, sizeof it->why, "column shard: %lld strided byte ranges",
+                 (long long)it->n_rows);
+    } else {
+        it->lane = KILN_LANE_TRANSFORM;
+        snprintf(it->why, sizeof it->why, "%s", alias_no);
+    }
+    return KILN_OK;
+}
+
+int64_t kiln_load_chunk_rows(const kiln_load_item *it) {
+    const int64_t g = it->layout->row_group;
+    int64_t rows = (int64_t)(KILN_LOAD_CHUNK_BYTES / (it->src_row_bytes ? it->src_row_bytes : 1));
+    rows = rows / g * g;
+    if (rows < g) rows = g;
+    return rows;
+}
+
+kiln_status kiln_load_plan_build(const kiln_model_file *mf, const kiln_load_request *req,
+                                 kiln_load_plan **out, kiln_err *err) {
+    *out = NULL;
+    uint64_t t0 = kiln_now_ns();
+    if (req->shard != KILN_SHARD_NONE &&
+        (req->shard_count < 1 || req->shard_index < 0 || req->shard_index >= req->shard_count))
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "shard %d of %d", req->shard_index,
+                            req->shard_count);
+    if (req->force_lane >= KILN_LANE_COUNT)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "forced lane %d", req->force_lane);
+    kiln_load_plan *p = calloc(1, sizeof *p);
+    if (!p) return kiln_err_set(err, KILN_ERR_NOMEM, "load plan");
+    p->mf = mf;
+    p->req = *req;
+    size_t n = kiln_model_file_tensor_count(mf);
+    p->items = calloc(n ? n : 1, sizeof *p->items);
+    p->owned = calloc(n ? n : 1, sizeof *p->owned);
+    p->names = calloc(n ? n : 1, sizeof *p->names);
+    if (!p->items || !p->owned || !p->names) {
+        kiln_load_plan_free(p);
+        return kiln_err_set(err, KILN_ERR_NOMEM, "load plan of %zu tensors", n);
+    }
+    gather_env(p);
+    kiln_status st = KILN_OK;
+    for (size_t i = 0; i < n && !st; i++) {
+        const kiln_tensor_info *t = kiln_model_file_tensor(mf, i);
+        if (!selected(req, t->name)) continue;
+        kiln_load_item *it = &p->items[p->n];
+        st = plan_item(p, t, it, err);
+        if (st) {
+            kiln_err_wrap(err, st, "planning the load of %s: tensor '%s'", kiln_model_file_path(mf),
+                          t->name);
+            break;
+        }
+        p->names[p->n].ptr = t->name;
+        p->names[p->n].len = t->name_len;
+        kiln_lane_stats *ls = &p->rep.lane[it->lane];
+        ls->tensors++;
+        ls->bytes += it->nbytes;
+        ls->src_bytes += it->src_row_bytes * (uint64_t)it->n_rows;
+        if (it->lane == KILN_LANE_TRANSFORM || it->lane == KILN_LANE_RESIDUAL)
+            p->rep.env.owned_bytes += it->nbytes;
+        uint64_t chunk = (uint64_t)kiln_load_chunk_rows(it) * it->src_row_bytes;
+        uint64_t all = it->src_row_bytes * (uint64_t)it->n_rows;
+        if (chunk > all) chunk = all;
+        if (chunk > p->max_chunk_src) p->max_chunk_src = (size_t)chunk;
+        p->n++;
+    }
+    if (!st && p->rep.lane[KILN_LANE_UPLOAD].tensors)
+        p->rep.env.owned_bytes += 2 * (uint64_t)p->max_chunk_src; /* pinned staging */
+    if (!st && p->rep.env.budget && p->rep.env.owned_bytes > p->rep.env.budget)
+        st = kiln_err_set(err, KILN_ERR_CAPACITY,
+                          "planning the load of %s: the plan needs %.2f GiB of host memory, the "
+                          "budget is %.2f GiB",
+                          kiln_model_file_path(mf), (double)p->rep.env.owned_bytes / (1 << 30),
+                          (double)p->rep.env.budget / (1 << 30));
+    /* the reader: page-cache facts decide between the mapping and real I/O */
+    kiln_load_env *e = &p->rep.env;
+    if (!st) {
+        e->io = req->io;
+        if (e->io == KILN_IO_AUTO) {
+            bool cached =
+                e->file_bytes == 0 || (double)e->resident_bytes >= 0.9 * (double)e->file_bytes;
+            e->io = cached ? KILN_IO_MMAP : e->uring_ok ? KILN_IO_URING : KILN_IO_PREAD;
+        } else if (e->io == KILN_IO_URING && !e->uring_ok) {
+            st = kiln_err_set(err, KILN_ERR_UNSUPPORTED,
+                              "io_uring requested but the kernel refuses io_uring_setup here");
+        }
+    }
+    if (!st) st = kiln_strmap_build(&p->index, p->names, p->n, NULL, err);
+    if (st) {
+        kiln_load_plan_free(p);
+        return st;
+    }
+    p->rep.plan_seconds = (double)(kiln_now_ns() - t0) * 1e-9;
+    *out = p;
+    return KILN_OK;
+}
+
+void kiln_load_plan_free(kiln_load_plan *p) {
+    if (!p) return;
+    for (size_t i = 0; i < p->n; i++) {
+        kiln_load_owned_free(p->owned[i], (size_t)p->items[i].nbytes);
+        if (p->items[i].device_ptr) kiln_upload_free(p->items[i].device_ptr);
+    }
+    kiln_strmap_free(&p->index);
+    free(p->items);
+    free(p->owned);
+    free(p->names);
+    free(p);
+}
+
+size_t kiln_load_plan_count(const kiln_load_plan *p) {
+    return p->n;
+}
+const kiln_load_item *kiln_load_plan_item(const kiln_load_plan *p, size_t i) {
+    return i < p->n ? &p->items[i] : NULL;
+}
+const kiln_load_item *kiln_load_plan_find(const kiln_load_plan *p, const char *name) {
+    int64_t i = kiln_strmap_find(&p->index, p->names, kiln_str_c(name));
+    return i < 0 ? NULL : &p->items[i];
+}
+const kiln_load_report *kiln_load_plan_report(const kiln_load_plan *p) {
+    return &p->rep;
+}

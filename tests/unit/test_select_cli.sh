@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# test_select_cli.sh — CLI contracts of the kernel tools: `kiln kernels` lists the
+# registry with availability; a bad policy file is rejected with its line number;
+# `kiln explain` / `kiln solve` on the real model (skipped when it is not cached).
+set -u
+KILN=$1
+fail() { echo "FAIL: $*"; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+out=$("$KILN" kernels) || fail "kiln kernels exited $?"
+grep -q '^ref ' <<<"$out" || fail "no ref provider in: $out"
+grep -q '^openblas ' <<<"$out" || fail "no openblas provider"
+grep -q 'openblas.sgemm.matmul.f32' <<<"$out" || fail "no sgemm kernel"
+"$KILN" kernels --op matmul --json | grep -q '"op": "matmul"' || fail "kernels --json"
+"$KILN" kernels --op nope >/dev/null 2>&1 && fail "unknown op accepted"
+
+# an unavailable provider (descriptor rejected) is listed, never fatal
+mkdir -p "$tmp/desc"
+echo '{"schema": "kiln.kernel-descriptor", "schema_version": 7}' >"$tmp/desc/openblas.json"
+out=$(KILN_DESCRIPTOR_DIR="$tmp/desc" "$KILN" kernels 2>/dev/null) || fail "kernels with bad descriptor"
+grep -q 'openblas .*UNAVAILABLE (descriptor rejected' <<<"$out" || fail "rejected descriptor not shown: $out"
+
+model=${XDG_CACHE_HOME:-$HOME/.cache}/kiln/models/gemma-3-270m-q4_k_m.gguf
+if [ ! -f "$model" ]; then
+  echo "SKIP explain/solve: $model not present (scripts/fetch-model.sh gemma3-270m)"
+  exit 0
+fi
+printf 'strict: false\nlocks:\n  matmull: x\n' >"$tmp/bad.yaml"
+err=$(KILN_POLICY="$tmp/bad.yaml" "$KILN" explain -m "$model" 2>&1) && fail "bad policy accepted"
+grep -q "bad.yaml:3: locks: unknown op 'matmull'" <<<"$err" || fail "policy error lacks line: $err"
+
+out=$("$KILN" explain -m "$model" --site 'blk.0.attn_q' --perfdb "$tmp/none.sqlite") || fail "explain: $out"
+grep -q 'blk.0.attn_q \[matmul; q5_0, n=1024 k=640\]' <<<"$out" || fail "explain output: $out"
+grep -q -- '-> ' <<<"$out" || fail "no chosen kernel: $out"
+grep -q 'openblas.sgemm.matmul.f32 .*rejected: DTYPE_UNSUPPORTED' <<<"$out" || fail "no reasons: $out"
+# avoid through the environment shows up as POLICY_AVOIDED
+out=$(KILN_AVOID=openblas "$KILN" explain -m "$model" --site 'blk.0.attn_q' --perfdb "$tmp/none.sqlite")
+grep -q 'openblas.sgemm.matmul.dq .*POLICY_AVOIDED' <<<"$out" || fail "KILN_AVOID ignored: $out"
+echo ok
