@@ -181,6 +181,57 @@ CONVERSATIONS = {
         ],
         "tools": [SEARCH_TOOL],
     },
+    "assistant_last": {
+        "messages": [
+            {"role": "system", "content": "You complete sentences."},
+            {"role": "user", "content": "Start a story."},
+            {"role": "assistant", "content": "Once upon a time"},
+        ]
+    },
+    "system_only": {"messages": [{"role": "system", "content": "Only a system prompt."}]},
+    "empty_content": {
+        "messages": [
+            {"role": "user", "content": ""},
+            {"role": "assistant", "content": ""},
+            {"role": "user", "content": " "},
+        ]
+    },
+    "reasoning_tool_call": {
+        "messages": [
+            {"role": "system", "content": "Think, then act."},
+            {"role": "user", "content": "Weather in Rome?"},
+            {
+                "role": "assistant",
+                "content": "Let me check.",
+                "reasoning_content": "I should call get_weather for Rome.",
+                "tool_calls": [
+                    {"id": "call_r", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome", "unit": "celsius"}}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_r", "name": "get_weather", "content": "{\"temperature\": 25}"},
+            {"role": "assistant", "content": "It is 25 °C in Rome.", "reasoning_content": "The tool said 25."},
+            {"role": "user", "content": "Thanks! And Milan?"},
+        ],
+        "tools": [WEATHER_TOOL],
+    },
+    "tool_call_multi_turn": {
+        "messages": [
+            {"role": "user", "content": "Find cats."},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": {"query": "cats"}}}]},
+            {"role": "tool", "tool_call_id": "c1", "name": "search", "content": "Cats: small, furry."},
+            {"role": "assistant", "content": "Cats are small and furry."},
+            {"role": "user", "content": "Now dogs."},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c2", "type": "function", "function": {"name": "search", "arguments": {"query": "dogs"}}}]},
+            {"role": "tool", "tool_call_id": "c2", "name": "search", "content": "Dogs: loyal."},
+        ],
+        "tools": [SEARCH_TOOL],
+    },
+    "thinking_on": {
+        "messages": [
+            {"role": "user", "content": "Why is the sky blue?"},
+        ],
+        "vars": {"enable_thinking": True, "reasoning_effort": "high"},
+    },
     "thinking_off": {
         "messages": [
             {"role": "system", "content": "Be brief."},
@@ -295,6 +346,13 @@ FEATURES = [
     ("whitespace_inside_tags", "{%if true%}a{%endif%}{{n}}{{- n -}}{%- if true -%} b {%- endif -%}"),
     ("lstrip_after_var_newline", "{{ 'x' }}\n    {% if true %}y{% endif %}"),
     ("minus_inside_expression", "{{ n -1 }}{{ n- 1 }}{{ n - -1 }}"),
+    ("markup_concat", "{{ '<a>' | safe + '<b>' }}|{{ '<c>' + '&' | safe }}|{{ '<d>' | e }}|{{ ('<e>' | e) | e }}|{{ '<f>' | safe ~ '<g>' }}|{{ ('<h>' | safe) | upper + '<i>' }}"),
+    ("generator_truthy", "{{ 'y' if ([] | select) else 'n' }}{{ 'y' if ([] | list) else 'n' }}{% if msgs | selectattr('role', 'equalto', 'nobody') %}always{% endif %}"),
+    ("generator_consumed", "{% set g = xs | select('odd') %}{{ g | list }}{{ g | list }}{% set h = xs | map('string') %}{{ h | first }}{{ h | join(',') }}"),
+    ("generator_len_error", "{{ xs | map('string') | length }}"),
+    ("generator_tojson_error", "{{ xs | select('odd') | tojson }}"),
+    ("dict_views", "{{ d.items() }}{{ d.keys() }}{{ d.values() | length }}{{ 'a' in d.keys() }}"),
+    ("select_on_none", "{{ none | selectattr('x') | list }}{{ none | map('upper') | list }}"),
 ]
 
 
@@ -379,6 +437,17 @@ def main():
         with open(os.path.join(args.out, "goldens", name[: -len(".jinja")] + ".json"), "w", encoding="utf-8") as f:
             json.dump(golden, f, ensure_ascii=False, indent=1)
             f.write("\n")
+    # fixture for tests/unit/test_template_cli.sh: one real template through `kiln template`
+    cli = os.path.join(args.out, "cli")
+    os.makedirs(cli, exist_ok=True)
+    conv = CONVERSATIONS["tool_call"]
+    for fname, obj in (("messages.json", conv["messages"]), ("tools.json", conv["tools"])):
+        with open(os.path.join(cli, fname), "w", encoding="utf-8") as f:
+            json.dump(obj, f, ensure_ascii=False, indent=1)
+    with open(os.path.join(args.templates, "Qwen-Qwen2.5-7B-Instruct.jinja"), encoding="utf-8") as f:
+        r = render_case(env, f.read(), conv, True)
+    with open(os.path.join(cli, "expected-qwen25-tool_call.txt"), "w", encoding="utf-8", newline="") as f:
+        f.write(r["output"])
     feats = []
     for fname, ftpl in FEATURES:
         r = render_case(env, ftpl, {"messages": [], "vars": FEATURE_CONTEXT}, False)

@@ -54,6 +54,74 @@ const char *kiln_status_name(kiln_status s);
 /* Version string of the library ("0.1.0"). */
 const char *kiln_version(void);
 
+/* ---- errors ---- */
+/* Error context (message buffer) filled by fallible calls; defined in base/status.h.
+ * Embedders may allocate one with kiln_err_new / kiln_err_free and read its message
+ * with kiln_err_message. */
+typedef struct kiln_err kiln_err;
+kiln_err *kiln_err_new(void);
+void kiln_err_free(kiln_err *err);
+const char *kiln_err_message(const kiln_err *err);
+
+/* ---- models ---- */
+typedef struct kiln_model kiln_model;
+
+/* Opens a model file (GGUF, or a safetensors directory / file with config.json),
+ * reads its metadata into the family's config and maps its tensors. */
+kiln_status kiln_model_load(const char *path, kiln_model **out, kiln_err *err);
+void kiln_model_free(kiln_model *m);
+int32_t kiln_model_n_vocab(const kiln_model *m);
+int32_t kiln_model_n_ctx_train(const kiln_model *m);
+const char *kiln_model_arch(const kiln_model *m);
+
+/* ---- engine: one forward pass over a batch of tokens from many sequences ---- */
+typedef struct kiln_engine kiln_engine;
+
+typedef struct kiln_engine_opts {
+    const char *backend;     /* "ref" (default) or "cpu"                            */
+    int32_t n_threads;       /* 0: every online CPU                                 */
+    int64_t n_ctx;           /* KV budget in tokens over all sequences (0: 4096)    */
+    int32_t max_step_tokens; /* largest batch of one step (0: 512)                  */
+    int32_t max_seqs;        /* sequences alive at once (0: 64)                     */
+    int32_t kv_f16;          /* store the KV cache as f16 (default 0: f32)          */
+    int32_t counters;        /* count dispatches per opcode (default 0: off)        */
+} kiln_engine_opts;
+
+void kiln_engine_opts_default(kiln_engine_opts *o);
+/* The engine borrows the model: free the engine first. */
+kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, kiln_engine **out,
+                               kiln_err *err);
+void kiln_engine_free(kiln_engine *e);
+
+/* Sequences: ids are small integers, reused after kiln_seq_free. */
+kiln_status kiln_seq_create(kiln_engine *e, int32_t *seq, kiln_err *err);
+void kiln_seq_free(kiln_engine *e, int32_t seq);
+/* Number of positions cached for the sequence (-1 for an unknown id). */
+int32_t kiln_seq_len(const kiln_engine *e, int32_t seq);
+/* Keeps the first n_pos positions (multi-turn reuse of the sequence's own history;
+ * 0 resets). */
+kiln_status kiln_seq_truncate(kiln_engine *e, int32_t seq, int32_t n_pos, kiln_err *err);
+/* A new sequence that shares the parent's cached positions. */
+kiln_status kiln_seq_fork(kiln_engine *e, int32_t parent, int32_t *child, kiln_err *err);
+
+typedef struct kiln_batch_entry {
+    int32_t seq, token, pos;
+    int32_t want_logits; /* nonzero: this entry gets a row of logits */
+} kiln_batch_entry;
+
+/* Runs one forward pass over n entries. Each sequence's entries must appear in order
+ * of position, the first at the sequence's current length, without gaps. logits gets
+ * one row of n_vocab floats per entry with want_logits, in entry order (may be NULL
+ * when none asks). Results for a sequence do not depend on the other sequences in the
+ * batch (on batch-invariant kernels, which the ref backend's all are).
+ * Errors: KILN_ERR_INVALID_ARG (bad entry: unknown sequence, token out of range,
+ * position out of order), KILN_ERR_CAPACITY (KV budget exhausted: the step did not
+ * run, sequences are unchanged), others from kernels. */
+kiln_status kiln_engine_step(kiln_engine *e, const kiln_batch_entry *entries, int32_t n,
+                             float *logits, kiln_err *err);
+/* Dispatch counts per opcode since creation (NULL when counters are off). */
+const uint64_t *kiln_engine_counters(const kiln_engine *e);
+
 #ifdef __cplusplus
 }
 #endif

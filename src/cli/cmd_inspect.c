@@ -210,6 +210,8 @@ int kiln_cmd_inspect(int argc, char **argv) {
          false, NULL},
         {"all", 0, false, NULL, "print long metadata strings in full (up to 400 bytes)", false,
          NULL},
+        {"copy", 0, false, NULL, "with --load: copy into owned memory instead of aliasing", false,
+         NULL},
     };
     const char *pos[2];
     int n_pos;
@@ -251,6 +253,7 @@ int kiln_cmd_inspect(int argc, char **argv) {
         req.target.device = (int)dev;
     }
     if (opts[8].seen) req.populate = false;
+    if (opts[10].seen) req.target.writable = true;
     const bool load = opts[1].seen, json = opts[2].seen, verbose = opts[3].seen;
 
     kiln_model_file *mf = NULL;

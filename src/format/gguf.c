@@ -209,6 +209,10 @@ static kiln_status check_name(kiln_str s, uint32_t max, const char *what, kiln_e
     if (s.len == 0) return kiln_err_set(err, KILN_ERR_FORMAT, "empty %s", what);
     if (s.len > max)
         return kiln_err_set(err, KILN_ERR_FORMAT, "%s of %zu bytes (limit %u)", what, s.len, max);
+    const char *nul = memchr(s.ptr, 0, s.len);
+    if (nul)
+        return kiln_err_set(err, KILN_ERR_FORMAT, "%s contains a NUL byte at position %zu", what,
+                            (size_t)(nul - s.ptr));
     size_t bad;
     if (!kiln_utf8_valid(s.ptr, s.len, &bad)) {
         size_t shown = bad < 64 ? bad : 64;

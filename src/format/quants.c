@@ -364,16 +364,16 @@ static kiln_status check_args(uint32_t id, const void *a, const void *b, int64_t
 
 kiln_status kiln_dequantize_row(uint32_t id, const void *src, float *dst, int64_t n,
                                 kiln_err *err) {
-    dequant_fn dq;
-    quant_fn q;
+    dequant_fn dq = NULL;
+    quant_fn q = NULL;
     KILN_TRY(check_args(id, src, dst, n, &dq, &q, err));
     if (n > 0) dq(src, dst, n);
     return KILN_OK;
 }
 
 kiln_status kiln_quantize_row(uint32_t id, const float *src, void *dst, int64_t n, kiln_err *err) {
-    dequant_fn dq;
-    quant_fn q;
+    dequant_fn dq = NULL;
+    quant_fn q = NULL;
     KILN_TRY(check_args(id, src, dst, n, &dq, &q, err));
     if (n > 0) q(src, dst, n);
     return KILN_OK;

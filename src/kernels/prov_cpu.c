@@ -1,14 +1,18 @@
 /*
- * prov_cpu.c — the "cpu" provider: kiln's own SIMD matmul kernels (src/kernels/cpu/).
+ * prov_cpu.c — the "cpu" provider: kiln's own SIMD + threaded kernels (src/kernels/cpu/,
+ * docs/CPU.md), one spec per ISA flavour, so a CPU without AVX-512 gets the AVX2 kernels
+ * (the AVX-512 ones are rejected with ISA_MISSING, which `kiln explain` prints).
  *
- * Written by the orchestration side against cpu_kernels.h so that selection sees the fast
- * CPU kernels as soon as they exist; the cpu kernels' owner extends it (more ops,
- * repacked layouts). Quantized types quantize the activations per 32 to int8 on the fly
- * (cpu_kernels.h), float types widen exactly. Both are deterministic for a given thread
- * count; batch invariance is not claimed (decode and prefill take different paths).
+ * matmul: quantized types quantize the activations per 32 to int8 on the fly
+ * (cpu_kernels.h), float types widen exactly; deterministic for a given thread count.
+ * The plain-layout kernels are not batch-invariant (decode and prefill sum in different
+ * orders); the R16 kernel is (a token's row is computed the same way for any t).
+ * cpu.avx512.matmul.r16 asks for the R16 layout (KILN_WLAYOUT_CPU_R16): its entry point
+ * also accepts plain rows (w_layout 0), so a binding that cannot repack yet still runs.
  */
 #include "base/cpu.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/registry.h"
 #include "kernels/select.h"
 
@@ -28,7 +32,40 @@ static size_t cpu_matmul_ws(const kiln_sel_ctx *c) {
     return kiln_cpu_matmul_workspace(c->w_dtype, c->n, c->k, c->tokens_max, nth > 0 ? nth : 1);
 }
 
+#define R16_DTYPES                                                                                 \
+    (KILN_DT(KILN_DTYPE_Q4_0) | KILN_DT(KILN_DTYPE_Q5_0) | KILN_DT(KILN_DTYPE_Q8_0) |              \
+     KILN_DT(KILN_DTYPE_Q4_K) | KILN_DT(KILN_DTYPE_Q6_K))
+#define F32   KILN_DT(KILN_DTYPE_F32)
+#define KV_DT (KILN_DT(KILN_DTYPE_F32) | KILN_DT(KILN_DTYPE_F16))
+#define PROPS (KILN_KPROP_DETERMINISTIC | KILN_KPROP_BATCH_INVARIANT)
+#define ATTN_FEATS                                                                                 \
+    (KILN_KFEAT_GQA | KILN_KFEAT_SLIDING_WINDOW | KILN_KFEAT_SOFTCAP | KILN_KFEAT_PAGED_KV |       \
+     KILN_KFEAT_CAUSAL)
+
+/* One spec per (op, ISA) for the element-wise and attention kernels. */
+#define OP_SPEC(ID, OP, ISA, FIELD, FN, PRIO, FEATS, SUMMARY)                                      \
+    {                                                                                              \
+        .id = ID, .op = OP, .provider = "cpu", .platform = KILN_PLATFORM_HOST, .isa = ISA,         \
+        .w_dtypes = F32, .act_dtypes = F32, .kv_dtypes = KV_DT, .features = FEATS, .props = PROPS, \
+        .priority = PRIO, .fn.FIELD = FN, .summary = SUMMARY                                       \
+    }
+
 static const kiln_kernel_spec cpu_specs[] = {
+    {.id = "cpu.avx512.matmul.r16",
+     .op = KILN_KOP_MATMUL,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .isa = ISA_AVX512,
+     .w_dtypes = R16_DTYPES,
+     .act_dtypes = KILN_DT(KILN_DTYPE_F32),
+     .k_multiple = 32,
+     .features = KILN_KFEAT_BIAS,
+     .props = PROPS,
+     .workspace = cpu_matmul_ws,
+     .priority = 95,
+     .w_layout = KILN_WLAYOUT_CPU_R16,
+     .fn.matmul = kiln_cpu_matmul_avx512,
+     .summary = "AVX-512 VNNI on 16-row interleaved blocks (R16 repack): 16 rows per vpdpbusd"},
     {.id = "cpu.avx512.matmul",
      .op = KILN_KOP_MATMUL,
      .provider = "cpu",
@@ -57,6 +94,56 @@ static const kiln_kernel_spec cpu_specs[] = {
      .priority = 80,
      .fn.matmul = kiln_cpu_matmul_avx2,
      .summary = "AVX2 + FMA: int8 activations x quant blocks, threaded over rows"},
+    {.id = "cpu.embed",
+     .op = KILN_KOP_EMBED,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .w_dtypes = CPU_DTYPES,
+     .act_dtypes = F32,
+     .props = PROPS,
+     .priority = 50,
+     .fn.embed = kiln_cpu_embed,
+     .summary = "row dequantize, threaded over tokens"},
+    {.id = "cpu.rope",
+     .op = KILN_KOP_ROPE,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .act_dtypes = F32,
+     .features = KILN_KFEAT_ROPE_NEOX | KILN_KFEAT_ROPE_YARN | KILN_KFEAT_ROPE_FREQS |
+                 KILN_KFEAT_PARTIAL_ROT,
+     .props = PROPS,
+     .priority = 50,
+     .fn.rope = kiln_cpu_rope,
+     .summary = "sin/cos once per token for all heads, threaded over tokens"},
+    {.id = "cpu.kv_write",
+     .op = KILN_KOP_KV_WRITE,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .act_dtypes = F32,
+     .kv_dtypes = KV_DT,
+     .features = KILN_KFEAT_PAGED_KV,
+     .props = PROPS,
+     .priority = 50,
+     .fn.kv_write = kiln_cpu_kv_write,
+     .summary = "copy / f16 convert into paged blocks, threaded over tokens"},
+    OP_SPEC("cpu.avx512.rms_norm", KILN_KOP_RMS_NORM, ISA_AVX512, rms_norm,
+            kiln_cpu_rms_norm_avx512, 90, KILN_KFEAT_RESIDUAL, "AVX-512, fused residual add"),
+    OP_SPEC("cpu.avx2.rms_norm", KILN_KOP_RMS_NORM, ISA_AVX2, rms_norm, kiln_cpu_rms_norm_avx2, 80,
+            KILN_KFEAT_RESIDUAL, "AVX2, fused residual add"),
+    OP_SPEC("cpu.avx512.add", KILN_KOP_ADD, ISA_AVX512, add, kiln_cpu_add_avx512, 90, 0, "AVX-512"),
+    OP_SPEC("cpu.avx2.add", KILN_KOP_ADD, ISA_AVX2, add, kiln_cpu_add_avx2, 80, 0, "AVX2"),
+    OP_SPEC("cpu.avx512.glu", KILN_KOP_GLU, ISA_AVX512, glu, kiln_cpu_glu_avx512, 90,
+            KILN_KFEAT_GEGLU, "AVX-512 SwiGLU / GeGLU (vector exp, tanh, erf)"),
+    OP_SPEC("cpu.avx2.glu", KILN_KOP_GLU, ISA_AVX2, glu, kiln_cpu_glu_avx2, 80, KILN_KFEAT_GEGLU,
+            "AVX2 SwiGLU / GeGLU (vector exp, tanh, erf)"),
+    OP_SPEC("cpu.avx512.attention", KILN_KOP_ATTENTION, ISA_AVX512, attention,
+            kiln_cpu_attention_avx512, 90, ATTN_FEATS,
+            "AVX-512 flash-style over paged KV: token tiles x KV head, online softmax, split-K "
+            "decode"),
+    OP_SPEC("cpu.avx2.attention", KILN_KOP_ATTENTION, ISA_AVX2, attention, kiln_cpu_attention_avx2,
+            80, ATTN_FEATS,
+            "AVX2 flash-style over paged KV: token tiles x KV head, online softmax, split-K "
+            "decode"),
 };
 
 const kiln_provider kiln_provider_cpu = {

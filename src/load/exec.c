@@ -6,6 +6,7 @@
 #include "load/load_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <liburing.h>
 #include <pthread.h>
@@ -180,6 +181,7 @@ typedef struct work {
     chunk *chunks;
     int64_t n_chunks;
     kiln_lane lane; /* alias (populate) or transform */
+    bool cold;      /* the files were not (fully) in the page cache at planning time */
     kiln_reader *readers;
     void **scratch;
     atomic_int failed;
@@ -199,16 +201,45 @@ static void fail_work(work *w, const kiln_err *e, const kiln_load_item *it) {
     pthread_mutex_unlock(&w->lock);
 }
 
-static void populate_range(const uint8_t *a, size_t n) {
+/* ---- owned host memory: large buffers are anonymous mappings with transparent huge
+ * pages (512x fewer first-touch faults than 4 KiB pages) ---- */
+#define HUGE_MIN ((size_t)2 << 20)
+
+void *kiln_load_owned_alloc(size_t n) {
+    if (n < HUGE_MIN) return kiln_alloc_aligned(n ? n : 1);
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    madvise(p, n, MADV_HUGEPAGE); /* advice only: ignored where THP is off */
+    return p;
+}
+
+void kiln_load_owned_free(void *p, size_t n) {
+    if (!p) return;
+    if (n < HUGE_MIN)
+        kiln_free_aligned(p);
+    else
+        munmap(p, n);
+}
+
+/* Maps the pages of [a, a + n) into the page tables, so the first use of an aliased tensor
+ * does not fault. Warm file: one read per 64 KiB, each fault maps its neighbours too
+ * (the kernel's fault-around, 64 KiB by default): measured 1.5-3x faster than
+ * MADV_POPULATE_READ here. Cold file: MADV_POPULATE_READ after the caller started
+ * asynchronous readahead of the range. */
+static void populate_range(const uint8_t *a, size_t n, bool cold) {
     long pg = sysconf(_SC_PAGESIZE);
+    volatile uint8_t sink = 0;
+    if (!cold) {
+        for (size_t o = 0; o < n; o += 65536) sink ^= a[o];
+        if (n) sink ^= a[n - 1];
+        return;
+    }
     uintptr_t start = (uintptr_t)a & ~(uintptr_t)(pg - 1);
     size_t len = (size_t)((uintptr_t)a + n - start);
     if (madvise((void *)start, len, MADV_POPULATE_READ) == 0) return;
     /* kernels before 5.14: touch one byte per page (same lane, same result: resident) */
-    volatile uint8_t sink = 0;
     for (size_t o = 0; o < n; o += (size_t)pg) sink ^= a[o];
     if (n) sink ^= a[n - 1];
-    (void)sink;
 }
 
 static void run_chunks(void *ctx, int64_t begin, int64_t end, int ith) {
@@ -219,12 +250,25 @@ static void run_chunks(void *ctx, int64_t begin, int64_t end, int ith) {
         kiln_load_item *it = &w->p->items[ch->item];
         uint64_t bytes = it->src_row_bytes * (uint64_t)(ch->r1 - ch->r0);
         if (w->lane == KILN_LANE_ALIAS) {
-            populate_range((const uint8_t *)it->data + (size_t)ch->r0 * it->src_row_bytes,
-                           (size_t)bytes);
+            /* a cold file: start large asynchronous reads of the chunk first, so the page
+             * faults below find the pages instead of reading them 4 KiB at a time */
+            const kiln_model_shard *sh = kiln_model_file_shard(w->p->mf, it->file);
+            uint64_t off = it->src_offset + (uint64_t)ch->r0 * it->src_row_bytes;
+            if (w->cold) posix_fadvise(sh->fd, (off_t)off, (off_t)bytes, POSIX_FADV_WILLNEED);
+            populate_range(sh->base + off, (size_t)bytes, w->cold);
         } else {
             kiln_err e;
             kiln_err_clear(&e);
             uint8_t *dst = (uint8_t *)w->p->owned[ch->item] + (size_t)ch->r0 * it->out_row_bytes;
+            if (w->cold && w->p->rep.env.io != KILN_IO_MMAP) {
+                /* start the whole chunk's reads at once (large, asynchronous readahead)
+                 * instead of the kernel's small synchronous windows */
+                const kiln_model_shard *sh = kiln_model_file_shard(w->p->mf, it->file);
+                uint64_t off = it->src_offset + (uint64_t)ch->r0 * it->src_stride;
+                uint64_t span =
+                    (uint64_t)(ch->r1 - ch->r0 - 1) * it->src_stride + it->src_row_bytes;
+                posix_fadvise(sh->fd, (off_t)off, (off_t)span, POSIX_FADV_WILLNEED);
+            }
             kiln_status st = kiln_load_produce(w->p, it, ch->r0, ch->r1, dst, w->scratch[ith],
                                                &w->readers[ith], &e);
             if (st) {
@@ -247,6 +291,7 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
     }
     if (n_chunks == 0) return KILN_OK;
     work w = {.p = p, .n_chunks = n_chunks, .lane = lane};
+    w.cold = p->rep.env.resident_bytes < p->rep.env.file_bytes;
     pthread_mutex_init(&w.lock, NULL);
     int nth = kiln_pool_size(pool);
     w.chunks = calloc((size_t)n_chunks, sizeof *w.chunks);
@@ -303,7 +348,7 @@ static kiln_status allocate_owned(kiln_load_plan *p, kiln_lane lane, kiln_err *e
     for (size_t i = 0; i < p->n; i++) {
         kiln_load_item *it = &p->items[i];
         if (it->lane != lane) continue;
-        p->owned[i] = kiln_alloc_aligned(it->nbytes ? (size_t)it->nbytes : 1);
+        p->owned[i] = kiln_load_owned_alloc((size_t)it->nbytes);
         if (!p->owned[i])
             return kiln_err_set(err, KILN_ERR_NOMEM, "lane %s: tensor '%s': %" PRIu64 " bytes",
                                 kiln_lane_name(lane), it->src->name, it->nbytes);

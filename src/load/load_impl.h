@@ -43,6 +43,10 @@ kiln_status kiln_load_produce(const kiln_load_plan *p, const kiln_load_item *it,
 /* Rows per chunk for an item (a multiple of the layout's row group). */
 int64_t kiln_load_chunk_rows(const kiln_load_item *it);
 
+/* Owned host buffers (huge-page mappings when large); free with the same size. */
+void *kiln_load_owned_alloc(size_t n);
+void kiln_load_owned_free(void *p, size_t n);
+
 /* ---- CUDA upload lane (upload.c; stubs without KILN_HAVE_CUDA) ---- */
 /* Number of usable devices (0 without CUDA or a device). */
 int kiln_cuda_device_count(void);

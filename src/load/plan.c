@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 const char *kiln_lane_name(kiln_lane l) {
@@ -47,10 +48,28 @@ static uint64_t mem_available(void) {
     return (uint64_t)kb * 1024;
 }
 
-/* Bytes of [base, base + size) resident in the page cache. */
-static uint64_t resident_bytes(const uint8_t *base, uint64_t size) {
+/* cachestat(2) (Linux 6.5): the page-cache state of a file range in one call. */
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+struct kiln_cachestat_range {
+    uint64_t off, len;
+};
+struct kiln_cachestat {
+    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+/* Bytes of the file (mapped at base) resident in the page cache: cachestat when the
+ * kernel has it (one call), else mincore over the mapping (one byte per page). */
+static uint64_t resident_bytes(int fd, const uint8_t *base, uint64_t size) {
     long pg = sysconf(_SC_PAGESIZE);
     if (pg <= 0 || size == 0) return 0;
+    struct kiln_cachestat_range range = {0, 0}; /* len 0: to the end of the file */
+    struct kiln_cachestat cs;
+    if (fd >= 0 && syscall(__NR_cachestat, fd, &range, &cs, 0) == 0) {
+        uint64_t b = cs.nr_cache * (uint64_t)pg;
+        return b > size ? size : b;
+    }
     size_t pages = (size_t)((size + (uint64_t)pg - 1) / (uint64_t)pg);
     unsigned char *vec = malloc(pages);
     if (!vec) return 0;
@@ -76,7 +95,7 @@ static void gather_env(kiln_load_plan *p) {
     for (size_t s = 0; s < kiln_model_file_shard_count(p->mf); s++) {
         const kiln_model_shard *sh = kiln_model_file_shard(p->mf, s);
         e->file_bytes += sh->size;
-        e->resident_bytes += resident_bytes(sh->base, sh->size);
+        e->resident_bytes += resident_bytes(sh->fd, sh->base, sh->size);
     }
     e->mem_available = mem_available();
     e->budget = p->req.memory_budget ? p->req.memory_budget : e->mem_available;
@@ -338,7 +357,7 @@ kiln_status kiln_load_plan_build(const kiln_model_file *mf, const kiln_load_requ
 void kiln_load_plan_free(kiln_load_plan *p) {
     if (!p) return;
     for (size_t i = 0; i < p->n; i++) {
-        kiln_free_aligned(p->owned[i]);
+        kiln_load_owned_free(p->owned[i], (size_t)p->items[i].nbytes);
         if (p->items[i].device_ptr) kiln_upload_free(p->items[i].device_ptr);
     }
     kiln_strmap_free(&p->index);

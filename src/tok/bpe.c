@@ -17,7 +17,7 @@
 #include <string.h>
 
 #define NO_RANK  UINT32_MAX
-#define SCAN_MAX 48 /* pieces up to this many symbols use a linear scan, longer a heap */
+#define SCAN_MAX 24 /* pieces up to this many symbols use a linear scan, longer a heap */
 
 typedef struct bg {
     uint32_t rank;
@@ -266,6 +266,61 @@ static kiln_status bpe_piece(const kiln_vocab *v, kiln_pretok_buf *b, const char
     return KILN_OK;
 }
 
+/* ---- piece cache: the ids of a piece depend only on its bytes ---- */
+
+struct kiln_bpe_cache_slot {
+    uint64_t hash; /* 0 = empty */
+    uint32_t text_off, text_len, ids_off, ids_n;
+};
+
+#define CACHE_MAX_PIECE 64
+#define CACHE_MAX_SLOTS (1u << 17)
+
+static const struct kiln_bpe_cache_slot *cache_find(const kiln_pretok_buf *b, uint64_t h,
+                                                    const char *s, size_t n) {
+    if (!b->cache) return NULL;
+    for (size_t i = h & b->cache_mask;; i = (i + 1) & b->cache_mask) {
+        const struct kiln_bpe_cache_slot *c = &b->cache[i];
+        if (!c->hash) return NULL;
+        if (c->hash == h && c->text_len == n && memcmp(b->cache_text + c->text_off, s, n) == 0)
+            return c;
+    }
+}
+
+/* Remembers piece s -> ids; silently does nothing when full or out of memory (the cache
+ * is only an accelerator). */
+static void cache_put(kiln_pretok_buf *b, uint64_t h, const char *s, size_t n,
+                      const kiln_token *ids, size_t n_ids) {
+    if (!b->cache) {
+        b->cache = calloc(CACHE_MAX_SLOTS, sizeof *b->cache);
+        if (!b->cache) return;
+        b->cache_mask = CACHE_MAX_SLOTS - 1;
+    }
+    if (b->cache_n * 2 >= CACHE_MAX_SLOTS) return;
+    if (!grow((void **)&b->cache_text, &b->cache_text_cap, b->cache_text_len + n, 1) ||
+        !grow((void **)&b->cache_ids, &b->cache_ids_cap, b->cache_ids_len + n_ids, sizeof(int32_t)))
+        return;
+    size_t i = h & b->cache_mask;
+    while (b->cache[i].hash) i = (i + 1) & b->cache_mask;
+    struct kiln_bpe_cache_slot *c = &b->cache[i];
+    c->hash = h;
+    c->text_off = (uint32_t)b->cache_text_len;
+    c->text_len = (uint32_t)n;
+    c->ids_off = (uint32_t)b->cache_ids_len;
+    c->ids_n = (uint32_t)n_ids;
+    memcpy(b->cache_text + b->cache_text_len, s, n);
+    b->cache_text_len += n;
+    memcpy(b->cache_ids + b->cache_ids_len, ids, n_ids * sizeof *ids);
+    b->cache_ids_len += n_ids;
+    b->cache_n++;
+}
+
+static inline uint64_t piece_hash(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a: pieces are short */
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ULL;
+    return h | 1;
+}
+
 kiln_status kiln_bpe_tokenize(const kiln_vocab *v, kiln_pretok_buf *pb, const char *text,
                               size_t len, kiln_tokens *out, kiln_err *err) {
     if (len == 0) return KILN_OK;
@@ -274,7 +329,23 @@ kiln_status kiln_bpe_tokenize(const kiln_vocab *v, kiln_pretok_buf *pb, const ch
     KILN_TRY(kiln_pretok_split(&v->pretok, pb, text, len, &pieces, &n_pieces, &ulen, err));
     for (size_t k = 0; k < n_pieces; k++) {
         uint32_t a = pb->cp_off[pieces[k]], e = pb->cp_off[pieces[k + 1]];
+        const char *s = pb->utf8 + a;
+        size_t n = e - a;
+        if (n > CACHE_MAX_PIECE) {
+            KILN_TRY(bpe_piece(v, pb, pb->utf8, a, e, out, err));
+            continue;
+        }
+        uint64_t h = piece_hash(s, n);
+        const struct kiln_bpe_cache_slot *c = cache_find(pb, h, s, n);
+        if (c) {
+            for (uint32_t j = 0; j < c->ids_n; j++)
+                if (!kiln_tokens_push(out, pb->cache_ids[c->ids_off + j]))
+                    return kiln_err_set(err, KILN_ERR_NOMEM, "BPE: out of memory");
+            continue;
+        }
+        size_t n0 = out->n;
         KILN_TRY(bpe_piece(v, pb, pb->utf8, a, e, out, err));
+        cache_put(pb, h, s, n, out->ids + n0, out->n - n0);
     }
     return KILN_OK;
 }

@@ -47,8 +47,11 @@ typedef struct jinja_vars {
     bool boolean[JINJA_MAX_VARS];
     /* time for strftime_now as ISO 8601 "YYYY-MM-DDTHH:MM:SS"; NULL: local time */
     const char *now_iso;
-    /* limit on bytes a render may allocate for values (0: 1 GiB) */
+    /* limit on bytes a render may allocate for values and output (0: 1 GiB) */
     size_t max_bytes;
+    /* limit on evaluation steps (expressions + statements; 0: 100 million), so that a
+     * hostile template cannot loop for hours */
+    uint64_t max_steps;
 } jinja_vars;
 
 /* Adders return false when JINJA_MAX_VARS is reached. A later entry with the same name

@@ -10,6 +10,7 @@
  */
 #include "tok/jinja.h"
 #include "tok/jinja_int.h"
+#include "base/utf8.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -509,6 +510,7 @@ static int slice(jctx *c, const jnode *at, jv obj, jv start, jv stop, jv step, j
 
 static int eval(jctx *c, jscope *s, const jnode *n, jv *out) {
     jv a, b;
+    if (c->steps_left-- == 0) return jerr(c, n, "render stopped: step limit reached");
     switch (n->kind) {
     case JN_CONST:
         *out = n->value;
@@ -695,6 +697,7 @@ static int exec_for(jctx *c, jscope *s, const jnode *n) {
 
 static int exec_node(jctx *c, jscope *s, const jnode *n) {
     jv v;
+    if (c->steps_left-- == 0) return jerr(c, n, "render stopped: step limit reached");
     switch (n->kind) {
     case JN_DATA:
         jbuf_put(c->out, n->value.u.str.s, n->value.u.str.n);
@@ -794,9 +797,10 @@ static int exec_items(jctx *c, jscope *s, jnode *const *items, size_t n) {
             c->depth--;
             return -1;
         }
-        if (c->out->oom) {
+        if (c->out->oom || c->out->n > c->max_out) {
             c->depth--;
-            return jerr(c, items[i], "out of memory while rendering");
+            return jerr(c, items[i],
+                        "out of memory (or over the render size limit) while rendering");
         }
         if (c->ctl) break;
     }
@@ -813,6 +817,18 @@ struct jinja_template {
 
 kiln_status jinja_parse(const char *src, size_t len, jinja_template **out, kiln_err *err) {
     *out = NULL;
+    size_t bad;
+    if (!kiln_utf8_valid(src, len, &bad)) {
+        int line = 1, col = 1;
+        for (size_t i = 0; i < bad; i++) {
+            if (src[i] == '\n')
+                line++, col = 1;
+            else if (((unsigned char)src[i] & 0xC0) != 0x80)
+                col++;
+        }
+        return kiln_err_set(err, KILN_ERR_FORMAT, "line %d, column %d: template is not valid UTF-8",
+                            line, col);
+    }
     jinja_template *t = calloc(1, sizeof *t);
     if (!t) return kiln_err_set(err, KILN_ERR_NOMEM, "template: out of memory");
     kiln_arena_init(&t->arena, 64 * 1024);
@@ -842,6 +858,8 @@ kiln_status jinja_render(const jinja_template *t, const jinja_vars *vars, char *
     jctx c = {.a = &a, .err = err, .out = &b, .budget = JINJA_DEFAULT_BUDGET};
     if (vars->max_bytes) c.budget = vars->max_bytes;
     c.now_iso = vars->now_iso;
+    c.max_out = c.budget;
+    c.steps_left = vars->max_steps ? vars->max_steps : JINJA_DEFAULT_STEPS;
     int rc = 0;
     jscope *g = scope_new(&c, NULL);
     if (!g || jinja_add_globals(&c, g)) rc = g ? -1 : jv_oom(&c, NULL);
@@ -851,6 +869,10 @@ kiln_status jinja_render(const jinja_template *t, const jinja_vars *vars, char *
         if (vars->json[i]) {
             rc = jv_from_json(&c, vars->json[i], &v);
         } else if (vars->str[i]) {
+            if (!kiln_utf8_valid(vars->str[i], strlen(vars->str[i]), NULL)) {
+                rc = jerr(&c, NULL, "variable '%s' is not valid UTF-8", vars->names[i]);
+                break;
+            }
             v = jv_str(&c, vars->str[i], strlen(vars->str[i]));
             if (v.type != JV_STR) rc = jv_oom(&c, NULL);
         } else {

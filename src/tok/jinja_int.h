@@ -261,11 +261,14 @@ struct jctx {
     size_t budget;       /* bytes of values we may still allocate */
     const char *now_iso; /* strftime_now time (NULL: local time) */
     int ctl;             /* 1 break, 2 continue pending */
+    uint64_t steps_left; /* evaluation steps before the render is stopped */
+    size_t max_out;      /* output bytes limit (per buffer) */
 };
 
 #define JINJA_MAX_DEPTH      200
 #define JINJA_MAX_RANGE      1000000
 #define JINJA_DEFAULT_BUDGET ((size_t)1 << 30)
+#define JINJA_DEFAULT_STEPS  ((uint64_t)100000000)
 
 #define JTRY(expr)                                                                                 \
     do {                                                                                           \

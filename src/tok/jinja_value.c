@@ -667,7 +667,7 @@ int jv_iter(jctx *c, const jnode *at, jv v, jlist **out) {
         if (v.u.list->kind == JL_ITER) { /* a generator yields its items once */
             jlist *rest = jl_new(c, 0);
             if (!rest) return jv_oom(c, at);
-            rest->items = v.u.list->items + v.u.list->pos;
+            rest->items = v.u.list->items ? v.u.list->items + v.u.list->pos : NULL;
             rest->n = rest->cap = v.u.list->n - v.u.list->pos;
             v.u.list->pos = v.u.list->n;
             *out = rest;
@@ -694,8 +694,7 @@ int jv_iter(jctx *c, const jnode *at, jv v, jlist **out) {
             size_t j = i + 1;
             while (j < v.u.str.n && ((unsigned char)s[j] & 0xC0) == 0x80) j++;
             jv ch = jv_str(c, s + i, j - i);
-            if (ch.type != JV_STR) return jv_oom(c, at);
-            l->items[l->n++] = ch;
+            if (ch.type != JV_STR || jl_push(c, l, ch)) return jv_oom(c, at);
             i = j;
         }
         *out = l;

@@ -394,6 +394,10 @@ void kiln_pretok_buf_free(kiln_pretok_buf *b) {
     free(b->s_rank);
     free(b->heap);
     free(b->enc);
+    free(b->spm_memo);
+    free(b->cache);
+    free(b->cache_text);
+    free(b->cache_ids);
     pcre2_match_data_free(b->md);
     pcre2_match_context_free(b->mctx);
     pcre2_jit_stack_free(b->jstack);

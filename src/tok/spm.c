@@ -72,23 +72,68 @@ static bigram heap_pop(heap *h) {
     return top;
 }
 
-static bool try_add(const kiln_vocab *v, const char *text, sym *s, heap *h, int32_t l, int32_t r) {
+/* Memo of lookups for one call: the same character pairs recur all over a text, and a
+ * probe of this small table is much cheaper than a lookup in the vocabulary's string
+ * table. Direct-mapped; a collision just overwrites. */
+typedef struct kiln_spm_memo_slot memo_slot;
+struct kiln_spm_memo_slot {
+    uint64_t key; /* 0 = empty */
+    int32_t val;
+};
+typedef struct memo {
+    memo_slot *slot;
+    size_t mask;
+} memo;
+
+static inline size_t memo_mix(uint64_t k) {
+    k ^= k >> 31;
+    k *= 0x9E3779B97F4A7C15ULL;
+    return (size_t)(k >> 20);
+}
+
+/* Token of text[off..off+n), through the memo when the text is the concatenation of two
+ * known tokens (key: their ids) or a single character (key: its bytes). */
+static int32_t lookup(const kiln_vocab *v, memo *m, uint64_t key, const char *p, size_t n) {
+    memo_slot *sl = NULL;
+    if (key && m->slot) {
+        sl = &m->slot[memo_mix(key) & m->mask];
+        if (sl->key == key) return sl->val;
+    }
+    int32_t id = kiln_strtab_find(&v->str, p, n);
+    if (id >= 0 && (uint32_t)id >= v->n_tokens) id = -1;
+    if (sl) sl->key = key, sl->val = id;
+    return id;
+}
+
+static bool try_add(const kiln_vocab *v, memo *m, const char *text, sym *s, heap *h, int32_t l,
+                    int32_t r) {
     if (l < 0 || r < 0) return true;
     uint32_t size = s[l].n + s[r].n;
-    int32_t id = kiln_strtab_find(&v->str, text + s[l].off, size);
-    if (id < 0 || (uint32_t)id >= v->n_tokens) return true;
+    uint64_t key = 0;
+    if (s[l].id >= 0 && s[r].id >= 0) /* tag 1 in the top bit: pair keys */
+        key = (uint64_t)1 << 63 | (uint64_t)(uint32_t)s[l].id << 31 | (uint32_t)s[r].id;
+    int32_t id = lookup(v, m, key, text + s[l].off, size);
+    if (id < 0) return true;
     bigram b = {v->score[id], l, r, size, id};
     return heap_push(h, b);
 }
 
-kiln_status kiln_spm_tokenize(const kiln_vocab *v, const char *text, size_t len, kiln_tokens *out,
-                              kiln_err *err) {
+kiln_status kiln_spm_tokenize(const kiln_vocab *v, kiln_pretok_buf *pb, const char *text,
+                              size_t len, size_t total_len, kiln_tokens *out, kiln_err *err) {
     if (len == 0) return KILN_OK;
     if (len > INT32_MAX)
         return kiln_err_set(err, KILN_ERR_OVERFLOW, "fragment of %zu bytes is too long", len);
     sym *s = malloc(sizeof(sym) * len);
     heap h = {0};
     if (!s) return kiln_err_set(err, KILN_ERR_NOMEM, "SPM symbols for %zu bytes", len);
+    /* the memo lives for the whole kiln_tokenize call (all fragments) */
+    if (!pb->spm_memo) {
+        size_t slots = 1024;
+        while (slots < 65536 && slots < total_len * 2) slots *= 2;
+        pb->spm_memo = calloc(slots, sizeof(memo_slot)); /* NULL: no memo, still correct */
+        pb->spm_memo_mask = slots - 1;
+    }
+    memo m = {pb->spm_memo, pb->spm_memo_mask};
     int32_t n = 0;
     for (size_t off = 0; off < len;) {
         size_t cl = kiln_tok_utf8_len((uint8_t)text[off]);
@@ -96,14 +141,17 @@ kiln_status kiln_spm_tokenize(const kiln_vocab *v, const char *text, size_t len,
         s[n].off = (uint32_t)off;
         s[n].n = (uint32_t)cl;
         s[n].prev = n - 1;
+        /* single characters: key = bit 62 | length | bytes (pairs: bit 63) */
+        uint64_t key = (uint64_t)1 << 62 | (uint64_t)cl << 32;
+        for (size_t j = 0; j < cl; j++) key |= (uint64_t)(uint8_t)text[off + j] << (8 * j);
+        s[n].id = lookup(v, &m, key, text + off, cl);
         off += cl;
         s[n].next = off == len ? -1 : n + 1;
-        s[n].id = -2; /* not looked up yet */
         n++;
     }
     kiln_status st = KILN_OK;
     for (int32_t i = 1; i < n; i++)
-        if (!try_add(v, text, s, &h, i - 1, i)) goto oom;
+        if (!try_add(v, &m, text, s, &h, i - 1, i)) goto oom;
     while (h.n) {
         bigram b = heap_pop(&h);
         sym *l = &s[b.left], *r = &s[b.right];
@@ -113,15 +161,12 @@ kiln_status kiln_spm_tokenize(const kiln_vocab *v, const char *text, size_t len,
         r->n = 0;
         l->next = r->next;
         if (r->next >= 0) s[r->next].prev = b.left;
-        if (!try_add(v, text, s, &h, l->prev, b.left) || !try_add(v, text, s, &h, b.left, l->next))
+        if (!try_add(v, &m, text, s, &h, l->prev, b.left) ||
+            !try_add(v, &m, text, s, &h, b.left, l->next))
             goto oom;
     }
     for (int32_t i = 0; i != -1; i = s[i].next) {
         int32_t id = s[i].id;
-        if (id == -2) {
-            id = kiln_strtab_find(&v->str, text + s[i].off, s[i].n);
-            if (id >= 0 && (uint32_t)id >= v->n_tokens) id = -1;
-        }
         if (id >= 0) {
             if (!kiln_tokens_push(out, id)) goto oom;
             continue;

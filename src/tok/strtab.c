@@ -119,75 +119,46 @@ int32_t kiln_strtab_intern(kiln_strtab *t, const char *s, size_t n) {
 
 /* ---- u64 map ---- */
 
-static inline size_t mix64(uint64_t k) {
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    return (size_t)k;
-}
-
 kiln_status kiln_u64map_init(kiln_u64map *m, size_t expect, kiln_err *err) {
     size_t n = pow2_at_least(expect * 2 + 1);
-    m->keys = calloc(n, sizeof(uint64_t));
-    m->vals = malloc(n * sizeof(uint64_t));
+    m->slots = calloc(n, sizeof *m->slots);
     m->mask = n - 1;
     m->n = 0;
-    if (!m->keys || !m->vals) {
-        kiln_u64map_free(m);
+    if (!m->slots)
         return kiln_err_set(err, KILN_ERR_NOMEM, "hash map for %zu entries: out of memory", expect);
-    }
     return KILN_OK;
 }
 
 void kiln_u64map_free(kiln_u64map *m) {
-    free(m->keys);
-    free(m->vals);
+    free(m->slots);
     memset(m, 0, sizeof *m);
 }
 
 static bool u64map_grow(kiln_u64map *m) {
     size_t n = (m->mask + 1) * 2;
-    uint64_t *k = calloc(n, sizeof(uint64_t)), *v = malloc(n * sizeof(uint64_t));
-    if (!k || !v) {
-        free(k);
-        free(v);
-        return false;
-    }
+    kiln_u64slot *ns = calloc(n, sizeof *ns);
+    if (!ns) return false;
     for (size_t i = 0; i <= m->mask; i++) {
-        if (!m->keys[i]) continue;
-        size_t j = mix64(m->keys[i]) & (n - 1);
-        while (k[j]) j = (j + 1) & (n - 1);
-        k[j] = m->keys[i];
-        v[j] = m->vals[i];
+        if (!m->slots[i].key) continue;
+        size_t j = kiln_u64map_mix(m->slots[i].key) & (n - 1);
+        while (ns[j].key) j = (j + 1) & (n - 1);
+        ns[j] = m->slots[i];
     }
-    free(m->keys);
-    free(m->vals);
-    m->keys = k;
-    m->vals = v;
+    free(m->slots);
+    m->slots = ns;
     m->mask = n - 1;
     return true;
 }
 
 bool kiln_u64map_put_first(kiln_u64map *m, uint64_t key, uint64_t val) {
     if ((m->n + 1) * 2 > m->mask + 1 && !u64map_grow(m)) return false;
-    for (size_t i = mix64(key) & m->mask;; i = (i + 1) & m->mask) {
-        if (m->keys[i] == key) return true;
-        if (!m->keys[i]) {
-            m->keys[i] = key;
-            m->vals[i] = val;
+    for (size_t i = kiln_u64map_mix(key) & m->mask;; i = (i + 1) & m->mask) {
+        if (m->slots[i].key == key) return true;
+        if (!m->slots[i].key) {
+            m->slots[i].key = key;
+            m->slots[i].val = val;
             m->n++;
             return true;
         }
-    }
-}
-
-bool kiln_u64map_get(const kiln_u64map *m, uint64_t key, uint64_t *val) {
-    if (!m->keys) return false;
-    for (size_t i = mix64(key) & m->mask;; i = (i + 1) & m->mask) {
-        if (m->keys[i] == key) {
-            *val = m->vals[i];
-            return true;
-        }
-        if (!m->keys[i]) return false;
     }
 }

@@ -43,15 +43,33 @@ static inline kiln_str kiln_strtab_get(const kiln_strtab *t, int32_t id) {
 }
 
 /* ---- integer map: uint64 key -> uint64 value (open addressing, key 0 reserved) ---- */
+typedef struct kiln_u64slot {
+    uint64_t key, val; /* key 0 = empty; one slot per probe (one cache line) */
+} kiln_u64slot;
 typedef struct kiln_u64map {
-    uint64_t *keys, *vals;
+    kiln_u64slot *slots;
     size_t mask, n;
 } kiln_u64map;
 kiln_status kiln_u64map_init(kiln_u64map *m, size_t expect, kiln_err *err);
 void kiln_u64map_free(kiln_u64map *m);
 /* Inserts when absent (keeps the first value, like std::map::emplace). false on OOM. */
 bool kiln_u64map_put_first(kiln_u64map *m, uint64_t key, uint64_t val);
-bool kiln_u64map_get(const kiln_u64map *m, uint64_t key, uint64_t *val);
+static inline size_t kiln_u64map_mix(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return (size_t)k;
+}
+static inline bool kiln_u64map_get(const kiln_u64map *m, uint64_t key, uint64_t *val) {
+    if (!m->slots) return false;
+    for (size_t i = kiln_u64map_mix(key) & m->mask;; i = (i + 1) & m->mask) {
+        if (m->slots[i].key == key) {
+            *val = m->slots[i].val;
+            return true;
+        }
+        if (!m->slots[i].key) return false;
+    }
+}
 
 /* ---- pre-tokenizer ---- */
 #define KILN_PRETOK_MAX_RE 8
@@ -104,6 +122,15 @@ typedef struct kiln_pretok_buf {
     size_t heap_n, heap_cap;
     char *enc;
     size_t enc_cap;
+    /* piece -> ids cache for one kiln_tokenize call (bpe.c); pieces repeat a lot */
+    struct kiln_bpe_cache_slot *cache;
+    size_t cache_mask, cache_n;
+    char *cache_text;
+    size_t cache_text_len, cache_text_cap;
+    int32_t *cache_ids;
+    size_t cache_ids_len, cache_ids_cap;
+    struct kiln_spm_memo_slot *spm_memo; /* spm.c: lookup memo for one call */
+    size_t spm_memo_mask;
     pcre2_match_data *md;
     pcre2_match_context *mctx;
     pcre2_jit_stack *jstack;
@@ -143,14 +170,15 @@ struct kiln_vocab {
     uint32_t trie_nodes, trie_cap;
     uint8_t trie_first[256]; /* root has an edge for this byte */
     int32_t *special_rank;   /* token -> processing order (longer first), -1 if none */
+    size_t n_special;        /* tokens with a rank */
     /* piece cache (token_to_piece with special = true, no lstrip) */
     char *piece_blob;
     uint64_t *piece_off_len;
 };
 
 /* Algorithms (spm.c, bpe.c): append the ids of one raw fragment. */
-kiln_status kiln_spm_tokenize(const kiln_vocab *v, const char *text, size_t len, kiln_tokens *out,
-                              kiln_err *err);
+kiln_status kiln_spm_tokenize(const kiln_vocab *v, kiln_pretok_buf *pb, const char *text,
+                              size_t len, size_t total_len, kiln_tokens *out, kiln_err *err);
 kiln_status kiln_bpe_tokenize(const kiln_vocab *v, kiln_pretok_buf *pb, const char *text,
                               size_t len, kiln_tokens *out, kiln_err *err);
 bool kiln_tokens_push(kiln_tokens *t, kiln_token id);

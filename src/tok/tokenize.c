@@ -23,12 +23,6 @@ typedef struct occ {
     size_t pos;
 } occ;
 
-static int occ_cmp(const void *a, const void *b) {
-    const occ *x = a, *y = b;
-    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
-    return x->pos < y->pos ? -1 : x->pos > y->pos;
-}
-
 enum { FREE = 0, TAKEN = 1, DROPPED = 2 };
 
 static bool eligible(const kiln_vocab *v, int32_t t, bool parse_special) {
@@ -75,7 +69,23 @@ static kiln_status partition(const kiln_vocab *v, const char *text, size_t len, 
         free(o);
         return KILN_OK;
     }
-    qsort(o, n, sizeof *o, occ_cmp);
+    /* order by (rank, position): occurrences were found in position order, so a stable
+     * counting sort on the rank is enough */
+    size_t n_ranks = v->n_special;
+    size_t *start = calloc(n_ranks + 1, sizeof *start);
+    occ *sorted = malloc(n * sizeof *sorted);
+    if (!start || !sorted) {
+        free(start);
+        free(sorted);
+        free(o);
+        return kiln_err_set(err, KILN_ERR_NOMEM, "special tokens: out of memory");
+    }
+    for (size_t k = 0; k < n; k++) start[o[k].rank + 1]++;
+    for (size_t r = 0; r < n_ranks; r++) start[r + 1] += start[r];
+    for (size_t k = 0; k < n; k++) sorted[start[o[k].rank]++] = o[k];
+    free(start);
+    free(o);
+    o = sorted;
     size_t last_end = 0;
     int32_t cur = -1;
     for (size_t k = 0; k < n; k++) {
@@ -103,8 +113,8 @@ static kiln_status partition(const kiln_vocab *v, const char *text, size_t len, 
 }
 
 static kiln_status raw_fragment(const kiln_vocab *v, kiln_pretok_buf *pb, char **scratch,
-                                size_t *scratch_cap, const char *s, size_t n, bool prefix_space,
-                                kiln_tokens *out, kiln_err *err) {
+                                size_t *scratch_cap, const char *s, size_t n, size_t total,
+                                bool prefix_space, kiln_tokens *out, kiln_err *err) {
     bool escape = v->type == KILN_VOCAB_SPM || v->escape_ws;
     if (!escape && !prefix_space) return kiln_bpe_tokenize(v, pb, s, n, out, err);
     /* ' ' -> U+2581 (3 bytes), optional leading space */
@@ -135,7 +145,7 @@ static kiln_status raw_fragment(const kiln_vocab *v, kiln_pretok_buf *pb, char *
             o[k++] = s[i];
         }
     }
-    if (v->type == KILN_VOCAB_SPM) return kiln_spm_tokenize(v, o, k, out, err);
+    if (v->type == KILN_VOCAB_SPM) return kiln_spm_tokenize(v, pb, o, k, total, out, err);
     return kiln_bpe_tokenize(v, pb, o, k, out, err);
 }
 
@@ -179,7 +189,7 @@ kiln_status kiln_tokenize(const kiln_vocab *v, const char *text, size_t len, uns
         size_t j = i;
         while (j < len && mark[j] == FREE) j++;
         bool prefix = v->type == KILN_VOCAB_SPM && v->add_space_prefix && prev_special;
-        st = raw_fragment(v, &pb, &scratch, &scratch_cap, text + i, j - i, prefix, out, err);
+        st = raw_fragment(v, &pb, &scratch, &scratch_cap, text + i, j - i, len, prefix, out, err);
         if (st) goto done;
         prev_special = false;
         i = j;

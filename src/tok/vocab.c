@@ -61,12 +61,6 @@ static bool text_is(const kiln_vocab *v, int32_t id, const char *s) {
     return t.len == n && memcmp(t.ptr, s, n) == 0;
 }
 
-static bool text_in(const kiln_vocab *v, int32_t id, const char *const *list) {
-    for (; *list; list++)
-        if (text_is(v, id, *list)) return true;
-    return false;
-}
-
 static const char *const k_eot_texts[] = {
     "<|eot_id|>",         "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
     "<|end_of_text|>",    "<EOT>",      "_<EOT>",  "[EOT]",         "<｜end▁of▁sentence｜>",
@@ -110,15 +104,17 @@ static const char *const k_eog_texts[] = {"<|eot_id|>",
                                           "[e~[",
                                           NULL};
 
-/* First (lowest) id whose text is in list; marks it control. */
+static int32_t find_token(const kiln_vocab *v, const char *s, size_t n);
+
+/* Lowest id whose text is in list; marks it control. */
 static int32_t detect(kiln_vocab *v, const char *const *list) {
-    for (uint32_t i = 0; i < v->n_tokens; i++) {
-        if (text_in(v, (int32_t)i, list)) {
-            v->attr[i] |= KILN_TOKEN_ATTR_CONTROL;
-            return (int32_t)i;
-        }
+    int32_t best = KILN_TOKEN_NULL;
+    for (; *list; list++) {
+        int32_t id = find_token(v, *list, strlen(*list));
+        if (id >= 0 && (best < 0 || id < best)) best = id;
     }
-    return KILN_TOKEN_NULL;
+    if (best >= 0) v->attr[best] |= KILN_TOKEN_ATTR_CONTROL;
+    return best;
 }
 
 static bool eog_has(const kiln_vocab *v, kiln_token t) {
@@ -160,27 +156,28 @@ static kiln_status derive_specials(kiln_vocab *v, kiln_err *err) {
         if (t.len >= 6 && memmem(t.ptr, t.len, "unused", 6)) v->attr[i] |= KILN_TOKEN_ATTR_UNUSED;
     }
 
-    /* end-of-generation set; its texts are forced to control */
-    size_t n_text = 0;
-    for (uint32_t i = 0; i < v->n_tokens; i++)
-        if (text_in(v, (int32_t)i, k_eog_texts)) n_text++;
+    /* end-of-generation set; its texts are forced to control (a text is one token: the
+     * table maps each text to one id) */
+    size_t n_text = sizeof k_eog_texts / sizeof k_eog_texts[0];
     if (kiln_xcalloc(n_text + 6, sizeof(kiln_token), (void **)&v->eog, "end-of-generation ids",
                      err))
         return err ? err->code : KILN_ERR_NOMEM;
     eog_add(v, fim_pad);
     eog_add(v, fim_rep);
     eog_add(v, fim_sep);
-    for (uint32_t i = 0; i < v->n_tokens; i++) {
-        if (text_in(v, (int32_t)i, k_eog_texts)) {
-            eog_add(v, (kiln_token)i);
-            v->attr[i] |= KILN_TOKEN_ATTR_CONTROL;
-        }
+    for (const char *const *t = k_eog_texts; *t; t++) {
+        int32_t id = find_token(v, *t, strlen(*t));
+        if (id < 0) continue;
+        eog_add(v, id);
+        v->attr[id] |= KILN_TOKEN_ATTR_CONTROL;
     }
     /* gpt-oss: always render these (llama.cpp makes them user-defined) */
     static const char *const k_render[] = {"<|channel|>", "<|message|>", "<|start|>",
                                            "<|constrain|>", NULL};
-    for (uint32_t i = 0; i < v->n_tokens; i++)
-        if (text_in(v, (int32_t)i, k_render)) v->attr[i] = KILN_TOKEN_ATTR_USER_DEFINED;
+    for (const char *const *t = k_render; *t; t++) {
+        int32_t id = find_token(v, *t, strlen(*t));
+        if (id >= 0) v->attr[id] = KILN_TOKEN_ATTR_USER_DEFINED;
+    }
     eog_add(v, v->eos);
     eog_add(v, v->eot);
     eog_add(v, v->eom);
@@ -254,6 +251,7 @@ static kiln_status build_trie(kiln_vocab *v, kiln_err *err) {
         if (len == 0) break;
     }
     free(order);
+    v->n_special = (size_t)rank;
     memset(v->trie_first, 0, sizeof v->trie_first);
     for (uint32_t i = 0; i < v->n_tokens; i++) {
         if (v->special_rank[i] < 0) continue;

@@ -385,7 +385,7 @@ static void test_invalid_utf8(void **state) {
     (void)state;
     gb_buf b = {0};
     gb_header(&b, 3, 0, 1);
-    gb_strn(&b, "general.n\xffme", 13);
+    gb_strn(&b, "general.n\xffme", 12);
     gb_u32(&b, GT_U32);
     gb_u32(&b, 1);
     expect_fail(&b, 0, KILN_ERR_FORMAT, "not valid UTF-8", "general.n");
@@ -404,6 +404,14 @@ static void test_invalid_utf8(void **state) {
     gb_pad(&b, 32);
     for (int i = 0; i < 32; i++) gb_u8(&b, 0);
     expect_fail(&b, 0, KILN_ERR_FORMAT, "tensor name is not valid UTF-8", NULL);
+    gb_free(&b);
+    /* a NUL inside a tensor name (C strings would cut it) */
+    gb_header(&b, 3, 1, 0);
+    gb_strn(&b, "a\0b", 3);
+    gb_u32(&b, 1), gb_u64(&b, 8), gb_u32(&b, KILN_DTYPE_F32), gb_u64(&b, 0);
+    gb_pad(&b, 32);
+    for (int i = 0; i < 32; i++) gb_u8(&b, 0);
+    expect_fail(&b, 0, KILN_ERR_FORMAT, "tensor name contains a NUL byte", NULL);
     gb_free(&b);
     /* empty key */
     gb_header(&b, 3, 0, 1);
@@ -544,6 +552,42 @@ static void test_vocab_files(void **state) {
     if (!opened) skip(); /* ../shared/testdata/tokenizer absent */
 }
 
+/* A file written by gguf-py (tests/fuzz/make_seeds.py): every value type, nested arrays,
+ * f32/f16/q8_0/q4_K tensors, as an independent writer lays them out. */
+static void test_gguf_py_file(void **state) {
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fuzz/corpus/fuzz_gguf/rich_v3.gguf", kt_source_dir());
+    kiln_gguf *g;
+    kiln_err e;
+    if (kiln_gguf_open(path, 0, &g, &e)) fail_msg("%s", e.msg);
+    const kiln_meta *m = kiln_gguf_meta(g);
+    int32_t i32;
+    int64_t i64;
+    double f64;
+    assert_int_equal(kiln_meta_get_i32(m, "t.i32", &i32, &e), KILN_OK);
+    assert_int_equal(i32, -70000);
+    assert_int_equal(kiln_meta_get_i64(m, "t.i64", &i64, &e), KILN_OK);
+    assert_true(i64 == -(1ll << 40));
+    assert_int_equal(kiln_meta_get_f64(m, "t.f64", &f64, &e), KILN_OK);
+    assert_true(f64 == 0.1);
+    const kiln_meta_value *a;
+    assert_int_equal(kiln_meta_get_arr(m, "t.nested", KILN_META_ARRAY, &a, &e), KILN_OK);
+    assert_int_equal(a->count, 2);
+    assert_true(kiln_meta_arr_i64(kiln_meta_arr_item(a, 1), 0, &i64) && i64 == 3);
+    assert_int_equal(kiln_meta_get_arr(m, "tokenizer.ggml.tokens", KILN_META_STRING, &a, &e),
+                     KILN_OK);
+    kiln_str s;
+    assert_true(kiln_meta_arr_str(a, 3, &s) && kiln_str_eq(s, "\xc3\xa9"));
+    const kiln_tensor_info *t = kiln_gguf_find_tensor(g, "token_embd.weight");
+    assert_non_null(t);
+    assert_true(t->dtype == KILN_DTYPE_F32 && t->shape[0] == 32 && t->shape[1] == 4);
+    t = kiln_gguf_find_tensor(g, "blk.0.ffn_down.weight");
+    assert_true(t->dtype == KILN_DTYPE_Q4_K && t->shape[0] == 256 && t->nbytes == 144);
+    assert_int_equal(kiln_gguf_find_tensor(g, "blk.0.attn_q.weight")->dtype, KILN_DTYPE_Q8_0);
+    kiln_gguf_close(g);
+}
+
 static void test_gemma_model(void **state) {
     (void)state;
     char path[1024];
@@ -582,7 +626,7 @@ int main(void) {
         cmocka_unit_test(test_duplicate_key),     cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_tensor_errors),     cmocka_unit_test(test_overlap_and_duplicates),
         cmocka_unit_test(test_unsupported_dtype), cmocka_unit_test(test_vocab_files),
-        cmocka_unit_test(test_gemma_model),
+        cmocka_unit_test(test_gguf_py_file),      cmocka_unit_test(test_gemma_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

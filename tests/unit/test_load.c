@@ -420,6 +420,163 @@ static void test_fixup(void **state) {
     sb_rmdir(dir);
 }
 
+/* A tiny HF checkpoint of each family (config.json + model.safetensors with HF names):
+ * every tensor maps to the GGUF name the family reads, and loads byte-exactly. */
+static void test_families(void **state) {
+    (void)state;
+    static const struct {
+        const char *cfg;
+        const char *arch;
+        bool qk_norm, bias, gemma;
+    } fam[] = {
+        {"{\"model_type\":\"llama\",\"hidden_size\":32,\"intermediate_size\":64,"
+         "\"num_attention_heads\":2,\"num_hidden_layers\":1,\"vocab_size\":16}",
+         "llama", false, false, false},
+        {"{\"model_type\":\"qwen2\",\"hidden_size\":32,\"intermediate_size\":64,"
+         "\"num_attention_heads\":2,\"num_hidden_layers\":1}",
+         "qwen2", false, true, false},
+        {"{\"model_type\":\"qwen3\",\"hidden_size\":32,\"intermediate_size\":64,"
+         "\"num_attention_heads\":2,\"num_hidden_layers\":1,\"head_dim\":16}",
+         "qwen3", true, false, false},
+        {"{\"model_type\":\"gemma3_text\",\"hidden_size\":32,\"intermediate_size\":64,"
+         "\"num_attention_heads\":2,\"num_hidden_layers\":1,\"head_dim\":16}",
+         "gemma3", true, false, true},
+    };
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        /* HF name, GGUF name, rows, cols (row-major [rows, cols]) */
+        struct {
+            const char *hf, *gguf;
+            int rows, cols;
+        } ts[20];
+        int n = 0;
+#define ADD(h, g, r, c) ts[n].hf = h, ts[n].gguf = g, ts[n].rows = r, ts[n].cols = c, n++
+        ADD("model.embed_tokens.weight", "token_embd.weight", 16, 32);
+        ADD("model.norm.weight", "output_norm.weight", 0, 32);
+        ADD("model.layers.0.input_layernorm.weight", "blk.0.attn_norm.weight", 0, 32);
+        ADD("model.layers.0.self_attn.q_proj.weight", "blk.0.attn_q.weight", 32, 32);
+        ADD("model.layers.0.self_attn.k_proj.weight", "blk.0.attn_k.weight", 32, 32);
+        ADD("model.layers.0.self_attn.v_proj.weight", "blk.0.attn_v.weight", 32, 32);
+        ADD("model.layers.0.self_attn.o_proj.weight", "blk.0.attn_output.weight", 32, 32);
+        ADD("model.layers.0.mlp.gate_proj.weight", "blk.0.ffn_gate.weight", 64, 32);
+        ADD("model.layers.0.mlp.up_proj.weight", "blk.0.ffn_up.weight", 64, 32);
+        ADD("model.layers.0.mlp.down_proj.weight", "blk.0.ffn_down.weight", 32, 64);
+        if (fam[f].gemma) {
+            ADD("model.layers.0.post_attention_layernorm.weight",
+                "blk.0.post_attention_norm.weight", 0, 32);
+            ADD("model.layers.0.pre_feedforward_layernorm.weight", "blk.0.ffn_norm.weight", 0, 32);
+            ADD("model.layers.0.post_feedforward_layernorm.weight", "blk.0.post_ffw_norm.weight", 0,
+                32);
+        } else {
+            ADD("model.layers.0.post_attention_layernorm.weight", "blk.0.ffn_norm.weight", 0, 32);
+            ADD("lm_head.weight", "output.weight", 16, 32);
+        }
+        if (fam[f].qk_norm) {
+            ADD("model.layers.0.self_attn.q_norm.weight", "blk.0.attn_q_norm.weight", 0, 16);
+            ADD("model.layers.0.self_attn.k_norm.weight", "blk.0.attn_k_norm.weight", 0, 16);
+        }
+        if (fam[f].bias) {
+            ADD("model.layers.0.self_attn.q_proj.bias", "blk.0.attn_q.bias", 0, 32);
+            ADD("model.layers.0.self_attn.k_proj.bias", "blk.0.attn_k.bias", 0, 32);
+            ADD("model.layers.0.self_attn.v_proj.bias", "blk.0.attn_v.bias", 0, 32);
+        }
+#undef ADD
+        char hdr[8192];
+        int o = snprintf(hdr, sizeof hdr, "{");
+        size_t off = 0;
+        for (int i = 0; i < n; i++) {
+            size_t bytes = (size_t)(ts[i].rows ? ts[i].rows : 1) * (size_t)ts[i].cols * 2;
+            char shape[32];
+            if (ts[i].rows)
+                snprintf(shape, sizeof shape, "[%d,%d]", ts[i].rows, ts[i].cols);
+            else
+                snprintf(shape, sizeof shape, "[%d]", ts[i].cols);
+            o += snprintf(hdr + o, sizeof hdr - (size_t)o,
+                          "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
+                          i ? "," : "", ts[i].hf, shape, off, off + bytes);
+            off += bytes;
+        }
+        snprintf(hdr + o, sizeof hdr - (size_t)o, "}");
+        const char *dir = sb_tmpdir();
+        sb_write_str(dir, "config.json", fam[f].cfg);
+        gb_buf b = {0};
+        sb_image(&b, hdr, NULL, off);
+        char p[512];
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        sb_write(p, b.p, b.n);
+        gb_free(&b);
+        kiln_model_file *m;
+        kiln_err e;
+        if (kiln_model_file_open(dir, 0, &m, &e)) fail_msg("%s: %s", fam[f].arch, e.msg);
+        assert_string_equal(kiln_model_file_arch(m), fam[f].arch);
+        assert_int_equal(kiln_model_file_tensor_count(m), (size_t)n);
+        for (int i = 0; i < n; i++) {
+            const kiln_tensor_info *t = kiln_model_file_find_tensor(m, ts[i].gguf);
+            if (!t) fail_msg("%s: %s not mapped to %s", fam[f].arch, ts[i].hf, ts[i].gguf);
+            assert_int_equal(t->shape[0], ts[i].cols);
+            assert_int_equal(t->shape[1], ts[i].rows ? ts[i].rows : 1);
+            bool norm = strstr(ts[i].hf, "norm.weight") != NULL;
+            assert_int_equal(t->fixup, fam[f].gemma && norm ? KILN_FIXUP_ADD_ONE : KILN_FIXUP_NONE);
+        }
+        kiln_model_file *keep = mf;
+        mf = m;
+        kiln_load_request req;
+        kiln_load_request_init(&req);
+        req.alias_align = 2;
+        kiln_load_plan *pl = load(&req);
+        check_against_residual(&req, pl);
+        assert_int_equal(kiln_load_plan_report(pl)->lane[KILN_LANE_TRANSFORM].tensors,
+                         fam[f].gemma ? 7 : 0);
+        kiln_load_plan_free(pl);
+        mf = keep;
+        kiln_model_file_close(m);
+        sb_rmdir(dir);
+    }
+}
+
+/* The upload lane (CUDA builds with a device: the GPU machine): every tensor copied to
+ * the device, native and as f32, reads back equal to the residual lane. */
+static void test_upload(void **state) {
+    (void)state;
+#ifdef KILN_HAVE_CUDA
+    kiln_load_request probe;
+    kiln_load_request_init(&probe);
+    probe.target.place = KILN_PLACE_CUDA;
+    kiln_load_plan *p = NULL;
+    kiln_err e;
+    if (kiln_load_plan_build(mf, &probe, &p, &e) == KILN_ERR_DEVICE) {
+        print_message("skipped: no CUDA device (%s)\n", e.msg);
+        skip();
+    }
+    kiln_load_plan_free(p);
+    for (int layout = 0; layout < 2; layout++) {
+        kiln_load_request req;
+        kiln_load_request_init(&req);
+        req.target.place = KILN_PLACE_CUDA;
+        req.target.layout = layout ? "f32" : NULL;
+        p = load(&req);
+        assert_int_equal(kiln_load_plan_report(p)->lane[KILN_LANE_UPLOAD].tensors,
+                         kiln_load_plan_count(p));
+        kiln_load_request r = req;
+        r.target.place = KILN_PLACE_HOST;
+        r.force_lane = KILN_LANE_RESIDUAL;
+        kiln_load_plan *ref = load(&r);
+        for (size_t i = 0; i < kiln_load_plan_count(p); i++) {
+            const kiln_load_item *it = kiln_load_plan_item(p, i);
+            assert_non_null(it->device_ptr);
+            void *host = malloc(it->nbytes);
+            assert_int_equal(kiln_load_item_read(it, host, &e), KILN_OK);
+            assert_memory_equal(host, kiln_load_plan_item(ref, i)->data, it->nbytes);
+            free(host);
+        }
+        kiln_load_plan_free(ref);
+        kiln_load_plan_free(p);
+    }
+#else
+    print_message("skipped: built without CUDA\n");
+    skip();
+#endif
+}
+
 static kiln_status dummy_plan(uint32_t src, int64_t ne0, int64_t n_rows, uint32_t fixup,
                               uint32_t *out_dtype, uint64_t *out_row_bytes, kiln_err *err) {
     (void)n_rows, (void)fixup, (void)err;
@@ -468,6 +625,8 @@ int main(void) {
         cmocka_unit_test(test_unsupported_refused),
         cmocka_unit_test(test_fixup),
         cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_families),
+        cmocka_unit_test(test_upload),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -7,7 +7,9 @@
  * same bytes, or fail as well; for raise_exception() the message must match too.
  * goldens/features.json does the same for small templates exercising one feature each.
  */
+#include "format/meta.h"
 #include "testutil.h"
+
 #include "tok/jinja.h"
 #include "tok/template.h"
 
@@ -255,11 +257,66 @@ static void test_errors(void **state) {
     }
 }
 
+/* Templates and special tokens from model metadata (the GGUF keys). */
+static void test_from_meta(void **state) {
+    (void)state;
+    kiln_meta m;
+    kiln_meta_init(&m);
+    kiln_err err;
+    kiln_err_clear(&err);
+    static const char tpl[] = "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}"
+                              "{{ eos_token }}{% endfor %}";
+    static const char tool_tpl[] = "tools:{{ tools | length }}";
+    assert_int_equal(
+        kiln_meta_set_str(&m, "tokenizer.chat_template", (kiln_str){tpl, sizeof tpl - 1}, &err),
+        KILN_OK);
+    assert_int_equal(kiln_meta_set_str(&m, "tokenizer.chat_template.tool_use",
+                                       (kiln_str){tool_tpl, sizeof tool_tpl - 1}, &err),
+                     KILN_OK);
+    static const kiln_str toks[] = {{"<pad>", 5}, {"<bos>", 5}, {"<eos>", 5}, {"hi", 2}};
+    kiln_meta_value arr = {.type = KILN_META_ARRAY, .elem_type = KILN_META_STRING, .count = 4};
+    arr.v.strs = toks;
+    assert_int_equal(kiln_meta_add(&m, (kiln_str){"tokenizer.ggml.tokens", 21}, &arr, &err),
+                     KILN_OK);
+    assert_int_equal(kiln_meta_set_u32(&m, "tokenizer.ggml.bos_token_id", 1, &err), KILN_OK);
+    assert_int_equal(kiln_meta_set_u32(&m, "tokenizer.ggml.eos_token_id", 2, &err), KILN_OK);
+
+    char *src = NULL, *bos = NULL, *eos = NULL, *out = NULL;
+    size_t n = 0;
+    assert_int_equal(kiln_chat_template_from_meta(&m, NULL, &src, &n, &err), KILN_OK);
+    assert_int_equal(n, sizeof tpl - 1);
+    assert_int_equal(kiln_chat_template_special_tokens(&m, &bos, &eos, &err), KILN_OK);
+    assert_string_equal(bos, "<bos>");
+    assert_string_equal(eos, "<eos>");
+    kiln_chat_template *t = NULL;
+    assert_int_equal(kiln_chat_template_parse(src, n, "meta", &t, &err), KILN_OK);
+    json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"hi\"}]", 0, NULL);
+    kiln_chat_inputs in = {.messages = msgs, .bos_token = bos, .eos_token = eos};
+    assert_int_equal(kiln_chat_template_render(t, &in, &out, &n, &err), KILN_OK);
+    assert_string_equal(out, "<bos>[user]hi<eos>");
+    free(out);
+    kiln_chat_template_free(t);
+    free(src);
+
+    assert_int_equal(kiln_chat_template_from_meta(&m, "tool_use", &src, &n, &err), KILN_OK);
+    assert_string_equal(src, tool_tpl);
+    free(src);
+    /* a missing variant names the key and lists the ones present */
+    assert_int_equal(kiln_chat_template_from_meta(&m, "rag", &src, &n, &err), KILN_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "tokenizer.chat_template.rag"));
+    assert_non_null(strstr(err.msg, "named templates: tool_use"));
+    free(bos);
+    free(eos);
+    json_decref(msgs);
+    kiln_meta_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_templates),
         cmocka_unit_test(test_features),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_from_meta),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -58,7 +58,7 @@ kiln_status kiln_cpu_matmul_avx2(const kiln_kctx *c, const kiln_matmul_args *a);
  *                4c+i, byte 4r+e = 2-bit highs of elements 64c+16q+4i+e at bits 2q)
  * A group-block's rows are consecutive groups of the tensor: group g's blocks start at
  * g * kiln_cpu_r16_group_bytes(dtype, k). */
-#define KILN_CPU_WLAYOUT_R16 2u
+#define KILN_CPU_WLAYOUT_R16 2u /* = KILN_WLAYOUT_CPU_R16 of kernels/spec.h */
 
 bool kiln_cpu_r16_supports(uint32_t dtype);
 /* Bytes of an n x k tensor in the R16 layout; errors name a bad shape or overflow. */

@@ -1,0 +1,459 @@
+/*
+ * bench_load.c — loader speed against the physical limits, measured in one run.
+ *
+ *   bench_load [--file PATH | PATH] [--size-gib N] [--threads N] [--keep]
+ *              [--cuda DEV | --device DEV] [--reps N]
+ *
+ * Writes a synthetic GGUF of about N GiB (default 1.1; f16 embeddings, q8_0 / q4_K / f16
+ * matrices, f32 norms, random bytes with finite scales) unless PATH exists, then measures:
+ *   seq read      evict the file's pages (posix_fadvise DONTNEED), read it front to back
+ *                 with 1 MiB read() calls (`cat FILE > /dev/null`)
+ *   cold alias    evict, open + plan + execute with every tensor aliased and populated
+ *                 (MADV_POPULATE_READ): load-to-ready; target <= 1.1 x seq read
+ *   cold copy     evict, load every tensor into owned memory (writable: transform lane,
+ *                 identity) through io_uring and through pread
+ *   warm alias    file cached: open + plan + execute, populated and lazy; target
+ *                 <= 50 ms per GiB
+ *   memcpy        multi-threaded memcpy of 512 MiB (same threads as the loader)
+ *   transform     warm file: identity copy, f16->f32 conversion of f16 tensors, blocks_x4
+ *                 repack of quantized ones; GB/s of bytes read; target >= 70 % of memcpy
+ *   upload        (--cuda DEV, CUDA builds) pinned cudaMemcpy host->device bandwidth, and
+ *                 the upload lane; target >= 80 %
+ * Results go to docs/PERF.md (Loader section) with the command and commit.
+ */
+#include "base/mem.h"
+#include "base/pool.h"
+#include "base/timer.h"
+#include "format/dtype.h"
+#include "format/model_file.h"
+#include "load/load.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#ifdef KILN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+static void die(const char *what) {
+    fprintf(stderr, "bench_load: %s\n", what);
+    exit(1);
+}
+
+/* ---- a synthetic GGUF ------------------------------------------------------------------ */
+
+typedef struct wbuf {
+    FILE *f;
+    uint64_t pos;
+} wbuf;
+
+static void w_put(wbuf *w, const void *p, size_t n) {
+    if (n && fwrite(p, 1, n, w->f) != n) die("write failed");
+    w->pos += n;
+}
+static void w_u32(wbuf *w, uint32_t v) {
+    w_put(w, &v, 4);
+}
+static void w_u64(wbuf *w, uint64_t v) {
+    w_put(w, &v, 8);
+}
+static void w_str(wbuf *w, const char *s) {
+    w_u64(w, strlen(s));
+    w_put(w, s, strlen(s));
+}
+static void w_pad(wbuf *w) {
+    static const uint8_t z[32];
+    w_put(w, z, (32 - w->pos % 32) % 32);
+}
+
+typedef struct spec {
+    char name[64];
+    uint32_t type;
+    int64_t ne0, ne1;
+    uint64_t bytes, off;
+} spec;
+
+static size_t make_specs(spec *s, int layers, int d, int ff, int vocab) {
+    size_t n = 0;
+    snprintf(s[n].name, 64, "token_embd.weight"), s[n].type = KILN_DTYPE_F16, s[n].ne0 = d,
+                                                  s[n++].ne1 = vocab;
+    snprintf(s[n].name, 64, "output_norm.weight"), s[n].type = KILN_DTYPE_F32, s[n].ne0 = d,
+                                                   s[n++].ne1 = 1;
+    for (int l = 0; l < layers; l++) {
+        static const char *mats[] = {"attn_q", "attn_k", "attn_v", "attn_output"};
+        for (int m = 0; m < 4; m++) {
+            snprintf(s[n].name, 64, "blk.%d.%s.weight", l, mats[m]);
+            s[n].type = m == 3 ? KILN_DTYPE_F16 : KILN_DTYPE_Q8_0;
+            s[n].ne0 = d, s[n++].ne1 = d;
+        }
+        snprintf(s[n].name, 64, "blk.%d.ffn_gate.weight", l), s[n].type = KILN_DTYPE_Q4_K,
+                                                              s[n].ne0 = d, s[n++].ne1 = ff;
+        snprintf(s[n].name, 64, "blk.%d.ffn_up.weight", l), s[n].type = KILN_DTYPE_Q4_K,
+                                                            s[n].ne0 = d, s[n++].ne1 = ff;
+        snprintf(s[n].name, 64, "blk.%d.ffn_down.weight", l), s[n].type = KILN_DTYPE_Q8_0,
+                                                              s[n].ne0 = ff, s[n++].ne1 = d;
+        snprintf(s[n].name, 64, "blk.%d.attn_norm.weight", l), s[n].type = KILN_DTYPE_F32,
+                                                               s[n].ne0 = d, s[n++].ne1 = 1;
+        snprintf(s[n].name, 64, "blk.%d.ffn_norm.weight", l), s[n].type = KILN_DTYPE_F32,
+                                                              s[n].ne0 = d, s[n++].ne1 = 1;
+    }
+    return n;
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t type, uint64_t *seed) {
+    uint64_t x = *seed;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        memcpy(p + i, &x, 8);
+    }
+    *seed = x;
+    const kiln_dtype_info *di = kiln_dtype_get(type);
+    if (type == KILN_DTYPE_F16)
+        for (size_t i = 0; i + 2 <= n; i += 2) p[i + 1] = (uint8_t)((p[i + 1] & 0x83) | 0x30);
+    if (type == KILN_DTYPE_F32)
+        for (size_t i = 0; i + 4 <= n; i += 4) p[i + 3] = (uint8_t)((p[i + 3] & 0x80) | 0x3e);
+    if (di->quantized) /* a finite fp16 scale at the start of each block */
+        for (size_t b = 0; b + di->block_bytes <= n; b += di->block_bytes) p[b + 1] = 0x20;
+}
+
+static void make_gguf(const char *path, double gib) {
+    /* d=2048, ff=5632 gives ~41 MiB per layer */
+    const int d = 2048, ff = 5632, vocab = 32000;
+    int layers = (int)(gib * 1024.0 / 41.5);
+    if (layers < 1) layers = 1;
+    spec *s = calloc((size_t)layers * 9 + 2, sizeof *s);
+    if (!s) die("out of memory");
+    size_t n = make_specs(s, layers, d, ff, vocab);
+    uint64_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t shape[2] = {s[i].ne0, s[i].ne1};
+        size_t b;
+        if (kiln_dtype_nbytes(s[i].type, shape, 2, &b, NULL)) die("bad spec");
+        s[i].bytes = b;
+        s[i].off = off;
+        off = (off + b + 31) / 32 * 32;
+    }
+    wbuf w = {fopen(path, "wb"), 0};
+    if (!w.f) die("cannot create the model file");
+    w_put(&w, "GGUF", 4);
+    w_u32(&w, 3);
+    w_u64(&w, n);
+    w_u64(&w, 2);
+    w_str(&w, "general.architecture"), w_u32(&w, 8), w_str(&w, "llama");
+    w_str(&w, "llama.block_count"), w_u32(&w, 4), w_u32(&w, (uint32_t)layers);
+    for (size_t i = 0; i < n; i++) {
+        w_str(&w, s[i].name);
+        w_u32(&w, s[i].ne1 > 1 ? 2 : 1);
+        w_u64(&w, (uint64_t)s[i].ne0);
+        if (s[i].ne1 > 1) w_u64(&w, (uint64_t)s[i].ne1);
+        w_u32(&w, s[i].type);
+        w_u64(&w, s[i].off);
+    }
+    w_pad(&w);
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    uint8_t *buf = malloc(64 << 20);
+    if (!buf) die("out of memory");
+    for (size_t i = 0; i < n; i++) {
+        for (uint64_t done = 0; done < s[i].bytes;) {
+            size_t k = s[i].bytes - done < (64u << 20) ? (size_t)(s[i].bytes - done) : (64u << 20);
+            k -= k % kiln_dtype_get(s[i].type)->block_bytes
+                     ? k % kiln_dtype_get(s[i].type)->block_bytes
+                     : 0;
+            fill(buf, k, s[i].type, &seed);
+            w_put(&w, buf, k);
+            done += k;
+        }
+        w_pad(&w);
+    }
+    free(buf);
+    free(s);
+    if (fclose(w.f) != 0) die("closing the model file");
+    printf("wrote %s: %.2f GiB, %d layers, %zu tensors\n", path, (double)w.pos / (1 << 30), layers,
+           n);
+}
+
+/* ---- measurements ------------------------------------------------------------------------ */
+
+static double resident_fraction(const char *path) {
+    int fd = open(path, O_RDONLY);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) die("stat");
+    void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t pages = ((size_t)sb.st_size + (size_t)pg - 1) / (size_t)pg, res = 0;
+    unsigned char *vec = malloc(pages);
+    if (p != MAP_FAILED && vec && mincore(p, (size_t)sb.st_size, vec) == 0)
+        for (size_t i = 0; i < pages; i++) res += vec[i] & 1;
+    free(vec);
+    if (p != MAP_FAILED) munmap(p, (size_t)sb.st_size);
+    close(fd);
+    return (double)res / (double)pages;
+}
+
+static void evict(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) die("open for eviction");
+    fdatasync(fd); /* dirty pages (a freshly written file) cannot be dropped */
+    if (posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0) die("posix_fadvise");
+    close(fd);
+}
+
+static double seq_read(const char *path, uint64_t *bytes) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) die("open");
+    char *buf = malloc(1 << 20);
+    uint64_t t0 = kiln_now_ns(), total = 0;
+    ssize_t r;
+    while ((r = read(fd, buf, 1 << 20)) > 0) total += (uint64_t)r;
+    double s = (double)(kiln_now_ns() - t0) * 1e-9;
+    free(buf);
+    close(fd);
+    *bytes = total;
+    return s;
+}
+
+typedef struct load_result {
+    double seconds, lane_gbps;
+    uint64_t bytes;
+} load_result;
+
+static kiln_load_target bench_target(void *user, const kiln_tensor_info *t) {
+    const char *mode = user;
+    kiln_load_target tg = {KILN_PLACE_HOST, 0, NULL, false};
+    if (strcmp(mode, "f32") == 0 && t->dtype == KILN_DTYPE_F16)
+        tg.layout = "f32";
+    else if (strcmp(mode, "x4") == 0 && kiln_dtype_get(t->dtype)->quantized)
+        tg.layout = "blocks_x4";
+    else
+        tg.writable = true;
+    return tg;
+}
+
+/* open + plan + execute; "lane" is the lane whose throughput is reported. */
+static load_result run_load(const char *path, kiln_load_request *req, kiln_lane lane) {
+    uint64_t t0 = kiln_now_ns();
+    kiln_model_file *mf;
+    kiln_load_plan *p;
+    kiln_err e;
+    if (kiln_model_file_open(path, 0, &mf, &e) || kiln_load_plan_build(mf, req, &p, &e) ||
+        kiln_load_execute(p, &e)) {
+        fprintf(stderr, "bench_load: %s\n", e.msg);
+        exit(1);
+    }
+    load_result r;
+    r.seconds = (double)(kiln_now_ns() - t0) * 1e-9;
+    const kiln_load_report *rep = kiln_load_plan_report(p);
+    r.bytes = rep->lane[lane].src_bytes;
+    r.lane_gbps =
+        rep->lane[lane].seconds > 0 ? (double)r.bytes / rep->lane[lane].seconds * 1e-9 : 0;
+    kiln_load_plan_free(p);
+    kiln_model_file_close(mf);
+    return r;
+}
+
+typedef struct mc {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t n;
+} mc;
+static void memcpy_task(void *ctx, int ith, int nth) {
+    mc *m = ctx;
+    int64_t b, e;
+    kiln_split_range((int64_t)(m->n / 4096), ith, nth, &b, &e);
+    memcpy(m->dst + b * 4096, m->src + b * 4096, (size_t)(e - b) * 4096);
+}
+
+static double memcpy_gbps(int threads) {
+    size_t n = (size_t)512 << 20;
+    uint8_t *a = kiln_alloc_aligned(n), *b = kiln_alloc_aligned(n);
+    if (!a || !b) die("out of memory");
+    memset(a, 1, n);
+    memset(b, 2, n);
+    kiln_pool *pool;
+    if (kiln_pool_create(threads, &pool, NULL)) die("pool");
+    mc m = {b, a, n};
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        uint64_t t0 = kiln_now_ns();
+        kiln_pool_run(pool, memcpy_task, &m);
+        double s = (double)(kiln_now_ns() - t0) * 1e-9;
+        if ((double)n / s * 1e-9 > best) best = (double)n / s * 1e-9;
+    }
+    kiln_pool_free(pool);
+    kiln_free_aligned(a);
+    kiln_free_aligned(b);
+    return best;
+}
+
+int main(int argc, char **argv) {
+    const char *path = "/tmp/kiln-bench-load.gguf";
+    double gib = 1.1;
+    int threads = 0, cuda_dev = -1, reps = 3;
+    bool keep = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--file") && i + 1 < argc)
+            path = argv[++i];
+        else if (!strcmp(argv[i], "--size-gib") && i + 1 < argc)
+            gib = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--cuda") && i + 1 < argc)
+            cuda_dev = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--keep"))
+            keep = true;
+        else {
+            fprintf(stderr, "usage: bench_load [--file PATH] [--size-gib N] [--threads N] [--keep] "
+                            "[--cuda DEV] [--reps N]\n");
+            return 2;
+        }
+    }
+    if (threads <= 0) threads = kiln_cpu_count();
+    struct stat sb;
+    bool made = false;
+    if (stat(path, &sb) != 0) {
+        make_gguf(path, gib);
+        made = true;
+    }
+    if (stat(path, &sb) != 0) die("stat");
+    const double file_gib = (double)sb.st_size / (1 << 30);
+    printf("file %s, %.3f GiB, %d threads, best of %d\n\n", path, file_gib, threads, reps);
+    printf("%-34s %10s %10s %12s\n", "measurement", "ms", "GB/s", "cache before");
+
+    double seq = 1e30, cold = 1e30, cold_ur = 1e30, cold_pr = 1e30;
+    for (int r = 0; r < reps; r++) {
+        uint64_t bytes;
+        evict(path);
+        double res = resident_fraction(path);
+        double s = seq_read(path, &bytes);
+        if (s < seq) seq = s;
+        if (r == 0)
+            printf("%-34s %10.1f %10.2f %11.1f%%\n", "seq read (cold)", s * 1e3,
+                   (double)bytes / s * 1e-9, res * 100);
+
+        kiln_load_request req;
+        kiln_load_request_init(&req);
+        req.threads = threads;
+        evict(path);
+        res = resident_fraction(path);
+        load_result lr = run_load(path, &req, KILN_LANE_ALIAS);
+        if (lr.seconds < cold) cold = lr.seconds;
+        if (r == 0)
+            printf("%-34s %10.1f %10.2f %11.1f%%\n", "cold alias+populate to ready",
+                   lr.seconds * 1e3, (double)sb.st_size / lr.seconds * 1e-9, res * 100);
+
+        kiln_load_request_init(&req);
+        req.threads = threads;
+        req.target_user = "copy";
+        req.target_for = bench_target;
+        req.io = KILN_IO_URING;
+        evict(path);
+        res = resident_fraction(path);
+        lr = run_load(path, &req, KILN_LANE_TRANSFORM);
+        if (lr.seconds < cold_ur) cold_ur = lr.seconds;
+        if (r == 0)
+            printf("%-34s %10.1f %10.2f %11.1f%%\n", "cold copy via io_uring", lr.seconds * 1e3,
+                   (double)sb.st_size / lr.seconds * 1e-9, res * 100);
+        req.io = KILN_IO_PREAD;
+        evict(path);
+        lr = run_load(path, &req, KILN_LANE_TRANSFORM);
+        if (lr.seconds < cold_pr) cold_pr = lr.seconds;
+        if (r == 0)
+            printf("%-34s %10.1f %10.2f %11.1f%%\n", "cold copy via pread", lr.seconds * 1e3,
+                   (double)sb.st_size / lr.seconds * 1e-9, res * 100);
+    }
+    /* warm */
+    uint64_t bytes;
+    seq_read(path, &bytes);
+    double warm = 1e30, warm_lazy = 1e30;
+    for (int r = 0; r < reps; r++) {
+        kiln_load_request req;
+        kiln_load_request_init(&req);
+        req.threads = threads;
+        load_result lr = run_load(path, &req, KILN_LANE_ALIAS);
+        if (lr.seconds < warm) warm = lr.seconds;
+        req.populate = false;
+        lr = run_load(path, &req, KILN_LANE_ALIAS);
+        if (lr.seconds < warm_lazy) warm_lazy = lr.seconds;
+    }
+    printf("%-34s %10.1f %10s %11.1f%%\n", "warm alias+populate to ready", warm * 1e3, "",
+           resident_fraction(path) * 100);
+    printf("%-34s %10.1f %10s %11.1f%%\n", "warm alias lazy to ready", warm_lazy * 1e3, "",
+           resident_fraction(path) * 100);
+
+    double mc_gbps = memcpy_gbps(threads);
+    printf("%-34s %10s %10.2f\n", "memcpy (512 MiB)", "", mc_gbps);
+    static const char *modes[] = {"copy", "f32", "x4"};
+    static const char *labels[] = {"transform identity copy (warm)", "transform f16->f32 (warm)",
+                                   "transform blocks_x4 (warm)"};
+    double tr[3] = {0, 0, 0};
+    for (int m = 0; m < 3; m++) {
+        for (int r = 0; r < reps; r++) {
+            kiln_load_request req;
+            kiln_load_request_init(&req);
+            req.threads = threads;
+            req.io = KILN_IO_MMAP;
+            req.target_user = (void *)modes[m];
+            req.target_for = bench_target;
+            load_result lr = run_load(path, &req, KILN_LANE_TRANSFORM);
+            if (lr.lane_gbps > tr[m]) tr[m] = lr.lane_gbps;
+        }
+        printf("%-34s %10s %10.2f\n", labels[m], "", tr[m]);
+    }
+    double up_ratio = -1;
+#ifdef KILN_HAVE_CUDA
+    if (cuda_dev >= 0) {
+        size_t n = (size_t)256 << 20;
+        void *h, *d;
+        if (cudaSetDevice(cuda_dev) != cudaSuccess || cudaHostAlloc(&h, n, 0) != cudaSuccess ||
+            cudaMalloc(&d, n) != cudaSuccess)
+            die("CUDA setup failed");
+        memset(h, 1, n);
+        double best = 0;
+        for (int r = 0; r < 5; r++) {
+            uint64_t t0 = kiln_now_ns();
+            cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+            double s = (double)(kiln_now_ns() - t0) * 1e-9;
+            if ((double)n / s * 1e-9 > best) best = (double)n / s * 1e-9;
+        }
+        cudaFreeHost(h);
+        cudaFree(d);
+        printf("%-34s %10s %10.2f\n", "pinned H2D cudaMemcpy (256 MiB)", "", best);
+        double up = 0, up_wall = 1e30;
+        for (int r = 0; r < reps; r++) {
+            kiln_load_request req;
+            kiln_load_request_init(&req);
+            req.threads = threads;
+            req.io = KILN_IO_MMAP;
+            req.target.place = KILN_PLACE_CUDA;
+            req.target.device = cuda_dev;
+            load_result lr = run_load(path, &req, KILN_LANE_UPLOAD);
+            if (lr.lane_gbps > up) up = lr.lane_gbps;
+            if (lr.seconds < up_wall) up_wall = lr.seconds;
+        }
+        printf("%-34s %10.1f %10.2f\n", "upload lane (warm, to ready)", up_wall * 1e3, up);
+        up_ratio = up / best;
+    }
+#else
+    if (cuda_dev >= 0) printf("(--cuda ignored: built without CUDA)\n");
+#endif
+    printf("\nratios (targets from issue #3):\n");
+    printf("  cold alias to ready / seq read   %.3f   (target <= 1.1)\n", cold / seq);
+    printf("  cold io_uring copy / seq read    %.3f\n", cold_ur / seq);
+    printf("  cold pread copy / seq read       %.3f\n", cold_pr / seq);
+    printf("  warm alias+populate, ms per GiB  %.1f   (target <= 50)\n", warm * 1e3 / file_gib);
+    printf("  warm alias lazy, ms per GiB      %.1f\n", warm_lazy * 1e3 / file_gib);
+    printf("  transform copy / memcpy          %.3f   (target >= 0.7)\n", tr[0] / mc_gbps);
+    printf("  transform f16->f32 / memcpy      %.3f\n", tr[1] / mc_gbps);
+    printf("  transform blocks_x4 / memcpy     %.3f\n", tr[2] / mc_gbps);
+    if (up_ratio >= 0)
+        printf("  upload lane / pinned H2D         %.3f   (target >= 0.8)\n", up_ratio);
+    if (made && !keep) unlink(path);
+    return 0;
+}

@@ -1,0 +1,199 @@
+/*
+ * adapters.c — the host adapters (ref and cpu backends): each macro-op as a sequence
+ * of kernel calls through the instruction's dispatch table, over every token of the
+ * step at once. Registers are row-major [t][width]; the workspace x->work holds the
+ * intermediates (q, k, v, attention output; gate, up).
+ */
+#include "runtime/exec.h"
+
+#include <math.h>
+#include <string.h>
+
+#define FN(bi, s, x) ((bi)->site[s].fn[(x)->bucket])
+
+static kiln_status add_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
+    int64_t n = bi->width_out[0];
+    kiln_add_args a = {.a = kiln_reg_in(x, bi, 0),
+                       .b = kiln_reg_in(x, bi, 1),
+                       .y = kiln_reg_out(x, bi, 0),
+                       .t = x->t,
+                       .n = n,
+                       .a_stride = n,
+                       .b_stride = n,
+                       .y_stride = n};
+    return FN(bi, KILN_SITE_ADD, x).add(&x->kctx, &a);
+}
+
+static kiln_status embed_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
+    const kiln_bound_weight *w = &bi->w[KILN_W_EMBED_TABLE];
+    kiln_embed_args a = {.w = w->data,
+                         .w_dtype = w->dtype,
+                         .w_row_bytes = w->row_bytes,
+                         .n_vocab = w->n,
+                         .dim = w->k,
+                         .ids = x->ids,
+                         .t = x->t,
+                         .y = kiln_reg_out(x, bi, 0),
+                         .y_stride = bi->width_out[0],
+                         .scale = bi->prm.embed.scale};
+    return FN(bi, KILN_SITE_EMBED, x).embed(&x->kctx, &a);
+}
+
+static kiln_status norm_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
+    int64_t n = bi->width_out[0];
+    kiln_rms_norm_args a = {.x = kiln_reg_in(x, bi, 0),
+                            .y = kiln_reg_out(x, bi, 0),
+                            .w = bi->w[KILN_W_NORM].data,
+                            .w_offset = bi->prm.norm.w_offset,
+                            .rows = x->t,
+                            .n = n,
+                            .x_stride = n,
+                            .y_stride = n,
+                            .eps = bi->prm.norm.eps};
+    return FN(bi, KILN_SITE_NORM, x).rms_norm(&x->kctx, &a);
+}
+
+static kiln_status matmul(kiln_exec *x, const kiln_bound_insn *bi, int s,
+                          const kiln_bound_weight *w, const kiln_bound_weight *bias,
+                          const float *in, int64_t in_stride, float *out, int64_t out_stride,
+                          int64_t t) {
+    kiln_matmul_args a = {.w = w->data,
+                          .w_dtype = w->dtype,
+                          .w_row_bytes = w->row_bytes,
+                          .n = w->n,
+                          .k = w->k,
+                          .x = in,
+                          .x_stride = in_stride,
+                          .y = out,
+                          .y_stride = out_stride,
+                          .t = t,
+                          .bias = bias ? bias->data : NULL};
+    return FN(bi, s, x).matmul(&x->kctx, &a);
+}
+
+static kiln_status attention_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
+    const kiln_attn_params *p = &bi->prm.attn;
+    const int64_t t = x->t, E = bi->width_in[0];
+    const int64_t qd = (int64_t)p->n_head * p->head_dim, kvd = (int64_t)p->n_kv_head * p->head_dim;
+    float *h = kiln_reg_in(x, bi, 0), *out = kiln_reg_out(x, bi, 0);
+    float *q = x->work, *k = q + t * qd, *v = k + t * kvd, *o = v + t * kvd;
+    KILN_TRY(
+        matmul(x, bi, KILN_SITE_Q, &bi->w[KILN_W_ATT_Q], &bi->w[KILN_W_ATT_BQ], h, E, q, qd, t));
+    KILN_TRY(
+        matmul(x, bi, KILN_SITE_K, &bi->w[KILN_W_ATT_K], &bi->w[KILN_W_ATT_BK], h, E, k, kvd, t));
+    KILN_TRY(
+        matmul(x, bi, KILN_SITE_V, &bi->w[KILN_W_ATT_V], &bi->w[KILN_W_ATT_BV], h, E, v, kvd, t));
+    if (bi->w[KILN_W_ATT_Q_NORM].data) {
+        /* per-head RMS norm: rows are (token, head) vectors of head_dim */
+        kiln_rms_norm_args a = {.x = q,
+                                .y = q,
+                                .w = bi->w[KILN_W_ATT_Q_NORM].data,
+                                .w_offset = p->qk_norm_offset,
+                                .rows = t * p->n_head,
+                                .n = p->head_dim,
+                                .x_stride = p->head_dim,
+                                .y_stride = p->head_dim,
+                                .eps = p->qk_norm_eps};
+        KILN_TRY(FN(bi, KILN_SITE_Q_NORM, x).rms_norm(&x->kctx, &a));
+        a.x = a.y = k;
+        a.w = bi->w[KILN_W_ATT_K_NORM].data;
+        a.rows = t * p->n_kv_head;
+        KILN_TRY(FN(bi, KILN_SITE_K_NORM, x).rms_norm(&x->kctx, &a));
+    }
+    if (p->n_rot > 0) {
+        kiln_rope_args r = {.x = q,
+                            .rows = t,
+                            .x_stride = qd,
+                            .n_head = p->n_head,
+                            .head_dim = p->head_dim,
+                            .n_rot = p->n_rot,
+                            .pos = x->tok_pos,
+                            .mode = (kiln_rope_mode)p->rope_mode,
+                            .base = p->rope_base,
+                            .freq_scale = p->rope_freq_scale,
+                            .freq_factors = bi->w[KILN_W_ATT_ROPE_FREQS].data,
+                            .ext_factor = p->ext_factor,
+                            .attn_factor = p->attn_factor,
+                            .beta_fast = p->beta_fast,
+                            .beta_slow = p->beta_slow,
+                            .n_ctx_orig = p->n_ctx_orig};
+        KILN_TRY(FN(bi, KILN_SITE_ROPE, x).rope(&x->kctx, &r));
+        r.x = k;
+        r.x_stride = kvd;
+        r.n_head = p->n_kv_head;
+        KILN_TRY(FN(bi, KILN_SITE_ROPE, x).rope(&x->kctx, &r));
+    }
+    kiln_kv_layer kv = kiln_kv_pool_layer(x->kv, bi->kv_layer);
+    kiln_kv_write_args w = {.kv = kv,
+                            .k = k,
+                            .v = v,
+                            .k_stride = kvd,
+                            .v_stride = kvd,
+                            .t = t,
+                            .tok_seq = x->tok_seq,
+                            .tok_pos = x->tok_pos,
+                            .seqs = x->seqs};
+    KILN_TRY(FN(bi, KILN_SITE_KV_WRITE, x).kv_write(&x->kctx, &w));
+    kiln_attention_args at = {.kv = kv,
+                              .q = q,
+                              .q_stride = qd,
+                              .out = o,
+                              .out_stride = qd,
+                              .t = t,
+                              .n_head = p->n_head,
+                              .tok_seq = x->tok_seq,
+                              .tok_pos = x->tok_pos,
+                              .seqs = x->seqs,
+                              .scale = p->scale,
+                              .softcap = p->softcap,
+                              .window = p->window};
+    KILN_TRY(FN(bi, KILN_SITE_ATTN, x).attention(&x->kctx, &at));
+    return matmul(x, bi, KILN_SITE_O, &bi->w[KILN_W_ATT_O], &bi->w[KILN_W_ATT_BO], o, qd, out,
+                  bi->width_out[0], t);
+}
+
+static kiln_status ffn_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
+    const int64_t t = x->t, E = bi->width_in[0], ff = bi->w[KILN_W_FFN_UP].n;
+    float *h = kiln_reg_in(x, bi, 0), *out = kiln_reg_out(x, bi, 0);
+    float *g = x->work, *u = g + t * ff;
+    KILN_TRY(matmul(x, bi, KILN_SITE_UP, &bi->w[KILN_W_FFN_UP], NULL, h, E, u, ff, t));
+    if (bi->w[KILN_W_FFN_GATE].data) {
+        KILN_TRY(matmul(x, bi, KILN_SITE_GATE, &bi->w[KILN_W_FFN_GATE], NULL, h, E, g, ff, t));
+        kiln_glu_args a = {.gate = g,
+                           .up = u,
+                           .y = u,
+                           .t = t,
+                           .n = ff,
+                           .gate_stride = ff,
+                           .up_stride = ff,
+                           .y_stride = ff,
+                           .act = (kiln_glu_act)bi->prm.ffn.act};
+        KILN_TRY(FN(bi, KILN_SITE_GLU, x).glu(&x->kctx, &a));
+    }
+    return matmul(x, bi, KILN_SITE_DOWN, &bi->w[KILN_W_FFN_DOWN], NULL, u, ff, out,
+                  bi->width_out[0], t);
+}
+
+static kiln_status lm_head_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
+    if (x->n_logits == 0) return KILN_OK;
+    const kiln_bound_weight *w = &bi->w[KILN_W_LM_HEAD];
+    const int64_t E = bi->width_in[0];
+    const float *h = kiln_reg_in(x, bi, 0);
+    /* gather the rows that want logits (contiguous in the workspace) */
+    float *rows = x->work;
+    for (int32_t i = 0; i < x->n_logits; i++)
+        memcpy(rows + (int64_t)i * E, h + (int64_t)x->logit_rows[i] * E, (size_t)E * sizeof(float));
+    KILN_TRY(matmul(x, bi, KILN_SITE_LM_HEAD, w, NULL, rows, E, x->logits, w->n, x->n_logits));
+    const float cap = bi->prm.lm_head.softcap;
+    if (cap > 0) {
+        size_t n = (size_t)x->n_logits * (size_t)w->n;
+        for (size_t i = 0; i < n; i++) x->logits[i] = cap * tanhf(x->logits[i] / cap);
+    }
+    return KILN_OK;
+}
+
+const kiln_adapter_fn kiln_host_adapters[KILN_OP_LIMIT] = {
+    [KILN_OP_EMBED] = embed_adapter,         [KILN_OP_RMS_NORM] = norm_adapter,
+    [KILN_OP_ATTENTION] = attention_adapter, [KILN_OP_FFN] = ffn_adapter,
+    [KILN_OP_RESIDUAL_ADD] = add_adapter,    [KILN_OP_LM_HEAD] = lm_head_adapter,
+};

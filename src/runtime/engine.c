@@ -1,0 +1,328 @@
+/*
+ * engine.c — the engine step API of kiln.h: sequences, KV blocks, and one forward
+ * pass over a batch of (seq, token, pos, want_logits) entries from many sequences.
+ *
+ * A step: validate entries -> reserve KV blocks for every sequence (all or nothing:
+ * on KILN_ERR_CAPACITY nothing changed) -> build the step's token rows (ids,
+ * sequence index, position) and the per-sequence block tables -> pick the mode
+ * (decode buffers when the step is small, prefill buffers otherwise) -> run the bound
+ * plan -> advance sequence lengths.
+ */
+#include "runtime/engine.h"
+
+#include "base/log.h"
+#include "base/mem.h"
+#include "format/dtype.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+kiln_err *kiln_err_new(void) {
+    return calloc(1, sizeof(kiln_err));
+}
+void kiln_err_free(kiln_err *err) {
+    free(err);
+}
+const char *kiln_err_message(const kiln_err *err) {
+    return err ? err->msg : "";
+}
+
+void kiln_engine_opts_default(kiln_engine_opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->backend = "ref";
+}
+
+static kiln_status alloc_mode(kiln_engine *e, int mode, int64_t tokens, kiln_err *err) {
+    const kiln_plan *p = &e->bp.plan;
+    kiln_mode_bufs *mb = &e->mode[mode];
+    mb->tokens = tokens;
+    mb->bufs = calloc((size_t)(p->n_phys > 0 ? p->n_phys : 1), sizeof(float *));
+    size_t *sizes = calloc((size_t)(p->n_phys > 0 ? p->n_phys : 1), sizeof(size_t));
+    if (!mb->bufs || !sizes) {
+        free(sizes);
+        return kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
+    }
+    size_t total;
+    kiln_status st = kiln_plan_buffer_bytes(p, tokens, tokens, sizes, &total, err);
+    if (!st) {
+        mb->arena = kiln_alloc_aligned(total ? total : KILN_ALIGN);
+        if (!mb->arena)
+            st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: %zu bytes of register buffers", total);
+    }
+    if (!st) {
+        size_t off = 0;
+        for (int32_t b = 0; b < p->n_phys; b++) {
+            mb->bufs[b] = (float *)(void *)(mb->arena + off);
+            off += sizes[b];
+        }
+        mb->bytes = total;
+    }
+    free(sizes);
+    return st;
+}
+
+kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, kiln_engine **out,
+                               kiln_err *err) {
+    kiln_engine_opts d;
+    if (!o) {
+        kiln_engine_opts_default(&d);
+        o = &d;
+    }
+    const kiln_backend *be = kiln_backend_find(o->backend ? o->backend : "ref");
+    if (!be)
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "backend '%s' is not built in (ref, cpu)",
+                            o->backend);
+    if (!m->family)
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: no model family for architecture '%s'",
+                            m->path, m->cfg.arch);
+    kiln_engine *e = calloc(1, sizeof(*e));
+    if (!e) return kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
+    e->model = m;
+    e->max_step = o->max_step_tokens > 0 ? o->max_step_tokens : 512;
+    e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 64;
+    int64_t n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
+    kiln_status st = KILN_OK;
+    kiln_plan plan;
+    kiln_plan_init(&plan);
+    st = m->family->compile(&m->cfg, KILN_MODE_PREFILL, &plan, err);
+    if (st) {
+        kiln_plan_free(&plan);
+        free(e);
+        return kiln_err_wrap(err, st, "compiling the %s plan", m->cfg.arch);
+    }
+    st = kiln_bind_plan(be, m, &plan, &e->bp, NULL, err);
+    if (st) {
+        free(e);
+        return st;
+    }
+    /* decode buffers for up to 64 tokens, prefill buffers for max_step */
+    int64_t dec = e->max_step < 64 ? e->max_step : 64;
+    st = alloc_mode(e, KILN_MODE_DECODE, dec, err);
+    if (!st) st = alloc_mode(e, KILN_MODE_PREFILL, e->max_step, err);
+    if (!st) {
+        size_t wf;
+        if (!kiln_size_mul(e->bp.work_per_token, (size_t)e->max_step, &wf))
+            st = kiln_err_set(err, KILN_ERR_OVERFLOW, "engine workspace");
+        else {
+            e->work = kiln_alloc_aligned((wf ? wf : 1) * sizeof(float));
+            e->work_floats = wf;
+            if (!e->work)
+                st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: %zu floats of workspace", wf);
+        }
+    }
+    if (!st) {
+        const kiln_plan *p = &e->bp.plan;
+        int32_t nl = 0;
+        for (int32_t i = 0; i < p->n_states; i++)
+            if (p->states[i].layer + 1 > nl) nl = p->states[i].layer + 1;
+        int32_t *nkv = calloc((size_t)(nl > 0 ? nl : 1), sizeof(int32_t));
+        int32_t *hd = calloc((size_t)(nl > 0 ? nl : 1), sizeof(int32_t));
+        if (!nkv || !hd) st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
+        for (int32_t i = 0; !st && i < p->n_states; i++) {
+            nkv[p->states[i].layer] = p->states[i].n_kv_head;
+            hd[p->states[i].layer] = p->states[i].head_dim;
+        }
+        int64_t blocks = (n_ctx + KILN_KV_BLOCK - 1) / KILN_KV_BLOCK + e->max_seqs;
+        if (!st && blocks > INT32_MAX)
+            st = kiln_err_set(err, KILN_ERR_RANGE, "engine: context %lld too large",
+                              (long long)n_ctx);
+        if (!st && nl > 0)
+            st = kiln_kv_pool_init(&e->kv, nl, nkv, hd, o->kv_f16 ? KILN_DTYPE_F16 : KILN_DTYPE_F32,
+                                   (int32_t)blocks, err);
+        free(nkv);
+        free(hd);
+    }
+    if (!st) {
+        e->seqs = calloc((size_t)e->max_seqs, sizeof(kiln_seq_state));
+        size_t ms = (size_t)e->max_step;
+        e->ids = calloc(ms, sizeof(int32_t));
+        e->tok_seq = calloc(ms, sizeof(int32_t));
+        e->tok_pos = calloc(ms, sizeof(int32_t));
+        e->logit_rows = calloc(ms, sizeof(int32_t));
+        e->step_seq = calloc((size_t)e->max_seqs, sizeof(int32_t));
+        e->step_kv = calloc((size_t)e->max_seqs, sizeof(kiln_kv_seq));
+        e->step_count = calloc((size_t)e->max_seqs, sizeof(int32_t));
+        e->seq_slot = calloc((size_t)e->max_seqs, sizeof(int32_t));
+        if (!e->seqs || !e->ids || !e->tok_seq || !e->tok_pos || !e->logit_rows || !e->step_seq ||
+            !e->step_kv || !e->step_count || !e->seq_slot)
+            st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
+    }
+    if (!st && o->counters) {
+        e->counters = calloc(KILN_OP_LIMIT, sizeof(uint64_t));
+        if (!e->counters) st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
+    }
+    if (!st && o->n_threads != 1) st = kiln_pool_create(o->n_threads, &e->pool, err);
+    if (st) {
+        kiln_engine_free(e);
+        return st;
+    }
+    *out = e;
+    return KILN_OK;
+}
+
+void kiln_engine_free(kiln_engine *e) {
+    if (!e) return;
+    if (e->seqs)
+        for (int32_t i = 0; i < e->max_seqs; i++)
+            if (e->seqs[i].used) {
+                kiln_kv_release(&e->kv, &e->seqs[i].kv);
+                free(e->seqs[i].kv.blocks);
+            }
+    kiln_kv_pool_free(&e->kv);
+    for (int m = 0; m < 2; m++) {
+        free(e->mode[m].bufs);
+        kiln_free_aligned(e->mode[m].arena);
+    }
+    kiln_free_aligned(e->work);
+    kiln_bound_plan_free(&e->bp);
+    kiln_pool_free(e->pool);
+    free(e->seqs);
+    free(e->ids);
+    free(e->tok_seq);
+    free(e->tok_pos);
+    free(e->logit_rows);
+    free(e->step_seq);
+    free(e->step_kv);
+    free(e->step_count);
+    free(e->seq_slot);
+    free(e->counters);
+    free(e);
+}
+
+const uint64_t *kiln_engine_counters(const kiln_engine *e) {
+    return e->counters;
+}
+
+kiln_status kiln_seq_create(kiln_engine *e, int32_t *seq, kiln_err *err) {
+    for (int32_t i = 0; i < e->max_seqs; i++)
+        if (!e->seqs[i].used) {
+            e->seqs[i].used = true;
+            kiln_kv_table_init(&e->seqs[i].kv);
+            *seq = i;
+            return KILN_OK;
+        }
+    return kiln_err_set(err, KILN_ERR_CAPACITY, "engine: all %d sequences in use",
+                        (int)e->max_seqs);
+}
+
+static kiln_seq_state *seq_get(const kiln_engine *e, int32_t seq) {
+    if (seq < 0 || seq >= e->max_seqs || !e->seqs[seq].used) return NULL;
+    return &e->seqs[seq];
+}
+
+void kiln_seq_free(kiln_engine *e, int32_t seq) {
+    kiln_seq_state *s = seq_get(e, seq);
+    if (!s) return;
+    kiln_kv_release(&e->kv, &s->kv);
+    free(s->kv.blocks);
+    memset(s, 0, sizeof(*s));
+}
+
+int32_t kiln_seq_len(const kiln_engine *e, int32_t seq) {
+    const kiln_seq_state *s = seq_get(e, seq);
+    return s ? s->kv.len : -1;
+}
+
+kiln_status kiln_seq_truncate(kiln_engine *e, int32_t seq, int32_t n_pos, kiln_err *err) {
+    kiln_seq_state *s = seq_get(e, seq);
+    if (!s) return kiln_err_set(err, KILN_ERR_INVALID_ARG, "sequence %d does not exist", (int)seq);
+    return kiln_kv_truncate(&e->kv, &s->kv, n_pos, err);
+}
+
+kiln_status kiln_seq_fork(kiln_engine *e, int32_t parent, int32_t *child, kiln_err *err) {
+    kiln_seq_state *p = seq_get(e, parent);
+    if (!p)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "sequence %d does not exist", (int)parent);
+    KILN_TRY(kiln_seq_create(e, child, err));
+    kiln_status st = kiln_kv_fork(&e->kv, &p->kv, &e->seqs[*child].kv, err);
+    if (st) kiln_seq_free(e, *child);
+    return st;
+}
+
+kiln_status kiln_engine_step(kiln_engine *e, const kiln_batch_entry *en, int32_t n, float *logits,
+                             kiln_err *err) {
+    if (n <= 0) return KILN_OK;
+    if (n > e->max_step)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                            "step of %d tokens: the engine takes at most %d", (int)n,
+                            (int)e->max_step);
+    const int32_t n_vocab = e->model->cfg.n_vocab;
+    /* group entries by sequence; check order and positions */
+    int32_t n_seqs = 0, n_logits = 0;
+    for (int32_t i = 0; i < e->max_seqs; i++) e->seq_slot[i] = -1;
+    for (int32_t i = 0; i < n; i++) {
+        const kiln_batch_entry *b = &en[i];
+        kiln_seq_state *s = seq_get(e, b->seq);
+        if (!s)
+            return kiln_err_set(err, KILN_ERR_INVALID_ARG, "entry %d: sequence %d does not exist",
+                                (int)i, (int)b->seq);
+        if (b->token < 0 || b->token >= n_vocab)
+            return kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                                "entry %d: token %d outside the vocabulary (%d)", (int)i,
+                                (int)b->token, (int)n_vocab);
+        int32_t si = e->seq_slot[b->seq];
+        if (si < 0) {
+            si = e->seq_slot[b->seq] = n_seqs++;
+            e->step_seq[si] = b->seq;
+            e->step_count[si] = 0;
+        }
+        int32_t want = s->kv.len + e->step_count[si];
+        if (b->pos != want)
+            return kiln_err_set(
+                err, KILN_ERR_INVALID_ARG,
+                "entry %d: sequence %d position %d, expected %d (positions continue the sequence)",
+                (int)i, (int)b->seq, (int)b->pos, (int)want);
+        if (b->pos >= INT32_MAX - 1)
+            return kiln_err_set(err, KILN_ERR_RANGE, "entry %d: position too large", (int)i);
+        e->step_count[si]++;
+        e->ids[i] = b->token;
+        e->tok_seq[i] = si;
+        e->tok_pos[i] = b->pos;
+        if (b->want_logits) e->logit_rows[n_logits++] = i;
+    }
+    if (n_logits > 0 && !logits)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                            "%d entries want logits but no buffer was given", (int)n_logits);
+    /* reserve KV: all or nothing */
+    int32_t needed = 0;
+    for (int32_t si = 0; si < n_seqs; si++) {
+        kiln_seq_state *s = &e->seqs[e->step_seq[si]];
+        int32_t have = s->kv.n_blocks;
+        int32_t need = (s->kv.len + e->step_count[si] + KILN_KV_BLOCK - 1) / KILN_KV_BLOCK;
+        if (need > have) needed += need - have;
+    }
+    int32_t avail = e->kv.max_blocks - kiln_kv_pool_used(&e->kv);
+    if (needed > avail)
+        return kiln_err_set(err, KILN_ERR_CAPACITY,
+                            "KV cache full: step needs %d blocks, %d free of %d", (int)needed,
+                            (int)avail, (int)e->kv.max_blocks);
+    for (int32_t si = 0; si < n_seqs; si++) {
+        kiln_seq_state *s = &e->seqs[e->step_seq[si]];
+        KILN_TRY(kiln_kv_reserve(&e->kv, &s->kv, s->kv.len + e->step_count[si], err));
+        e->step_kv[si].block_table = s->kv.blocks;
+        e->step_kv[si].n_blocks = s->kv.n_blocks;
+    }
+    int mode = n <= e->mode[KILN_MODE_DECODE].tokens ? KILN_MODE_DECODE : KILN_MODE_PREFILL;
+    kiln_exec x;
+    memset(&x, 0, sizeof(x));
+    x.kctx.pool = e->pool;
+    x.t = n;
+    x.bucket = kiln_bucket_of(n);
+    x.ids = e->ids;
+    x.tok_seq = e->tok_seq;
+    x.tok_pos = e->tok_pos;
+    x.seqs = e->step_kv;
+    x.n_seqs = n_seqs;
+    x.logit_rows = e->logit_rows;
+    x.n_logits = n_logits;
+    x.logits = logits;
+    x.bufs = e->mode[mode].bufs;
+    x.work = e->work;
+    x.work_floats = e->work_floats;
+    x.kv = &e->kv;
+    x.counters = e->counters;
+    kiln_status st = kiln_exec_run(&e->bp, &x, err);
+    if (st) return st;
+    for (int32_t si = 0; si < n_seqs; si++) e->seqs[e->step_seq[si]].kv.len += e->step_count[si];
+    return KILN_OK;
+}

@@ -1,0 +1,90 @@
+/*
+ * exec.h — binding a plan to a backend and running it (the generic executor).
+ *
+ * kiln_bind_plan validates the plan against the backend (adapter present for every
+ * opcode, weights present with the reference's shape and a dtype the backend computes
+ * with, param blocks decoded), binds weights, and builds the dispatch table (one
+ * kernel per call site and bucket, via kiln_bind_callsite). After that nothing is
+ * chosen or checked per token.
+ *
+ * kiln_exec_run walks the instructions and calls the backend's adapter for each: no
+ * model-family branch, no per-sequence loop. The step's tokens (from any number of
+ * sequences) are rows of every register.
+ */
+#ifndef KILN_RUNTIME_EXEC_H
+#define KILN_RUNTIME_EXEC_H
+
+#include "model/model.h"
+#include "runtime/backend.h"
+#include "runtime/kv.h"
+
+/* Everything an adapter sees of the current step. */
+typedef struct kiln_exec {
+    kiln_kctx kctx;
+    int64_t t; /* tokens in the step */
+    int bucket;
+    const int32_t *ids, *tok_seq, *tok_pos; /* [t] */
+    const kiln_kv_seq *seqs;                /* per sequence of the step */
+    int32_t n_seqs;
+    const int32_t *logit_rows; /* [n_logits] token rows that want logits */
+    int32_t n_logits;
+    float *logits; /* [n_logits][n_vocab] output */
+    float **bufs;  /* physical register buffers */
+    float *work;   /* adapter workspace, work_floats */
+    size_t work_floats;
+    kiln_kv_pool *kv;
+    uint64_t *counters; /* [KILN_OP_LIMIT] dispatch counts, or NULL (off) */
+} kiln_exec;
+
+typedef struct kiln_bound_plan {
+    kiln_plan plan;
+    kiln_bound_insn *bi; /* [plan.n_insns] */
+    const kiln_backend *be;
+    size_t work_per_token; /* floats of adapter workspace per token row */
+    int32_t n_vocab;
+    kiln_arena arena; /* f32 copies of vector weights stored as f16/bf16 */
+} kiln_bound_plan;
+
+/* Takes ownership of *plan (the caller's copy is cleared, also on failure). On a
+ * validation failure returns KILN_ERR_PLAN and fills *chk (may be NULL) with the typed
+ * error. */
+kiln_status kiln_bind_plan(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
+                           kiln_bound_plan *out, kiln_plan_check *chk, kiln_err *err);
+void kiln_bound_plan_free(kiln_bound_plan *bp);
+
+kiln_status kiln_exec_run(const kiln_bound_plan *bp, kiln_exec *x, kiln_err *err);
+
+/* Register view helpers for adapters. */
+static inline float *kiln_reg_in(const kiln_exec *x, const kiln_bound_insn *bi, int i) {
+    return x->bufs[bi->phys_in[i]];
+}
+static inline float *kiln_reg_out(const kiln_exec *x, const kiln_bound_insn *bi, int i) {
+    return x->bufs[bi->phys_out[i]];
+}
+
+/* The host adapter table shared by the ref and cpu backends (adapters.c). */
+extern const kiln_adapter_fn kiln_host_adapters[KILN_OP_LIMIT];
+/* Call-site indexes of the host adapters. */
+enum {
+    KILN_SITE_EMBED = 0,
+    KILN_SITE_NORM = 0,
+    KILN_SITE_ADD = 0,
+    KILN_SITE_LM_HEAD = 0,
+    KILN_SITE_Q = 0,
+    KILN_SITE_K,
+    KILN_SITE_V,
+    KILN_SITE_Q_NORM,
+    KILN_SITE_K_NORM,
+    KILN_SITE_ROPE,
+    KILN_SITE_KV_WRITE,
+    KILN_SITE_ATTN,
+    KILN_SITE_O,
+    KILN_SITE_ATT_COUNT,
+    KILN_SITE_GATE = 0,
+    KILN_SITE_UP,
+    KILN_SITE_GLU,
+    KILN_SITE_DOWN,
+    KILN_SITE_FFN_COUNT,
+};
+
+#endif /* KILN_RUNTIME_EXEC_H */

@@ -1,0 +1,200 @@
+/* kv.c — paged KV block pool (see kv.h). */
+#include "runtime/kv.h"
+
+#include "base/mem.h"
+#include "format/dtype.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+kiln_status kiln_kv_pool_init(kiln_kv_pool *p, int32_t n_layers, const int32_t *n_kv_head,
+                              const int32_t *head_dim, uint32_t dtype, int32_t max_blocks,
+                              kiln_err *err) {
+    memset(p, 0, sizeof(*p));
+    if (n_layers <= 0 || max_blocks <= 0)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "kv pool: %d layers, %d blocks",
+                            (int)n_layers, (int)max_blocks);
+    if (dtype != KILN_DTYPE_F32 && dtype != KILN_DTYPE_F16)
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "kv pool: dtype %s (f32 or f16 only)",
+                            kiln_dtype_name(dtype));
+    size_t elt = dtype == KILN_DTYPE_F16 ? 2 : 4;
+    p->dtype = dtype;
+    p->n_layers = n_layers;
+    p->layer_off = calloc((size_t)n_layers, sizeof(size_t));
+    p->layer_kv_bytes = calloc((size_t)n_layers, sizeof(size_t));
+    p->n_kv_head = calloc((size_t)n_layers, sizeof(int32_t));
+    p->head_dim = calloc((size_t)n_layers, sizeof(int32_t));
+    p->free_list = calloc((size_t)max_blocks, sizeof(int32_t));
+    p->refcount = calloc((size_t)max_blocks, sizeof(int32_t));
+    if (!p->layer_off || !p->layer_kv_bytes || !p->n_kv_head || !p->head_dim || !p->free_list ||
+        !p->refcount) {
+        kiln_kv_pool_free(p);
+        return kiln_err_set(err, KILN_ERR_NOMEM, "kv pool: out of memory");
+    }
+    size_t off = 0;
+    for (int32_t l = 0; l < n_layers; l++) {
+        size_t b;
+        if (n_kv_head[l] <= 0 || head_dim[l] <= 0) {
+            kiln_kv_pool_free(p);
+            return kiln_err_set(err, KILN_ERR_INVALID_ARG, "kv pool: layer %d shape", (int)l);
+        }
+        if (!kiln_size_mul((size_t)n_kv_head[l] * (size_t)head_dim[l], elt * KILN_KV_BLOCK, &b) ||
+            !kiln_size_align_up(b, KILN_ALIGN, &b) || !kiln_size_add(off, 2 * b, &off)) {
+            kiln_kv_pool_free(p);
+            return kiln_err_set(err, KILN_ERR_OVERFLOW, "kv pool: block size overflows");
+        }
+        p->layer_off[l] = off - 2 * b;
+        p->layer_kv_bytes[l] = b;
+        p->n_kv_head[l] = n_kv_head[l];
+        p->head_dim[l] = head_dim[l];
+    }
+    p->block_stride = off;
+    if (!kiln_size_mul(off, (size_t)max_blocks, &p->reserved)) {
+        kiln_kv_pool_free(p);
+        return kiln_err_set(err, KILN_ERR_OVERFLOW, "kv pool: %d blocks of %zu bytes overflow",
+                            (int)max_blocks, off);
+    }
+    void *m = mmap(NULL, p->reserved, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+        int e = errno;
+        size_t r = p->reserved;
+        p->reserved = 0;
+        kiln_kv_pool_free(p);
+        return kiln_err_errno(err, e, "kv pool: reserving %zu bytes", r);
+    }
+    p->base = m;
+    p->max_blocks = max_blocks;
+    return KILN_OK;
+}
+
+void kiln_kv_pool_free(kiln_kv_pool *p) {
+    if (!p) return;
+    if (p->base) munmap(p->base, p->reserved);
+    free(p->layer_off);
+    free(p->layer_kv_bytes);
+    free(p->n_kv_head);
+    free(p->head_dim);
+    free(p->free_list);
+    free(p->refcount);
+    memset(p, 0, sizeof(*p));
+}
+
+kiln_kv_layer kiln_kv_pool_layer(const kiln_kv_pool *p, int32_t l) {
+    kiln_kv_layer kv;
+    kv.k = p->base + p->layer_off[l];
+    kv.v = (uint8_t *)kv.k + p->layer_kv_bytes[l];
+    kv.dtype = p->dtype;
+    kv.n_kv_head = p->n_kv_head[l];
+    kv.head_dim = p->head_dim[l];
+    kv.block_bytes = p->block_stride;
+    return kv;
+}
+
+int32_t kiln_kv_pool_used(const kiln_kv_pool *p) {
+    return p->n_grown - p->n_free;
+}
+
+static kiln_status block_take(kiln_kv_pool *p, int32_t *out, kiln_err *err) {
+    int32_t b = -1;
+    if (p->n_free > 0)
+        b = p->free_list[--p->n_free];
+    else if (p->n_grown < p->max_blocks)
+        b = p->n_grown++;
+    else
+        return kiln_err_set(err, KILN_ERR_CAPACITY,
+                            "KV cache full: all %d blocks of %d tokens in use", (int)p->max_blocks,
+                            KILN_KV_BLOCK);
+    p->refcount[b] = 1;
+    *out = b;
+    return KILN_OK;
+}
+
+static void block_put(kiln_kv_pool *p, int32_t b) {
+    if (--p->refcount[b] == 0) p->free_list[p->n_free++] = b;
+}
+
+void kiln_kv_table_init(kiln_kv_table *t) {
+    memset(t, 0, sizeof(*t));
+}
+
+static kiln_status table_push(kiln_kv_table *t, int32_t b, kiln_err *err) {
+    if (t->n_blocks == t->cap) {
+        int32_t nc = t->cap ? t->cap * 2 : 16;
+        int32_t *q = realloc(t->blocks, (size_t)nc * sizeof(int32_t));
+        if (!q) return kiln_err_set(err, KILN_ERR_NOMEM, "kv block table: out of memory");
+        t->blocks = q;
+        t->cap = nc;
+    }
+    t->blocks[t->n_blocks++] = b;
+    return KILN_OK;
+}
+
+kiln_status kiln_kv_reserve(kiln_kv_pool *p, kiln_kv_table *t, int32_t n_pos, kiln_err *err) {
+    int32_t need = (n_pos + KILN_KV_BLOCK - 1) / KILN_KV_BLOCK;
+    while (t->n_blocks < need) {
+        int32_t b = -1;
+        KILN_TRY(block_take(p, &b, err));
+        kiln_status st = table_push(t, b, err);
+        if (st) {
+            block_put(p, b);
+            return st;
+        }
+    }
+    return KILN_OK;
+}
+
+static kiln_status block_copy(kiln_kv_pool *p, int32_t src, int32_t *out, kiln_err *err) {
+    KILN_TRY(block_take(p, out, err));
+    memcpy(p->base + (size_t)*out * p->block_stride, p->base + (size_t)src * p->block_stride,
+           p->block_stride);
+    return KILN_OK;
+}
+
+kiln_status kiln_kv_truncate(kiln_kv_pool *p, kiln_kv_table *t, int32_t n_pos, kiln_err *err) {
+    if (n_pos < 0 || n_pos > t->len)
+        return kiln_err_set(err, KILN_ERR_RANGE, "kv truncate to %d: sequence has %d positions",
+                            (int)n_pos, (int)t->len);
+    int32_t keep = (n_pos + KILN_KV_BLOCK - 1) / KILN_KV_BLOCK;
+    while (t->n_blocks > keep) block_put(p, t->blocks[--t->n_blocks]);
+    t->len = n_pos;
+    /* the next write lands in block n_pos / 16 when it is partial: make it private */
+    if (n_pos % KILN_KV_BLOCK && t->n_blocks > 0) {
+        int32_t last = t->blocks[t->n_blocks - 1];
+        if (p->refcount[last] > 1) {
+            int32_t nb = -1;
+            KILN_TRY(block_copy(p, last, &nb, err));
+            block_put(p, last);
+            t->blocks[t->n_blocks - 1] = nb;
+        }
+    }
+    return KILN_OK;
+}
+
+void kiln_kv_release(kiln_kv_pool *p, kiln_kv_table *t) {
+    while (t->n_blocks > 0) block_put(p, t->blocks[--t->n_blocks]);
+    t->len = 0;
+}
+
+kiln_status kiln_kv_fork(kiln_kv_pool *p, const kiln_kv_table *parent, kiln_kv_table *child,
+                         kiln_err *err) {
+    kiln_kv_release(p, child);
+    int32_t full = parent->len / KILN_KV_BLOCK;
+    for (int32_t i = 0; i < full; i++) {
+        KILN_TRY(table_push(child, parent->blocks[i], err));
+        p->refcount[parent->blocks[i]]++;
+    }
+    if (parent->len % KILN_KV_BLOCK) {
+        int32_t nb = -1;
+        KILN_TRY(block_copy(p, parent->blocks[full], &nb, err));
+        kiln_status st = table_push(child, nb, err);
+        if (st) {
+            block_put(p, nb);
+            return st;
+        }
+    }
+    child->len = parent->len;
+    return KILN_OK;
+}

@@ -1,0 +1,72 @@
+/*
+ * kv.h — the paged KV block pool and per-sequence block tables (host memory).
+ *
+ * Memory: one virtual reservation of the whole budget (mmap, MAP_NORESERVE); a block
+ * holds every layer's K and V for KILN_KV_BLOCK positions:
+ *   block b, layer l:  K at base + b * block_stride + layer_off[l]
+ *                      V at K + layer_kv_bytes[l]
+ * so kiln_kv_layer for layer l is {k = base + layer_off[l], v = k + layer_kv_bytes[l],
+ * block_bytes = block_stride}. Blocks are handed out from a free list, else from the
+ * untouched tail ("grown on demand": pages are committed by the OS on first write),
+ * never past the budget (KILN_ERR_CAPACITY). A sequence's block table grows in place;
+ * no KV data moves when a sequence grows.
+ *
+ * Blocks are refcounted so a forked sequence can share its parent's full blocks; a
+ * block is written only by a sequence that holds it alone (fork copies the partial
+ * last block, truncate un-shares the block it writes into next).
+ *
+ * Not thread-safe: the engine's step thread owns the pool.
+ */
+#ifndef KILN_RUNTIME_KV_H
+#define KILN_RUNTIME_KV_H
+
+#include "kernels/kernel.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kiln_kv_pool {
+    uint8_t *base;
+    size_t reserved;
+    size_t block_stride;
+    int32_t n_layers;
+    size_t *layer_off, *layer_kv_bytes;
+    int32_t *n_kv_head, *head_dim;
+    uint32_t dtype; /* KILN_DTYPE_F32 or KILN_DTYPE_F16 */
+    int32_t max_blocks, n_grown;
+    int32_t *free_list, n_free;
+    int32_t *refcount;
+} kiln_kv_pool;
+
+typedef struct kiln_kv_table {
+    int32_t *blocks;
+    int32_t n_blocks, cap;
+    int32_t len; /* positions filled */
+} kiln_kv_table;
+
+/* Creates a pool for n_layers layers with the given per-layer KV head shapes and a
+ * budget of max_blocks blocks. */
+kiln_status kiln_kv_pool_init(kiln_kv_pool *p, int32_t n_layers, const int32_t *n_kv_head,
+                              const int32_t *head_dim, uint32_t dtype, int32_t max_blocks,
+                              kiln_err *err);
+void kiln_kv_pool_free(kiln_kv_pool *p);
+/* The cache of one layer as kernels see it. */
+kiln_kv_layer kiln_kv_pool_layer(const kiln_kv_pool *p, int32_t layer);
+/* Blocks in use (refcount > 0). */
+int32_t kiln_kv_pool_used(const kiln_kv_pool *p);
+
+/* ---- per-sequence lifecycle (see kiln_state_desc in plan/plan.h) ---- */
+void kiln_kv_table_init(kiln_kv_table *t);
+/* alloc: makes positions [0, n_pos) writable (takes blocks as needed). */
+kiln_status kiln_kv_reserve(kiln_kv_pool *p, kiln_kv_table *t, int32_t n_pos, kiln_err *err);
+/* reuse/reset: keeps positions [0, n_pos) (0 = reset), returns the other blocks, and
+ * un-shares the block that the next write lands in. */
+kiln_status kiln_kv_truncate(kiln_kv_pool *p, kiln_kv_table *t, int32_t n_pos, kiln_err *err);
+/* evict/free: returns every block (the table stays usable, length 0). */
+void kiln_kv_release(kiln_kv_pool *p, kiln_kv_table *t);
+/* fork: child (empty) shares the parent's full blocks and gets a copy of its partial one. */
+kiln_status kiln_kv_fork(kiln_kv_pool *p, const kiln_kv_table *parent, kiln_kv_table *child,
+                         kiln_err *err);
+
+#endif /* KILN_RUNTIME_KV_H */
