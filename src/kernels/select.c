@@ -340,6 +340,8 @@ static uint32_t check_kernel(const kiln_selector *s, const kiln_reg_kernel *k,
     }
     if (sp->max_seq && c->seq_max > sp->max_seq) FAIL(SEQ_TOO_LONG);
     if ((c->features & KILN_KFEAT_GQA) && !(sp->features & KILN_KFEAT_GQA)) FAIL(GQA_UNSUPPORTED);
+    if (sp->max_gqa && c->n_kv_head > 0 && c->n_head / c->n_kv_head > sp->max_gqa)
+        FAIL(GQA_UNSUPPORTED);
     if (c->features & ~KILN_KFEAT_GQA & ~sp->features) FAIL(FEATURE_UNSUPPORTED);
     if (want_deterministic(s, c) && !(sp->props & KILN_KPROP_DETERMINISTIC))
         FAIL(NON_DETERMINISTIC);
@@ -436,7 +438,11 @@ void kiln_reason_message(kiln_reason r, const kiln_selector *s, const kiln_reg_k
                  (long long)sp->max_seq);
         break;
     case KILN_REASON_GQA_UNSUPPORTED:
-        snprintf(buf, n, "no GQA (%d query heads on %d KV heads)", c->n_head, c->n_kv_head);
+        if (sp->features & KILN_KFEAT_GQA)
+            snprintf(buf, n, "group of %d query heads per KV head > max %d",
+                     c->n_kv_head > 0 ? c->n_head / c->n_kv_head : 0, sp->max_gqa);
+        else
+            snprintf(buf, n, "no GQA (%d query heads on %d KV heads)", c->n_head, c->n_kv_head);
         break;
     case KILN_REASON_FEATURE_UNSUPPORTED:
         feat_names(c->features & ~KILN_KFEAT_GQA & ~sp->features, a, sizeof a);
