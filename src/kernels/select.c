@@ -321,7 +321,8 @@ static uint32_t check_kernel(const kiln_selector *s, const kiln_reg_kernel *k,
     uint32_t r = 0;
 #define FAIL(code) (r |= KILN_REASON_BIT(KILN_REASON_##code))
     if (sp->platform != kiln_backend_platform(c->backend) ||
-        (sp->backends && !(sp->backends & KILN_BACKEND_BIT(c->backend))))
+        (sp->backends && !(sp->backends & KILN_BACKEND_BIT(c->backend))) ||
+        (c->backend == KILN_BACKEND_REF && !s->reg->providers[k->provider].p->fallback))
         FAIL(PLATFORM_MISMATCH);
     if (sp->platform == KILN_PLATFORM_HOST && (c->isa & sp->isa) != sp->isa) FAIL(ISA_MISSING);
     if (sp->platform == KILN_PLATFORM_CUDA) {
@@ -401,8 +402,11 @@ void kiln_reason_message(kiln_reason r, const kiln_selector *s, const kiln_reg_k
     char a[256], b[256];
     switch (r) {
     case KILN_REASON_PLATFORM_MISMATCH:
-        snprintf(buf, n, "runs on %s, call site is on backend %s", kiln_platform_name(sp->platform),
-                 kiln_backend_name(c->backend));
+        if (c->backend == KILN_BACKEND_REF && sp->platform == KILN_PLATFORM_HOST)
+            snprintf(buf, n, "the ref backend runs the reference kernels only");
+        else
+            snprintf(buf, n, "runs on %s, call site is on backend %s",
+                     kiln_platform_name(sp->platform), kiln_backend_name(c->backend));
         break;
     case KILN_REASON_ISA_MISSING:
         kiln_isa_names(sp->isa & ~c->isa, a, sizeof a);
