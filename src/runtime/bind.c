@@ -3,6 +3,7 @@
  * loop.
  */
 #include "runtime/exec.h"
+#include "runtime/kselect.h"
 
 #include "base/log.h"
 #include "format/dtype.h"
@@ -40,17 +41,8 @@ const kiln_backend *kiln_backend_find(const char *name) {
 
 kiln_status kiln_bind_callsite(const kiln_backend *be, const kiln_callsite *cs, kiln_kernel_fn *out,
                                kiln_err *err) {
-    /* The one place kernels are chosen. The selection engine replaces this body. */
-    (void)be;
-    if ((cs->op == KILN_KOP_MATMUL || cs->op == KILN_KOP_EMBED) &&
-        !kiln_ref_weight_dtype_ok(cs->w_dtype))
-        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: no kernel for weights of type %s",
-                            cs->name, kiln_dtype_name(cs->w_dtype));
-    *out = kiln_ref_kernel(cs->op);
-    if (!out->any)
-        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: no kernel for op %s", cs->name,
-                            kiln_kop_name(cs->op));
-    return KILN_OK;
+    /* The one place kernels are chosen: the selection engine (runtime/kselect.h). */
+    return kiln_select_callsite(be, cs, out, err);
 }
 
 /* ---- plan binding ---- */
