@@ -187,7 +187,7 @@ int kiln_callsite_bucket_index(const kiln_callsite *cs) {
 }
 
 kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs,
-                                 kiln_kernel_fn *out, kiln_err *err) {
+                                 kiln_kernel_fn *out, uint32_t *layout, kiln_err *err) {
     kiln_selector *s;
     KILN_TRY(kiln_runtime_selector(&s, err));
     kiln_sel_ctx c;
@@ -199,6 +199,7 @@ kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs
         const kiln_reg_kernel *k = id ? kiln_registry_find(kiln_selector_registry(s), id) : NULL;
         if (k && k->spec.op == c.op && !(kiln_select_check(s, k, &c) & KILN_REASONS_HARD)) {
             *out = k->spec.fn;
+            if (layout) *layout = k->spec.w_layout;
             return KILN_OK;
         }
         pthread_mutex_lock(&runtime_selector.mu);
@@ -233,5 +234,6 @@ kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs
                       cs->name, kiln_kop_name(cs->op));
     }
     *out = res.chosen->spec.fn;
+    if (layout) *layout = res.chosen->spec.w_layout;
     return KILN_OK;
 }
