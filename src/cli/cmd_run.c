@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/gen.h"
+#include "runtime/kselect.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -44,6 +45,8 @@ int kiln_cmd_run(int argc, char **argv) {
         {"ids", 0, false, NULL, "print token ids instead of text", false, NULL},
         {"stop", 0, true, "TEXT", "stop when this text is generated", false, NULL},
         {"kv-f16", 0, false, NULL, "store the KV cache as f16", false, NULL},
+        {"policy", 0, true, "FILE", "kernel policy (kiln.yaml; docs/KERNELS.md)", false, NULL},
+        {"dispatch", 0, true, "FILE", "baked dispatch table from kiln solve", false, NULL},
     };
     const char *pos[4];
     int n_pos;
@@ -120,6 +123,13 @@ int kiln_cmd_run(int argc, char **argv) {
                         .n_ctx = n_ctx,
                         .max_seqs = 1,
                         .kv_f16 = kiln_opt_find(opts, KILN_NOPTS(opts), "kv-f16")->seen};
+    kiln_opt *o_pol = kiln_opt_find(opts, KILN_NOPTS(opts), "policy");
+    kiln_opt *o_dis = kiln_opt_find(opts, KILN_NOPTS(opts), "dispatch");
+    if ((o_pol->seen || o_dis->seen) &&
+        kiln_runtime_selector_configure(o_pol->value, NULL, o_dis->value, &err)) {
+        free(prompt_buf);
+        return kiln_cli_fail("run", &err);
+    }
     kiln_gen_ctx g;
     uint64_t t_load = kiln_now_ns();
     if (kiln_gen_open(&go, &g, &err)) {
