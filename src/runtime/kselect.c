@@ -248,3 +248,31 @@ kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs
     *out = res.chosen->spec.fn;
     return KILN_OK;
 }
+
+kiln_status kiln_kernel_failed(kiln_kernel_fn fn, const kiln_err *failure, kiln_err *err) {
+    kiln_selector *s;
+    KILN_TRY(kiln_runtime_selector(&s, err));
+    const kiln_registry *reg = kiln_selector_registry(s);
+    int found = 0;
+    for (int i = 0; i < reg->n_kernels; i++) {
+        const kiln_reg_kernel *k = &reg->kernels[i];
+        if (k->spec.fn.any != fn.any || !fn.any) continue;
+        if (reg->providers[k->provider].p->fallback) continue; /* the oracle stays */
+        KILN_WARN("kernel %s failed at run time (%s); marking it unhealthy", k->spec.id,
+                  failure && failure->msg[0] ? failure->msg : "no message");
+        kiln_selector_mark_unhealthy(s, k->index);
+        found++;
+    }
+    if (!found)
+        return kiln_err_set(err, KILN_ERR_NOT_FOUND,
+                            "circuit breaker: the failed entry point is no breakable kernel");
+    return KILN_OK;
+}
+
+kiln_status kiln_rebind_site(const kiln_backend *be, kiln_site *site, kiln_err *err) {
+    for (int b = 0; b < KILN_BUCKETS; b++) {
+        site->desc.bucket = b;
+        KILN_TRY(kiln_select_callsite(be, &site->desc, &site->fn[b], err));
+    }
+    return KILN_OK;
+}

@@ -103,7 +103,42 @@ static void test_binding(void **state) {
     remove(path);
 }
 
+/* circuit breaker at the runtime level: the failed kernel is never chosen again and the
+ * site is rebound to the next candidate; the reference kernel is never broken */
+static void test_breaker(void **state) {
+    (void)state;
+    const kiln_backend *cpu = kiln_backend_find("cpu");
+    kiln_err e;
+    assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", NULL, &e),
+                     KILN_OK);
+    kiln_site site;
+    memset(&site, 0, sizeof site);
+    site.desc = mm_site();
+    assert_int_equal(kiln_rebind_site(cpu, &site, &e), KILN_OK);
+    kiln_kernel_fn first = site.fn[0];
+    const kiln_reg_kernel *rm = kiln_registry_find(kiln_registry_default(), "ref.matmul");
+    if (first.any == rm->spec.fn.any) skip(); /* no SIMD kernel on this CPU */
+    kiln_err fail;
+    kiln_err_set(&fail, KILN_ERR_DEVICE, "simulated failure");
+    assert_int_equal(kiln_kernel_failed(first, &fail, &e), KILN_OK);
+    assert_int_equal(kiln_rebind_site(cpu, &site, &e), KILN_OK);
+    for (int b = 0; b < KILN_BUCKETS; b++) assert_true(site.fn[b].any != first.any);
+    /* break everything but the reference kernel: the site ends on ref.matmul */
+    for (int i = 0; i < 8 && site.fn[0].any != rm->spec.fn.any; i++) {
+        assert_int_equal(kiln_kernel_failed(site.fn[0], &fail, &e), KILN_OK);
+        assert_int_equal(kiln_rebind_site(cpu, &site, &e), KILN_OK);
+    }
+    assert_true(site.fn[0].any == rm->spec.fn.any);
+    assert_int_equal(kiln_kernel_failed(site.fn[0], &fail, &e), KILN_ERR_NOT_FOUND);
+    /* a fresh configuration starts healthy */
+    assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", NULL, &e),
+                     KILN_OK);
+    assert_int_equal(kiln_rebind_site(cpu, &site, &e), KILN_OK);
+    assert_true(site.fn[0].any == first.any);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_binding)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_binding),
+                                       cmocka_unit_test(test_breaker)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
