@@ -172,7 +172,7 @@ static kiln_status apply_kernel(json_t *obj, const char *where, kiln_kernel_spec
         KILN_TRY(parse_set(x, SET_ISA, where, "isa", &set, err));
         s->isa |= (uint32_t)set;
     }
-    int64_t n;
+    int64_t n = 0;
 #define LIMIT(field, hi, how)                                                                      \
     if ((x = json_object_get(obj, #field))) {                                                      \
         KILN_TRY(parse_int(x, where, #field, 0, hi, &n, err));                                     \

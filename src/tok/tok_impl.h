@@ -176,6 +176,10 @@ struct kiln_vocab {
     uint64_t *piece_off_len;
 };
 
+/* kiln_tokenize flag for tests: always use the per-token scan of the special-token
+ * partition (tokenize.c), so both of its paths can be checked against the goldens. */
+#define KILN_TOK_TEST_SCAN_PARTITION (1u << 30)
+
 /* Algorithms (spm.c, bpe.c): append the ids of one raw fragment. */
 kiln_status kiln_spm_tokenize(const kiln_vocab *v, kiln_pretok_buf *pb, const char *text,
                               size_t len, size_t total_len, kiln_tokens *out, kiln_err *err);

@@ -51,7 +51,7 @@ static int run_cases(const kiln_vocab *v, const char *name) {
     char ip[1024], op[1024];
     snprintf(ip, sizeof ip, "%s/testdata/tokenizer/ggml-vocab-%s.gguf.inp", kt_shared_dir(), name);
     snprintf(op, sizeof op, "%s/testdata/tokenizer/ggml-vocab-%s.gguf.out", kt_shared_dir(), name);
-    size_t ni, no;
+    size_t ni = 0, no = 0;
     char *inp = read_file(ip, &ni), *out = read_file(op, &no);
     assert_non_null(inp);
     assert_non_null(out);
