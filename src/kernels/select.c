@@ -182,6 +182,9 @@ const kiln_registry *kiln_selector_registry(const kiln_selector *s) {
 const kiln_policy *kiln_selector_policy(const kiln_selector *s) {
     return s->policy;
 }
+const kiln_perf_table *kiln_selector_perf(const kiln_selector *s) {
+    return s->perf;
+}
 
 void kiln_selector_set_policy(kiln_selector *s, const kiln_policy *policy) {
     s->policy = policy ? policy : &s->default_policy;

@@ -150,6 +150,7 @@ kiln_status kiln_selector_new(const kiln_registry *reg, const kiln_policy *polic
 void kiln_selector_free(kiln_selector *s);
 const kiln_registry *kiln_selector_registry(const kiln_selector *s);
 const kiln_policy *kiln_selector_policy(const kiln_selector *s);
+const kiln_perf_table *kiln_selector_perf(const kiln_selector *s); /* NULL: no timings */
 
 /* Replace policy or perf table (borrowed); both invalidate the cache. */
 void kiln_selector_set_policy(kiln_selector *s, const kiln_policy *policy);

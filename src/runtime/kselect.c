@@ -12,6 +12,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/perfdb.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,7 @@ static struct {
     kiln_perf_table *perf;
     kiln_selector *sel;
     kiln_baked *baked;
-    bool baked_usable, baked_warned;
+    bool baked_checked, baked_usable, baked_warned;
 } runtime_selector = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void teardown_locked(void) {
@@ -36,6 +37,7 @@ static void teardown_locked(void) {
     runtime_selector.sel = NULL;
     runtime_selector.perf = NULL;
     runtime_selector.baked = NULL;
+    runtime_selector.baked_checked = runtime_selector.baked_usable = false;
     runtime_selector.ready = false;
 }
 
@@ -70,21 +72,6 @@ static kiln_status build_locked(kiln_err *err) {
     }
     KILN_TRY(kiln_selector_new(reg, &runtime_selector.policy, runtime_selector.perf,
                                &runtime_selector.sel, err));
-    if (runtime_selector.dispatch_path[0]) {
-        kiln_sel_ctx dev;
-        kiln_sel_ctx_init(&dev, KILN_KOP_MATMUL, KILN_BACKEND_CPU);
-        char why[512];
-        kiln_status st = kiln_baked_open(runtime_selector.dispatch_path, runtime_selector.sel, &dev,
-                                         &runtime_selector.baked, &runtime_selector.baked_usable,
-                                         why, sizeof why, err);
-        if (st) {
-            teardown_locked();
-            return st;
-        }
-        if (!runtime_selector.baked_usable)
-            KILN_WARN("dispatch table %s not used (%s); selecting kernels at run time",
-                      runtime_selector.dispatch_path, why);
-    }
     runtime_selector.ready = true;
     return KILN_OK;
 }
@@ -101,6 +88,16 @@ kiln_status kiln_runtime_selector_configure(const char *policy_path, const char 
              dispatch_path ? dispatch_path : "");
     runtime_selector.baked_warned = false;
     kiln_status st = build_locked(err);
+    /* a named table must at least be readable: fail early, not at the first bind */
+    if (!st && dispatch_path && *dispatch_path) {
+        FILE *f = fopen(dispatch_path, "rb");
+        if (!f) {
+            st = kiln_err_errno(err, errno, "dispatch table %s", dispatch_path);
+            runtime_selector.dispatch_path[0] = 0; /* not half-configured */
+        } else {
+            fclose(f);
+        }
+    }
     pthread_mutex_unlock(&runtime_selector.mu);
     return st;
 }
@@ -192,6 +189,22 @@ kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs
     KILN_TRY(kiln_runtime_selector(&s, err));
     kiln_sel_ctx c;
     kiln_callsite_ctx(be, cs, &c);
+    /* the baked table is checked against the first bound call site's backend and device */
+    if (runtime_selector.dispatch_path[0]) {
+        kiln_status st = KILN_OK;
+        pthread_mutex_lock(&runtime_selector.mu);
+        if (!runtime_selector.baked_checked) {
+            char why[512];
+            st = kiln_baked_open(runtime_selector.dispatch_path, s, &c, &runtime_selector.baked,
+                                 &runtime_selector.baked_usable, why, sizeof why, err);
+            runtime_selector.baked_checked = st == KILN_OK;
+            if (!st && !runtime_selector.baked_usable)
+                KILN_WARN("dispatch table %s not used (%s); selecting kernels at run time",
+                          runtime_selector.dispatch_path, why);
+        }
+        pthread_mutex_unlock(&runtime_selector.mu);
+        KILN_TRY(st);
+    }
     /* a baked choice, when the table applies and the kernel can run this site */
     if (runtime_selector.baked && runtime_selector.baked_usable) {
         const char *id = kiln_baked_kernel(runtime_selector.baked, cs->name,
@@ -235,5 +248,36 @@ kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs
     }
     *out = res.chosen->spec.fn;
     if (layout) *layout = res.chosen->spec.w_layout;
+    return KILN_OK;
+}
+
+kiln_status kiln_kernel_failed(kiln_kernel_fn fn, const kiln_err *failure, kiln_err *err) {
+    kiln_selector *s;
+    KILN_TRY(kiln_runtime_selector(&s, err));
+    const kiln_registry *reg = kiln_selector_registry(s);
+    int found = 0;
+    for (int i = 0; i < reg->n_kernels; i++) {
+        const kiln_reg_kernel *k = &reg->kernels[i];
+        if (k->spec.fn.any != fn.any || !fn.any) continue;
+        if (reg->providers[k->provider].p->fallback) continue; /* the oracle stays */
+        KILN_WARN("kernel %s failed at run time (%s); marking it unhealthy", k->spec.id,
+                  failure && failure->msg[0] ? failure->msg : "no message");
+        kiln_selector_mark_unhealthy(s, k->index);
+        found++;
+    }
+    if (!found)
+        return kiln_err_set(err, KILN_ERR_NOT_FOUND,
+                            "circuit breaker: the failed entry point is no breakable kernel");
+    return KILN_OK;
+}
+
+kiln_status kiln_rebind_site(const kiln_backend *be, kiln_site *site, kiln_err *err) {
+    for (int b = 0; b < KILN_BUCKETS; b++) {
+        site->desc.bucket = b;
+        /* The weight stays in the layout it was bound with; adapters pass that layout
+         * (w_layout) to every call and a kernel that cannot read it fails the call
+         * (the reference matmul refuses any repacked layout) instead of misreading. */
+        KILN_TRY(kiln_select_callsite(be, &site->desc, &site->fn[b], &site->layout[b], err));
+    }
     return KILN_OK;
 }

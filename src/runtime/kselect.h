@@ -41,4 +41,15 @@ int kiln_callsite_bucket_index(const kiln_callsite *cs);
 kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs,
                                  kiln_kernel_fn *out, uint32_t *layout, kiln_err *err);
 
+/* ---- circuit breaker ----
+ * A kernel that failed at run time (it returned an error status): kiln_kernel_failed
+ * marks the registry kernel with that entry point unhealthy in the runtime selector
+ * (BACKEND_UNHEALTHY from then on; cached choices are dropped), and kiln_rebind_site
+ * re-selects every bucket of a call site, so the next step runs the next candidate.
+ * The step that failed is not retried here: an adapter may have updated state in place
+ * (residual adds, KV writes) before the failing call. Returns KILN_ERR_NOT_FOUND when fn
+ * is no registered kernel. */
+kiln_status kiln_kernel_failed(kiln_kernel_fn fn, const kiln_err *failure, kiln_err *err);
+kiln_status kiln_rebind_site(const kiln_backend *be, kiln_site *site, kiln_err *err);
+
 #endif /* KILN_RUNTIME_KSELECT_H */
