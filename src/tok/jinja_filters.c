@@ -206,7 +206,7 @@ FILTER(f_center) {
 }
 
 FILTER(f_wordcount) {
-    jv s = S(c, in), l;
+    jv s = S(c, in);
     if (s.type != JV_STR) return jv_oom(c, at);
     int64_t k = 0;
     bool inw = false;
@@ -217,7 +217,6 @@ FILTER(f_wordcount) {
         if (w && !inw) k++;
         inw = w;
     }
-    (void)l;
     *out = jv_int(k);
     return 0;
 }
@@ -651,6 +650,21 @@ static bool parse_int_str(const char *s, size_t n, int64_t base, int64_t *out) {
     bool neg = false;
     if (i < n && (s[i] == '+' || s[i] == '-')) neg = s[i++] == '-';
     if (i >= n) return false;
+    /* base prefixes: 0x/0o/0b are allowed when they match the base; base 0 picks one */
+    if (i + 1 < n && s[i] == '0') {
+        char p = (char)(s[i + 1] | 32);
+        int64_t pb = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+        if (pb && (base == pb || base == 0)) {
+            base = pb;
+            i += 2;
+            if (i < n && s[i] == '_') i++;
+        }
+    }
+    if (base == 0) {
+        if (n - i > 1 && s[i] == '0') return false; /* Python: no leading zeros in base 0 */
+        base = 10;
+    }
+    if (base < 2 || base > 36 || i >= n) return false;
     int64_t v = 0;
     bool any = false;
     for (; i < n; i++) {
@@ -670,6 +684,9 @@ static bool parse_float_str(const char *s, double *out) {
     char *end;
     while (*s == ' ' || (*s >= '\t' && *s <= '\r')) s++;
     if (!*s) return false;
+    /* Python float(): decimal only (strtod would also take hex) */
+    for (const char *p = s; *p; p++)
+        if (*p == 'x' || *p == 'X' || *p == 'p' || *p == 'P') return false;
     double v = strtod(s, &end);
     while (*end == ' ' || (*end >= '\t' && *end <= '\r')) end++;
     if (*end) return false;
