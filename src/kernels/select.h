@@ -96,7 +96,8 @@ void kiln_sel_ctx_set_bucket(kiln_sel_ctx *c, int tok_bucket, int seq_bucket, in
 
 /* ---- reasons ---- */
 typedef enum kiln_reason {
-    KILN_REASON_PLATFORM_MISMATCH = 0, /* kernel for another platform/backend        */
+    KILN_REASON_PLATFORM_MISMATCH = 0, /* another platform/backend; the ref backend
+                                          (the oracle) runs fallback kernels only    */
     KILN_REASON_ISA_MISSING,           /* CPU lacks a required ISA extension         */
     KILN_REASON_SM_TOO_OLD,
     KILN_REASON_SM_TOO_NEW,
