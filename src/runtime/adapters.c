@@ -60,6 +60,7 @@ static kiln_status matmul(kiln_exec *x, const kiln_bound_insn *bi, int s,
                           int64_t t) {
     kiln_matmul_args a = {.w = w->data,
                           .w_dtype = w->dtype,
+                          .w_layout = w->layout,
                           .w_row_bytes = w->row_bytes,
                           .n = w->n,
                           .k = w->k,

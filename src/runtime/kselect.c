@@ -184,7 +184,7 @@ int kiln_callsite_bucket_index(const kiln_callsite *cs) {
 }
 
 kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs,
-                                 kiln_kernel_fn *out, kiln_err *err) {
+                                 kiln_kernel_fn *out, uint32_t *layout, kiln_err *err) {
     kiln_selector *s;
     KILN_TRY(kiln_runtime_selector(&s, err));
     kiln_sel_ctx c;
@@ -212,6 +212,7 @@ kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs
         const kiln_reg_kernel *k = id ? kiln_registry_find(kiln_selector_registry(s), id) : NULL;
         if (k && k->spec.op == c.op && !(kiln_select_check(s, k, &c) & KILN_REASONS_HARD)) {
             *out = k->spec.fn;
+            if (layout) *layout = k->spec.w_layout;
             return KILN_OK;
         }
         pthread_mutex_lock(&runtime_selector.mu);
@@ -246,6 +247,7 @@ kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs
                       cs->name, kiln_kop_name(cs->op));
     }
     *out = res.chosen->spec.fn;
+    if (layout) *layout = res.chosen->spec.w_layout;
     return KILN_OK;
 }
 
@@ -272,7 +274,7 @@ kiln_status kiln_kernel_failed(kiln_kernel_fn fn, const kiln_err *failure, kiln_
 kiln_status kiln_rebind_site(const kiln_backend *be, kiln_site *site, kiln_err *err) {
     for (int b = 0; b < KILN_BUCKETS; b++) {
         site->desc.bucket = b;
-        KILN_TRY(kiln_select_callsite(be, &site->desc, &site->fn[b], err));
+        KILN_TRY(kiln_select_callsite(be, &site->desc, &site->fn[b], &site->layout[b], err));
     }
     return KILN_OK;
 }
@@ -292,7 +294,23 @@ kiln_status kiln_plan_kernel_failed(struct kiln_bound_plan *bp, int32_t insn, in
             bool uses = false;
             for (int b = 0; b < KILN_BUCKETS; b++)
                 if (bp->bi[i].site[s].fn[b].any == bad.any) uses = true;
-            if (uses) KILN_TRY(kiln_rebind_site(bp->be, &bp->bi[i].site[s], err));
+            if (!uses) continue;
+            kiln_site *ks = &bp->bi[i].site[s];
+            kiln_site saved = *ks;
+            KILN_TRY(kiln_rebind_site(bp->be, ks, err));
+            /* the weight may already be repacked for the failed kernel (bind.c): a
+             * replacement must read that layout (kernels of a repacked layout also read
+             * plain rows, not the other way round) */
+            uint32_t wl = ks->widx >= 0 ? bp->bi[i].w[ks->widx].layout : 0;
+            for (int b = 0; b < KILN_BUCKETS; b++)
+                if (wl != 0 && ks->layout[b] != wl) {
+                    *ks = saved;
+                    return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
+                                        "circuit breaker: call site '%s' keeps its kernel: its "
+                                        "weight is repacked (layout %u) and no other kernel "
+                                        "reads that layout",
+                                        ks->desc.name, wl);
+                }
         }
     return KILN_OK;
 }

@@ -39,7 +39,7 @@ int kiln_callsite_bucket_index(const kiln_callsite *cs);
  * valid for cs, else kiln_select. Warns once per call site on a fallback to the ref
  * kernel; KILN_ERR_UNSUPPORTED (with every candidate's reasons) when nothing can run. */
 kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs,
-                                 kiln_kernel_fn *out, kiln_err *err);
+                                 kiln_kernel_fn *out, uint32_t *layout, kiln_err *err);
 
 /* ---- circuit breaker ----
  * A kernel that failed at run time (it returned an error status): kiln_kernel_failed

@@ -206,7 +206,7 @@ FILTER(f_center) {
 }
 
 FILTER(f_wordcount) {
-    jv s = S(c, in), l;
+    jv s = S(c, in);
     if (s.type != JV_STR) return jv_oom(c, at);
     int64_t k = 0;
     bool inw = false;
@@ -217,7 +217,6 @@ FILTER(f_wordcount) {
         if (w && !inw) k++;
         inw = w;
     }
-    (void)l;
     *out = jv_int(k);
     return 0;
 }

@@ -89,6 +89,8 @@ typedef struct kiln_pre_info {
     int clean_spaces, ignore_merges, add_bos, escape_ws; /* -1 = family default */
 } kiln_pre_info;
 
+/* The i-th supported tokenizer.ggml.pre name, NULL past the end (tests, docs). */
+const char *kiln_pre_name_at(size_t i);
 /* Looks up a tokenizer.ggml.pre name; NULL when kiln does not support it. */
 const kiln_pre_info *kiln_pre_lookup(const char *name);
 kiln_status kiln_pretok_init(kiln_pretok *p, int regex_set, kiln_err *err);

@@ -4,6 +4,8 @@
  * Each golden directory has a `manifest` (key value lines):
  *   model cache:FILE          a model in the kiln model cache (~/.cache/kiln/models)
  *   model path:FILE           a path relative to the build directory (kiln-gen output)
+ *   gen ARGS...               how to make that file with kiln-gen when it is absent
+ *                             (must come before the model line)
  *   greedy FILE               "P ids | C ids | G gaps" lines from llama_dump greedy
  *   tf FILE                   "T ids" then "i id:logprob..." lines from llama_dump tf
  *   ppl FILE                  llama-perplexity's PPL of tests/data/parity/text.txt at -c 256;
@@ -272,7 +274,13 @@ static void check_dir(const char *dir) {
     printf("%s\n", dir);
     want_top1 = 0.99, want_kl = 1e-3, want_greedy = 0.9, want_ppl = 0.005;
     kiln_model *m = NULL;
+    char gen_args[2048] = "";
     while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "gen ", 4) == 0) {
+            snprintf(gen_args, sizeof gen_args, "%.2000s", line + 4);
+            gen_args[strcspn(gen_args, "\n")] = 0;
+            continue;
+        }
         char key[64], val[2048];
         if (sscanf(line, "%63s %2047s", key, val) != 2 || key[0] == '#') continue;
         if (strcmp(key, "expect") == 0) {
@@ -301,6 +309,17 @@ static void check_dir(const char *dir) {
             }
             snprintf(model_path, sizeof model_path, "%s", mp);
             struct stat st;
+            if (stat(mp, &st) != 0 && gen_args[0]) {
+                const char *bd = getenv("KILN_BINARY_DIR");
+                char cmd[8192], mdir[4096];
+                snprintf(mdir, sizeof mdir, "%s", mp);
+                char *slash = strrchr(mdir, '/');
+                if (slash) *slash = 0;
+                snprintf(cmd, sizeof cmd,
+                         "mkdir -p '%.2000s' && '%.2000s/kiln-gen' -q %.2000s -o '%.2000s'", mdir,
+                         bd ? bd : ".", gen_args, mp);
+                if (system(cmd) != 0) printf("  kiln-gen failed: %s\n", cmd);
+            }
             if (stat(mp, &st) != 0) {
                 printf("  SKIP: model %s absent (fetch it with scripts/fetch-model.sh or build "
                        "kiln-gen)\n",

@@ -61,7 +61,7 @@ static void test_binding(void **state) {
                      KILN_OK);
     kiln_callsite cs = mm_site();
     kiln_kernel_fn fn;
-    assert_int_equal(kiln_bind_callsite(cpu, &cs, &fn, &e), KILN_OK);
+    assert_int_equal(kiln_bind_callsite(cpu, &cs, &fn, NULL, &e), KILN_OK);
     kiln_kernel_fn engine_choice = fn;
     assert_true(fn.matmul != kiln_cpu_matmul_avx2 || !kiln_cpu_avx512_ok());
     /* a table that forces the AVX2 kernel */
@@ -70,7 +70,7 @@ static void test_binding(void **state) {
                      KILN_OK);
     for (int b = 0; b < KILN_TOK_BUCKETS; b++) {
         cs.bucket = b;
-        assert_int_equal(kiln_bind_callsite(cpu, &cs, &fn, &e), KILN_OK);
+        assert_int_equal(kiln_bind_callsite(cpu, &cs, &fn, NULL, &e), KILN_OK);
         assert_true(fn.matmul == kiln_cpu_matmul_avx2);
     }
     /* another signature: runtime selection again */
@@ -82,19 +82,19 @@ static void test_binding(void **state) {
     assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", path, &e),
                      KILN_OK);
     cs.bucket = 0;
-    assert_int_equal(kiln_bind_callsite(cpu, &cs, &fn, &e), KILN_OK);
+    assert_int_equal(kiln_bind_callsite(cpu, &cs, &fn, NULL, &e), KILN_OK);
     assert_true(fn.any == engine_choice.any);
     /* a kernel that cannot run the site (q4_K weights on the f32 sgemm): runtime selection */
     bake(cpu, path, "openblas.sgemm.matmul.f32");
     assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", path, &e),
                      KILN_OK);
-    assert_int_equal(kiln_bind_callsite(cpu, &cs, &fn, &e), KILN_OK);
+    assert_int_equal(kiln_bind_callsite(cpu, &cs, &fn, NULL, &e), KILN_OK);
     assert_true(fn.any == engine_choice.any);
     /* the ref backend binds reference kernels only */
     assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", NULL, &e),
                      KILN_OK);
     const kiln_backend *ref = kiln_backend_find("ref");
-    assert_int_equal(kiln_bind_callsite(ref, &cs, &fn, &e), KILN_OK);
+    assert_int_equal(kiln_bind_callsite(ref, &cs, &fn, NULL, &e), KILN_OK);
     const kiln_reg_kernel *rm = kiln_registry_find(kiln_registry_default(), "ref.matmul");
     assert_true(fn.any == rm->spec.fn.any);
     /* an unreadable table is an error */
@@ -115,6 +115,7 @@ static void test_breaker(void **state) {
     kiln_site site;
     memset(&site, 0, sizeof site);
     site.desc = mm_site();
+    site.widx = -1;
     assert_int_equal(kiln_rebind_site(cpu, &site, &e), KILN_OK);
     kiln_kernel_fn first = site.fn[0];
     const kiln_reg_kernel *rm = kiln_registry_find(kiln_registry_default(), "ref.matmul");
@@ -155,6 +156,7 @@ static void test_plan_breaker(void **state) {
     for (int i = 0; i < 2; i++) {
         bi[i].n_sites = 1;
         bi[i].site[0].desc = mm_site();
+        bi[i].site[0].widx = -1;
         assert_int_equal(kiln_rebind_site(bp.be, &bi[i].site[0], &e), KILN_OK);
     }
     kiln_kernel_fn first = bi[0].site[0].fn[0];
@@ -165,6 +167,17 @@ static void test_plan_breaker(void **state) {
     assert_int_equal(kiln_plan_kernel_failed(&bp, 0, 0, 0, &fail, &e), KILN_OK);
     for (int i = 0; i < 2; i++) assert_true(bi[i].site[0].fn[0].any != first.any);
     assert_int_not_equal(kiln_plan_kernel_failed(&bp, 5, 0, 0, &fail, &e), KILN_OK);
+    /* a weight already repacked for its kernel: no plain-row kernel may replace it */
+    assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", NULL, &e),
+                     KILN_OK);
+    uint8_t dummy[16];
+    bi[0].w[0] = (kiln_bound_weight){.data = dummy, .dtype = KILN_DTYPE_Q4_K, .layout = 7};
+    bi[0].site[0].widx = 0;
+    assert_int_equal(kiln_rebind_site(bp.be, &bi[0].site[0], &e), KILN_OK);
+    kiln_kernel_fn kept = bi[0].site[0].fn[0];
+    assert_int_equal(kiln_plan_kernel_failed(&bp, 0, 0, 0, &fail, &e), KILN_ERR_UNSUPPORTED);
+    assert_true(bi[0].site[0].fn[0].any == kept.any);
+    assert_non_null(strstr(e.msg, "repacked"));
 }
 
 int main(void) {
