@@ -370,6 +370,8 @@ FEATURES = [
     ("call_without_caller", "{% macro m() %}x{% endmacro %}{% call m() %}y{% endcall %}"),
     ("with_outer_values", "{% set a = 5 %}{% with a = 1, b = a %}{{ a }}{{ b }}{% endwith %}{{ a }}"),
     ("namespace_item", "{% set ns = namespace(a=1) %}{{ ns['a'] }}{{ ns }}{{ ns.missing is defined }}"),
+    ("truncate", "{{ 'hello world foo bar' | truncate(11) }}|{{ 'hello world foo bar' | truncate(11, true) }}|{{ 'hello world foo bar' | truncate(9, false, '..', 0) }}|{{ 'short' | truncate(3, leeway=5) }}|{{ 'abcdefghij' | truncate(5, leeway=0) }}|{{ 'a b' | truncate(3, leeway=0, end='') }}"),
+    ("batch_slice", "{{ xs | batch(3) | list }}|{{ xs | batch(3, 'x') | list }}|{{ [1,2,3,4,5,6,7] | slice(3) | list }}|{{ [1,2,3,4,5,6,7] | slice(3, 0) | list }}|{{ [] | batch(2) | list }}"),
     ("select_on_none", "{{ none | selectattr('x') | list }}{{ none | map('upper') | list }}"),
 ]
 

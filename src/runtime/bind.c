@@ -301,11 +301,14 @@ void kiln_bound_plan_free(kiln_bound_plan *bp) {
 
 kiln_status kiln_exec_run(const kiln_bound_plan *bp, kiln_exec *x, kiln_err *err) {
     const kiln_adapter_fn *ad = bp->be->adapters;
+    x->failed_insn = -1;
     for (int32_t i = 0; i < bp->plan.n_insns; i++) {
         const kiln_bound_insn *bi = &bp->bi[i];
         if (x->counters) x->counters[bi->insn->opcode]++;
+        x->cur_site = -1;
         kiln_status st = ad[bi->insn->opcode](x, bi);
         if (st) {
+            x->failed_insn = x->cur_site >= 0 ? i : -1;
             if (bi->insn->layer >= 0)
                 return kiln_err_wrap(err, st, "%s (layer %d)", kiln_opcode_name(bi->insn->opcode),
                                      (int)bi->insn->layer);

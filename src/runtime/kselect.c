@@ -281,3 +281,39 @@ kiln_status kiln_rebind_site(const kiln_backend *be, kiln_site *site, kiln_err *
     }
     return KILN_OK;
 }
+
+#include "runtime/exec.h"
+
+kiln_status kiln_plan_kernel_failed(struct kiln_bound_plan *bp, int32_t insn, int site, int bucket,
+                                    const kiln_err *failure, kiln_err *err) {
+    if (insn < 0 || insn >= bp->plan.n_insns || site < 0 || site >= bp->bi[insn].n_sites ||
+        bucket < 0 || bucket >= KILN_BUCKETS)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "circuit breaker: no call site (%d, %d)",
+                            (int)insn, site);
+    kiln_kernel_fn bad = bp->bi[insn].site[site].fn[bucket];
+    KILN_TRY(kiln_kernel_failed(bad, failure, err));
+    for (int32_t i = 0; i < bp->plan.n_insns; i++)
+        for (int s = 0; s < bp->bi[i].n_sites; s++) {
+            bool uses = false;
+            for (int b = 0; b < KILN_BUCKETS; b++)
+                if (bp->bi[i].site[s].fn[b].any == bad.any) uses = true;
+            if (!uses) continue;
+            kiln_site *ks = &bp->bi[i].site[s];
+            kiln_site saved = *ks;
+            KILN_TRY(kiln_rebind_site(bp->be, ks, err));
+            /* the weight may already be repacked for the failed kernel (bind.c): a
+             * replacement must read that layout (kernels of a repacked layout also read
+             * plain rows, not the other way round) */
+            uint32_t wl = ks->widx >= 0 ? bp->bi[i].w[ks->widx].layout : 0;
+            for (int b = 0; b < KILN_BUCKETS; b++)
+                if (wl != 0 && ks->layout[b] != wl) {
+                    *ks = saved;
+                    return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
+                                        "circuit breaker: call site '%s' keeps its kernel: its "
+                                        "weight is repacked (layout %u) and no other kernel "
+                                        "reads that layout",
+                                        ks->desc.name, wl);
+                }
+        }
+    return KILN_OK;
+}

@@ -52,4 +52,13 @@ kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs
 kiln_status kiln_kernel_failed(kiln_kernel_fn fn, const kiln_err *failure, kiln_err *err);
 kiln_status kiln_rebind_site(const kiln_backend *be, kiln_site *site, kiln_err *err);
 
+struct kiln_bound_plan;
+/* The executor's side: instruction `insn` failed with `failure` while calling call site
+ * `site` in token bucket `bucket`. Marks that kernel unhealthy and rebinds every call
+ * site of the plan that used it. KILN_OK when something was rebound (the next step runs
+ * another kernel); an error when the failed kernel cannot be replaced (e.g. it is the
+ * reference kernel: the failure is the input's, not the kernel's). */
+kiln_status kiln_plan_kernel_failed(struct kiln_bound_plan *bp, int32_t insn, int site, int bucket,
+                                    const kiln_err *failure, kiln_err *err);
+
 #endif /* KILN_RUNTIME_KSELECT_H */

@@ -4,6 +4,7 @@
  * whose kernel cannot run the site, falls back to runtime selection. */
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
+#include "runtime/exec.h"
 #include "runtime/kselect.h"
 #include "testutil.h"
 
@@ -114,6 +115,7 @@ static void test_breaker(void **state) {
     kiln_site site;
     memset(&site, 0, sizeof site);
     site.desc = mm_site();
+    site.widx = -1;
     assert_int_equal(kiln_rebind_site(cpu, &site, &e), KILN_OK);
     kiln_kernel_fn first = site.fn[0];
     const kiln_reg_kernel *rm = kiln_registry_find(kiln_registry_default(), "ref.matmul");
@@ -137,8 +139,50 @@ static void test_breaker(void **state) {
     assert_true(site.fn[0].any == first.any);
 }
 
+/* the executor's hook: a failed call site of a bound plan is traced to its kernel, which
+ * is replaced in every site that used it */
+static void test_plan_breaker(void **state) {
+    (void)state;
+    kiln_err e;
+    assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", NULL, &e),
+                     KILN_OK);
+    kiln_bound_plan bp;
+    memset(&bp, 0, sizeof bp);
+    kiln_bound_insn bi[2];
+    memset(bi, 0, sizeof bi);
+    bp.be = kiln_backend_find("cpu");
+    bp.bi = bi;
+    bp.plan.n_insns = 2;
+    for (int i = 0; i < 2; i++) {
+        bi[i].n_sites = 1;
+        bi[i].site[0].desc = mm_site();
+        bi[i].site[0].widx = -1;
+        assert_int_equal(kiln_rebind_site(bp.be, &bi[i].site[0], &e), KILN_OK);
+    }
+    kiln_kernel_fn first = bi[0].site[0].fn[0];
+    const kiln_reg_kernel *rm = kiln_registry_find(kiln_registry_default(), "ref.matmul");
+    if (first.any == rm->spec.fn.any) skip();
+    kiln_err fail;
+    kiln_err_set(&fail, KILN_ERR_DEVICE, "simulated");
+    assert_int_equal(kiln_plan_kernel_failed(&bp, 0, 0, 0, &fail, &e), KILN_OK);
+    for (int i = 0; i < 2; i++) assert_true(bi[i].site[0].fn[0].any != first.any);
+    assert_int_not_equal(kiln_plan_kernel_failed(&bp, 5, 0, 0, &fail, &e), KILN_OK);
+    /* a weight already repacked for its kernel: no plain-row kernel may replace it */
+    assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", NULL, &e),
+                     KILN_OK);
+    uint8_t dummy[16];
+    bi[0].w[0] = (kiln_bound_weight){.data = dummy, .dtype = KILN_DTYPE_Q4_K, .layout = 7};
+    bi[0].site[0].widx = 0;
+    assert_int_equal(kiln_rebind_site(bp.be, &bi[0].site[0], &e), KILN_OK);
+    kiln_kernel_fn kept = bi[0].site[0].fn[0];
+    assert_int_equal(kiln_plan_kernel_failed(&bp, 0, 0, 0, &fail, &e), KILN_ERR_UNSUPPORTED);
+    assert_true(bi[0].site[0].fn[0].any == kept.any);
+    assert_non_null(strstr(e.msg, "repacked"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_binding),
-                                       cmocka_unit_test(test_breaker)};
+                                       cmocka_unit_test(test_breaker),
+                                       cmocka_unit_test(test_plan_breaker)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
