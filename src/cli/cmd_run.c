@@ -125,13 +125,6 @@ int kiln_cmd_run(int argc, char **argv) {
                         .n_ctx = n_ctx,
                         .max_seqs = 1,
                         .kv_f16 = kiln_opt_find(opts, KILN_NOPTS(opts), "kv-f16")->seen};
-    kiln_opt *o_pol = kiln_opt_find(opts, KILN_NOPTS(opts), "policy");
-    kiln_opt *o_dis = kiln_opt_find(opts, KILN_NOPTS(opts), "dispatch");
-    if ((o_pol->seen || o_dis->seen) &&
-        kiln_runtime_selector_configure(o_pol->value, NULL, o_dis->value, &err)) {
-        free(prompt_buf);
-        return kiln_cli_fail("run", &err);
-    }
     kiln_opt *o_tpl = kiln_opt_find(opts, KILN_NOPTS(opts), "chat-template");
     char *tpl = NULL;
     if (o_tpl->seen) {
