@@ -27,7 +27,7 @@ for step in ${KILN_GPU_STEPS:-}; do
       t0=$(date +%s.%N)
       kiln-gen --preset llama3-8b --type q4_0 -o /tmp/models/llama3-8b-q4_0.gguf 2>&1 \
         | tee "$OUT/gen8b.txt" || rc=1
-      echo "kiln-gen llama3-8b q4_0 wall: $(echo "$(date +%s.%N) - $t0" | bc) s"; ls -la /tmp/models
+      python3 -c "import sys,time; print(\"kiln-gen llama3-8b q4_0 wall: %.1f s\" % (time.time()-float(sys.argv[1])))" "$t0"; ls -la /tmp/models
       kiln inspect /tmp/models/llama3-8b-q4_0.gguf 2>&1 | head -30 ;;
     load)
       bench_load --file /tmp/models/llama3-8b-q4_0.gguf --cuda 0 --reps 3 --threads 16 \

@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/gen.h"
+#include "runtime/kselect.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -46,6 +47,8 @@ int kiln_cmd_run(int argc, char **argv) {
         {"ids", 0, false, NULL, "print token ids instead of text", false, NULL},
         {"stop", 0, true, "TEXT", "stop when this text is generated", false, NULL},
         {"kv-f16", 0, false, NULL, "store the KV cache as f16", false, NULL},
+        {"policy", 0, true, "FILE", "kernel policy (kiln.yaml; docs/KERNELS.md)", false, NULL},
+        {"dispatch", 0, true, "FILE", "baked dispatch table from kiln solve", false, NULL},
     };
     const char *pos[4];
     int n_pos;
@@ -132,6 +135,14 @@ int kiln_cmd_run(int argc, char **argv) {
         }
         kiln_gen_template_override = tpl;
         chat = true;
+    }
+    kiln_opt *o_pol = kiln_opt_find(opts, KILN_NOPTS(opts), "policy");
+    kiln_opt *o_dis = kiln_opt_find(opts, KILN_NOPTS(opts), "dispatch");
+    if ((o_pol->seen || o_dis->seen) &&
+        kiln_runtime_selector_configure(o_pol->value, NULL, o_dis->value, &err)) {
+        free(prompt_buf);
+        free(tpl);
+        return kiln_cli_fail("run", &err);
     }
     kiln_gen_ctx g;
     uint64_t t_load = kiln_now_ns();

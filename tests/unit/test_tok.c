@@ -4,8 +4,10 @@
  * byte position, special-token parsing, the tokenizer.json loader and error messages. */
 #include "base/utf8.h"
 #include "format/gguf.h"
+#include "test_gguf_builder.h"
 #include "testutil.h"
 #include "tok/tok.h"
+#include "tok/tok_impl.h"
 #include "tok/unicode.h"
 
 #include <jansson.h>
@@ -508,6 +510,108 @@ static void test_hf_json(void **state) {
     assert_int_equal(kiln_vocab_load_hf(tmp, NULL, &h, &e), KILN_ERR_FORMAT);
 }
 
+/* Every supported pre-tokenizer: its regexes compile and split a mixed text into pieces
+ * that, on a vocabulary of the 256 byte symbols and no useful merges, detokenize back to
+ * the input (every byte survives the split). */
+static void test_all_pretokenizers(void **state) {
+    (void)state;
+    static char sym[256][4];
+    kiln_str toks[257];
+    for (int b = 0; b < 256; b++) {
+        int l = kiln_utf8_encode(kiln_tok_byte_to_cpt((uint8_t)b), sym[b]);
+        toks[b] = (kiln_str){sym[b], (size_t)l};
+    }
+    toks[256] = (kiln_str){"<|endoftext|>", 13};
+    kiln_str merges[1] = {{"a b", 3}};
+    const char *text = "Hello, World! It's 2026-01-15T10:30 \t\n\n  x=12345;  日本語のテキスト "
+                       "한국어 Ünïcödé 😀👍🏽 'll 'VE\r\n\u00a0end ";
+    int n_pre = 0;
+    for (size_t i = 0; kiln_pre_name_at(i); i++, n_pre++) {
+        const char *pre = kiln_pre_name_at(i);
+        kiln_vocab_desc d;
+        kiln_vocab_desc_init(&d);
+        d.model = "gpt2";
+        d.pre = pre;
+        d.n_tokens = 257;
+        d.tokens = toks;
+        d.merges = merges;
+        d.n_merges = 1;
+        d.bos = d.eos = 256;
+        kiln_vocab *v;
+        kiln_err e;
+        if (kiln_vocab_create(&d, &v, &e)) fail_msg("pre-tokenizer '%s': %s", pre, e.msg);
+        kiln_tokens t = {0};
+        assert_int_equal(kiln_tokenize(v, text, strlen(text), 0, &t, &e), KILN_OK);
+        if (!v->escape_ws) { /* byte-level: one token per byte */
+            size_t l;
+            char *back = detok(v, t.ids, t.n, KILN_DETOK_UNPARSE_SPECIAL, &l);
+            if (!v->clean_spaces && (l != strlen(text) || memcmp(back, text, l) != 0))
+                fail_msg("pre-tokenizer '%s': round trip gives '%s'", pre, back);
+            free(back);
+            assert_int_equal(t.n, strlen(text));
+        }
+        kiln_tokens_free(&t);
+        kiln_vocab_free(v);
+    }
+    assert_true(n_pre > 70);
+}
+
+/* GGUF metadata problems are named with the file and the key. */
+static void kv_str(gb_buf *b, const char *k, const char *v) {
+    gb_str(b, k);
+    gb_u32(b, 8);
+    gb_str(b, v);
+}
+
+static const char *vocab_gguf(const char *model, const char *pre, bool tokens_as_ints) {
+    gb_buf b = {0};
+    gb_u32(&b, 0x46554747u);
+    gb_u32(&b, 3);
+    gb_u64(&b, 0); /* tensors */
+    gb_u64(&b, pre ? 4 : 3);
+    kv_str(&b, "general.architecture", "llama");
+    kv_str(&b, "tokenizer.ggml.model", model);
+    if (pre) kv_str(&b, "tokenizer.ggml.pre", pre);
+    gb_str(&b, "tokenizer.ggml.tokens");
+    gb_u32(&b, 9); /* array */
+    if (tokens_as_ints) {
+        gb_u32(&b, 5);
+        gb_u64(&b, 2);
+        gb_u32(&b, 1);
+        gb_u32(&b, 2);
+    } else {
+        gb_u32(&b, 8);
+        gb_u64(&b, 2);
+        gb_str(&b, "a");
+        gb_str(&b, "b");
+    }
+    const char *p = kt_write_temp(b.p, b.n, ".gguf");
+    gb_free(&b);
+    return p;
+}
+
+static void test_gguf_errors(void **state) {
+    (void)state;
+    kiln_vocab *v;
+    kiln_err e;
+    const char *p = vocab_gguf("gpt2", "no-such-pre", false);
+    assert_int_equal(kiln_vocab_load_gguf(p, &v, &e), KILN_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "'no-such-pre'"));
+    assert_non_null(strstr(e.msg, p));
+    p = vocab_gguf("t5", NULL, false);
+    assert_int_equal(kiln_vocab_load_gguf(p, &v, &e), KILN_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "'t5'"));
+    p = vocab_gguf("llama", NULL, true);
+    assert_int_not_equal(kiln_vocab_load_gguf(p, &v, &e), KILN_OK);
+    assert_non_null(strstr(e.msg, "tokenizer.ggml.tokens"));
+    p = vocab_gguf("gpt2", "gpt-2", false); /* BPE without merges */
+    assert_int_equal(kiln_vocab_load_gguf(p, &v, &e), KILN_ERR_FORMAT);
+    assert_non_null(strstr(e.msg, "merges"));
+    p = vocab_gguf("llama", NULL, false); /* a tiny but valid SPM vocabulary */
+    assert_int_equal(kiln_vocab_load_gguf(p, &v, &e), KILN_OK);
+    kiln_vocab_free(v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_cases),
@@ -518,6 +622,8 @@ int main(void) {
         cmocka_unit_test(test_spm_synthetic),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_hf_json),
+        cmocka_unit_test(test_all_pretokenizers),
+        cmocka_unit_test(test_gguf_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
