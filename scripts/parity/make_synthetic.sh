@@ -20,7 +20,7 @@ for fam in llama qwen2 qwen3 gemma3; do
         q*) echo "# quantized weights: llama.cpp's quantized dot products differ from exact"
             echo "# arithmetic on these weights (docs/PLAN.md); random tiny models have flat"
             echo "# distributions, so top-1 is fragile: measured 93-98% top-1, KL < 1e-3."
-            echo "expect 0.93 0.001 0.0 0.01" ;;
+            echo "expect 0.93 0.001 0.0 0.005" ;;
       esac
       echo "gen $gen"
       echo "model path:parity-models/$name.gguf"
