@@ -130,8 +130,9 @@ typedef struct kiln_load_item {
     int64_t n_rows;
     uint64_t out_row_bytes;
     /* results */
-    const void *data; /* host bytes (alias or owned); NULL for device-only tensors */
-    void *device_ptr; /* CUDA device pointer (upload lane) */
+    const void *data;   /* host bytes (alias or owned); NULL for device-only tensors */
+    void *device_ptr;   /* CUDA device pointer (upload lane) */
+    void *device_alloc; /* the allocation to free: one per device, held by its first item */
     bool done;
 } kiln_load_item;
 

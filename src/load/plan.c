@@ -363,7 +363,7 @@ void kiln_load_plan_free(kiln_load_plan *p) {
     if (!p) return;
     for (size_t i = 0; i < p->n; i++) {
         kiln_load_owned_free(p->owned[i], (size_t)p->items[i].nbytes);
-        if (p->items[i].device_ptr) kiln_upload_free(p->items[i].device_ptr);
+        if (p->items[i].device_alloc) kiln_upload_free(p->items[i].device_alloc);
     }
     kiln_strmap_free(&p->index);
     free(p->items);
