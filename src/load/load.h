@@ -106,7 +106,8 @@ typedef struct kiln_load_request {
     bool populate;          /* alias lane: fault pages in now (default true) */
     int force_lane;         /* -1 (default): plan; else every tensor must go to this lane */
     uint64_t memory_budget; /* host bytes the plan may allocate; 0: MemAvailable */
-    uint32_t alias_align;   /* alias needs data % alias_align == 0 (default 32) */
+    uint32_t alias_align;   /* alias needs data % alias_align == 0; 0 (default): the type's
+                               natural alignment (f32 4, f16 2, q8_0 2, q4_K 8) */
 } kiln_load_request;
 
 /* Defaults: everything, host, native, KILN_IO_AUTO, populate, no forced lane. */

@@ -9,7 +9,8 @@
 #include <math.h>
 #include <string.h>
 
-#define FN(bi, s, x) ((bi)->site[s].fn[(x)->bucket])
+/* the kernel of call site s; remembers s so a failure can be traced to its kernel */
+#define FN(bi, s, x) ((x)->cur_site = (s), (bi)->site[s].fn[(x)->bucket])
 
 static kiln_status add_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
     int64_t n = bi->width_out[0];
@@ -59,6 +60,7 @@ static kiln_status matmul(kiln_exec *x, const kiln_bound_insn *bi, int s,
                           int64_t t) {
     kiln_matmul_args a = {.w = w->data,
                           .w_dtype = w->dtype,
+                          .w_layout = w->layout,
                           .w_row_bytes = w->row_bytes,
                           .n = w->n,
                           .k = w->k,

@@ -61,11 +61,14 @@ typedef struct kiln_callsite {
 typedef struct kiln_site {
     kiln_callsite desc;
     kiln_kernel_fn fn[KILN_BUCKETS];
+    uint32_t layout[KILN_BUCKETS]; /* weight layout each bucket's kernel asks for (spec) */
+    int8_t widx;                   /* matmul: index of its weight in kiln_bound_insn.w, else -1 */
 } kiln_site;
 
 typedef struct kiln_bound_weight {
     const void *data; /* NULL: slot unused */
     uint32_t dtype;
+    uint32_t layout; /* kiln_wlayout of data (0: the file's rows; see bind.c) */
     size_t row_bytes;
     int64_t n, k; /* rows, elements per row */
 } kiln_bound_weight;
@@ -97,9 +100,10 @@ typedef struct kiln_backend {
 const kiln_backend *kiln_backend_find(const char *name);
 
 /* The binding function: describes call site `cs` (its bucket set) to the kernel
- * chooser and returns the kernel. Fails with KILN_ERR_UNSUPPORTED when no kernel
- * of the backend can run it. */
+ * chooser (the selection engine, runtime/kselect.h) and returns the kernel and, in
+ * *layout (may be NULL), the weight layout that kernel asks for (kiln_wlayout). Fails
+ * with KILN_ERR_UNSUPPORTED when no kernel of the backend can run it. */
 kiln_status kiln_bind_callsite(const kiln_backend *be, const kiln_callsite *cs, kiln_kernel_fn *out,
-                               kiln_err *err);
+                               uint32_t *layout, kiln_err *err);
 
 #endif /* KILN_RUNTIME_BACKEND_H */

@@ -3,10 +3,13 @@
  * loop.
  */
 #include "runtime/exec.h"
+#include "runtime/kselect.h"
 
 #include "base/log.h"
 #include "format/dtype.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ref/ref.h"
+#include "kernels/spec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,8 +30,8 @@ int64_t kiln_bucket_max(int bucket) {
 
 static const kiln_backend backends[] = {
     {"ref", kiln_host_adapters, kiln_ref_weight_dtype_ok},
-    /* cpu: the same host adapters; kiln_bind_callsite picks SIMD kernels for it once
-     * the selection engine and the cpu kernels are in (until then: ref kernels). */
+    /* cpu: the same host adapters; kernels chosen by the selection engine
+     * (bind_select.c): SIMD kernels where valid, ref as the fallback. */
     {"cpu", kiln_host_adapters, kiln_ref_weight_dtype_ok},
 };
 
@@ -39,18 +42,9 @@ const kiln_backend *kiln_backend_find(const char *name) {
 }
 
 kiln_status kiln_bind_callsite(const kiln_backend *be, const kiln_callsite *cs, kiln_kernel_fn *out,
-                               kiln_err *err) {
-    /* The one place kernels are chosen. The selection engine replaces this body. */
-    (void)be;
-    if ((cs->op == KILN_KOP_MATMUL || cs->op == KILN_KOP_EMBED) &&
-        !kiln_ref_weight_dtype_ok(cs->w_dtype))
-        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: no kernel for weights of type %s",
-                            cs->name, kiln_dtype_name(cs->w_dtype));
-    *out = kiln_ref_kernel(cs->op);
-    if (!out->any)
-        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: no kernel for op %s", cs->name,
-                            kiln_kop_name(cs->op));
-    return KILN_OK;
+                               uint32_t *layout, kiln_err *err) {
+    /* The one place kernels are chosen: the selection engine (runtime/kselect.h). */
+    return kiln_select_callsite(be, cs, out, layout, err);
 }
 
 /* ---- plan binding ---- */
@@ -132,6 +126,7 @@ static kiln_status bind_weight(kiln_bound_plan *bp, const kiln_model *m, const k
 static void site(kiln_bound_insn *bi, int idx, kiln_kop op, const char *what, int layer) {
     kiln_callsite *cs = &bi->site[idx].desc;
     memset(cs, 0, sizeof(*cs));
+    bi->site[idx].widx = -1;
     cs->op = op;
     if (layer >= 0)
         snprintf(cs->name, sizeof(cs->name), "blk.%d.%s", layer, what);
@@ -144,6 +139,7 @@ static void site(kiln_bound_insn *bi, int idx, kiln_kop op, const char *what, in
 static void site_mm(kiln_bound_insn *bi, int idx, const char *what, int layer,
                     const kiln_bound_weight *w, const kiln_bound_weight *bias) {
     site(bi, idx, KILN_KOP_MATMUL, what, layer);
+    bi->site[idx].widx = (int8_t)(w - bi->w);
     kiln_callsite *cs = &bi->site[idx].desc;
     cs->w_dtype = w->dtype;
     cs->n = w->n;
@@ -218,6 +214,28 @@ static size_t describe_sites(kiln_bound_insn *bi, const kiln_plan *p, uint32_t k
     }
 }
 
+/* A matmul site whose kernels (every bucket) ask for the cpu R16 layout gets its weight
+ * repacked into the plan's arena (kernels/cpu/cpu_kernels.h). Kernels that accept R16
+ * also accept plain rows, so when the buckets disagree the weight stays as stored. */
+static kiln_status relayout_weight(kiln_bound_plan *bp, kiln_bound_insn *bi, int s, kiln_err *err) {
+    const kiln_site *site = &bi->site[s];
+    if (site->widx < 0 || site->desc.op != KILN_KOP_MATMUL) return KILN_OK;
+    for (int b = 0; b < KILN_BUCKETS; b++)
+        if (site->layout[b] != KILN_WLAYOUT_CPU_R16) return KILN_OK;
+    kiln_bound_weight *w = &bi->w[site->widx];
+    if (w->layout == KILN_WLAYOUT_CPU_R16 || !kiln_cpu_r16_supports(w->dtype)) return KILN_OK;
+    size_t bytes;
+    KILN_TRY(kiln_cpu_r16_size(w->dtype, w->n, w->k, &bytes, err));
+    void *dst = kiln_arena_alloc(&bp->arena, bytes);
+    if (!dst)
+        return kiln_err_set(err, KILN_ERR_NOMEM, "%s: repacking %zu bytes: out of memory",
+                            site->desc.name, bytes);
+    KILN_TRY(kiln_cpu_r16_repack(w->dtype, w->data, w->row_bytes, w->n, w->k, dst, err));
+    w->data = dst;
+    w->layout = KILN_WLAYOUT_CPU_R16;
+    return KILN_OK;
+}
+
 kiln_status kiln_bind_plan(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
                            kiln_bound_plan *out, kiln_plan_check *chk, kiln_err *err) {
     memset(out, 0, sizeof(*out));
@@ -260,8 +278,11 @@ kiln_status kiln_bind_plan(const kiln_backend *be, const kiln_model *m, kiln_pla
         for (int s = 0; s < bi->n_sites && !st; s++)
             for (int b = 0; b < KILN_BUCKETS && !st; b++) {
                 bi->site[s].desc.bucket = b;
-                st = kiln_bind_callsite(be, &bi->site[s].desc, &bi->site[s].fn[b], err);
+                bi->site[s].layout[b] = KILN_WLAYOUT_PLAIN;
+                st = kiln_bind_callsite(be, &bi->site[s].desc, &bi->site[s].fn[b],
+                                        &bi->site[s].layout[b], err);
             }
+        for (int s = 0; s < bi->n_sites && !st; s++) st = relayout_weight(out, bi, s, err);
     }
     if (st) {
         kiln_bound_plan_free(out);
@@ -280,11 +301,14 @@ void kiln_bound_plan_free(kiln_bound_plan *bp) {
 
 kiln_status kiln_exec_run(const kiln_bound_plan *bp, kiln_exec *x, kiln_err *err) {
     const kiln_adapter_fn *ad = bp->be->adapters;
+    x->failed_insn = -1;
     for (int32_t i = 0; i < bp->plan.n_insns; i++) {
         const kiln_bound_insn *bi = &bp->bi[i];
         if (x->counters) x->counters[bi->insn->opcode]++;
+        x->cur_site = -1;
         kiln_status st = ad[bi->insn->opcode](x, bi);
         if (st) {
+            x->failed_insn = x->cur_site >= 0 ? i : -1;
             if (bi->insn->layer >= 0)
                 return kiln_err_wrap(err, st, "%s (layer %d)", kiln_opcode_name(bi->insn->opcode),
                                      (int)bi->insn->layer);

@@ -12,8 +12,12 @@
  * Tolerances:
  *  - f32 / f16 / bf16 weights (exact widening, f32 FMA accumulation):
  *      |y - ref| <= 1e-5 * sum_i |w_i x_i| + 1e-6
- *  - quantized weights (activations quantized per 32 to int8, step d_b = amax_b / 127,
- *    rounding error uniform in +-d_b / 2, independent across elements):
+ *    plus, for f16/bf16 prefill (t > 1) on AVX512-BF16 CPUs, where both factors are
+ *    rounded to bf16 (uniform error, at most 2^-8 relative each) for vdpbf16ps:
+ *      min(2^-7 * sum_i |w_i x_i|, 6 * sqrt(sum_i (w_i x_i)^2 * 2 * 2^-16 / 3))
+ *    (worst case, or six standard deviations)
+ *  - quantized weights (activations quantized per 32 in two int8 levels, final step
+ *    d_b = amax_b / 127 / 256, rounding error uniform in +-d_b / 2, independent):
  *      |y - ref| <= 6 * sqrt(sum_i w_i^2 d_b(i)^2 / 12) + 1e-5 * sum_i |w_i x_i| + 1e-6
  *    i.e. six standard deviations of the error the int8 activations introduce, plus
  *    f32 summation error. A layout bug (wrong nibble, scale or offset) is orders of
@@ -259,20 +263,24 @@ static int check_one(mm_fn fn, kiln_pool *pool, uint32_t dt, int64_t n, int64_t 
         ref_dequant(dt, w + i * row_bytes, k, wd);
         for (int64_t j = 0; j < t && bad < 5; j++) {
             const float *xr = x + j * xs;
-            double ref = bias ? b[i] : 0.0, mag = 0, var = 0;
+            double ref = bias ? b[i] : 0.0, mag = 0, var = 0, sq = 0;
             for (int64_t e = 0; e < k; e += 32) {
                 double amax = 0;
                 for (int q = 0; q < 32 && e + q < k; q++)
                     amax = fmax(amax, fabs((double)xr[e + q]));
-                double step = amax / 127.0;
+                double step = amax / 127.0 / 256.0; /* two-level int8 (qblocks.h) */
                 for (int q = 0; q < 32 && e + q < k; q++) {
                     double p = (double)wd[e + q] * xr[e + q];
                     ref += p;
                     mag += fabs(p);
+                    sq += p * p;
                     var += (double)wd[e + q] * wd[e + q] * step * step / 12.0;
                 }
             }
             double tol = 1e-5 * mag + 1e-6 + (quant ? 6.0 * sqrt(var) : 0.0);
+            if (!quant && dt != KILN_DTYPE_F32 && t > 1 && fn == kiln_cpu_matmul_avx512 &&
+                (kiln_cpu_info()->isa & KILN_ISA_AVX512BF16))
+                tol += fmin(0x1p-7 * mag, 6.0 * sqrt(sq * 0x1p-15 / 3.0)); /* bf16: 2^-8 each */
             double got = y[j * ys + i];
             if (!(fabs(got - ref) <= tol)) {
                 print_error(

@@ -29,12 +29,13 @@ typedef struct kiln_cpu_mm {
     float *y;
     int64_t y_stride;
     const float *bias;
+    bool bf16; /* float weights, t > 1: AVX512-BF16 dot products (see matmul_f_avx512.c) */
 } kiln_cpu_mm;
 
 /* Rows per unpacked GEMM panel (the scratch a thread needs: kiln_cpu_mm_panel_bytes). */
 #define KILN_CPU_MM_ROWS 4
 static inline size_t kiln_cpu_mm_panel_bytes(int64_t k) {
-    return KILN_CPU_MM_ROWS * kiln_q8act_row_bytes(k) + 64;
+    return KILN_CPU_MM_ROWS * kiln_wpanel_row_bytes(k) + 64;
 }
 
 /* Quantize one row of k floats (k a multiple of 32) into the q8 activation format. */
@@ -48,9 +49,12 @@ void kiln_cpu_mmq_avx2(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *pa
 bool kiln_cpu_mmq_supports(uint32_t dtype);
 
 /* Float weights (f32, f16, bf16) with f32 activations. panel: scratch of
- * kiln_cpu_mmf_panel_bytes(k), used when t > 1. */
-static inline size_t kiln_cpu_mmf_panel_bytes(int64_t k) {
-    return (size_t)KILN_CPU_MM_ROWS * (size_t)((k + 15) / 16 * 16) * sizeof(float) + 64;
+ * kiln_cpu_mmf_panel_bytes(k, t), used when t > 1: an f32 panel of 4 rows, or with
+ * bf16 the t activation rows and 4 weight rows as bf16 (k padded to 32). */
+static inline size_t kiln_cpu_mmf_panel_bytes(int64_t k, int64_t t) {
+    size_t f32 = (size_t)KILN_CPU_MM_ROWS * (size_t)((k + 15) / 16 * 16) * sizeof(float);
+    size_t b16 = (size_t)(t + KILN_CPU_MM_ROWS) * (size_t)((k + 31) / 32 * 32) * 2;
+    return (f32 > b16 ? f32 : b16) + 64;
 }
 void kiln_cpu_mmf_avx512(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
 void kiln_cpu_mmf_avx2(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);

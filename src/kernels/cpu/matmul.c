@@ -65,9 +65,9 @@ static const isa_impl impl_avx512 = {kiln_cpu_q8act_avx512, kiln_cpu_mmq_avx512,
 static const isa_impl impl_avx2 = {kiln_cpu_q8act_avx2, kiln_cpu_mmq_avx2, kiln_cpu_mmf_avx2, NULL};
 
 /* Scratch layout: [activations: t * act_stride][panels: nth * panel_bytes]. */
-static size_t panel_bytes(uint32_t dtype, int64_t k) {
+static size_t panel_bytes(uint32_t dtype, int64_t k, int64_t t) {
     size_t b =
-        kiln_cpu_mmq_supports(dtype) ? kiln_cpu_mm_panel_bytes(k) : kiln_cpu_mmf_panel_bytes(k);
+        kiln_cpu_mmq_supports(dtype) ? kiln_cpu_mm_panel_bytes(k) : kiln_cpu_mmf_panel_bytes(k, t);
     if (kiln_cpu_r16_supports(dtype) && kiln_cpu_r16_panel_bytes(k) > b)
         b = kiln_cpu_r16_panel_bytes(k);
     return (b + 63) & ~(size_t)63;
@@ -77,7 +77,7 @@ size_t kiln_cpu_matmul_workspace(uint32_t w_dtype, int64_t n, int64_t k, int64_t
     (void)n;
     if (nth < 1) nth = 1;
     size_t act = kiln_cpu_mmq_supports(w_dtype) ? (size_t)t * kiln_q8act_row_bytes(k) : 0;
-    size_t panels = t > 1 ? (size_t)nth * panel_bytes(w_dtype, k) : 0;
+    size_t panels = t > 1 ? (size_t)nth * panel_bytes(w_dtype, k, t) : 0;
     return act + panels + 64;
 }
 
@@ -149,7 +149,9 @@ static kiln_status matmul(const isa_impl *isa, const kiln_kctx *c, const kiln_ma
                     .t = a->t,
                     .y = a->y,
                     .y_stride = a->y_stride,
-                    .bias = a->bias},
+                    .bias = a->bias,
+                    .bf16 = isa == &impl_avx512 && a->w_dtype != KILN_DTYPE_F32 &&
+                            (kiln_cpu_info()->isa & KILN_ISA_AVX512BF16)},
              .x = a->x,
              .x_stride = a->x_stride};
     size_t act_bytes = 0;
@@ -163,7 +165,7 @@ static kiln_status matmul(const isa_impl *isa, const kiln_kctx *c, const kiln_ma
             kiln_pool_for(pool, a->t, 1, quant_range, &j);
     }
     j.panels = ws + act_bytes;
-    j.panel_stride = panel_bytes(a->w_dtype, a->k);
+    j.panel_stride = panel_bytes(a->w_dtype, a->k, a->t);
     kiln_pool_for(pool, a->n, row_grain(a->n, nth), r16 ? rows_r16 : quant ? rows_q : rows_f, &j);
     kiln_free_aligned(own);
     return KILN_OK;

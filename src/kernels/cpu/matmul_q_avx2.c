@@ -210,10 +210,25 @@ INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* 8 values -> q1, q2 (int32) with the two-level scheme of qblocks.h. */
+INLINE void quant8(__m256 v, float d1, float id1, float id2, __m256i *q1, __m256i *q2) {
+    *q1 = _mm256_cvtps_epi32(_mm256_mul_ps(v, _mm256_set1_ps(id1)));
+    __m256 r = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(*q1), _mm256_set1_ps(d1), v);
+    __m256i t = _mm256_cvtps_epi32(_mm256_mul_ps(r, _mm256_set1_ps(id2)));
+    *q2 = _mm256_max_epi32(_mm256_min_epi32(t, _mm256_set1_epi32(127)), _mm256_set1_epi32(-127));
+}
+
+/* 4 x 8 int32 -> 32 int8 in order. */
+INLINE void pack32(const __m256i q[4], int8_t *out) {
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)out, p);
+}
+
 void kiln_cpu_q8act_avx2(const float *x, int64_t k, uint8_t *dst) {
     const int64_t kc = kiln_q8act_chunks(k), nb = k / 32;
-    int8_t *qs = (int8_t *)dst;
-    float *dl = (float *)(dst + kc * 64), *gs = (float *)(dst + kc * 128);
+    int8_t *qs = (int8_t *)dst, *qs2 = (int8_t *)(dst + kc * 64);
+    float *dl = (float *)(dst + kc * 128), *gs = (float *)(dst + kc * 192);
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int64_t b = 0; b < nb; b++) {
         __m256 v[4];
@@ -224,21 +239,21 @@ void kiln_cpu_q8act_avx2(const float *x, int64_t k, uint8_t *dst) {
             a = _mm256_max_ps(a, _mm256_and_ps(v[i], absmask));
         }
         float amax = hmax8(a);
-        float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
-        __m256i q[4];
+        float d1 = amax / 127.0f, id1 = amax > 0 ? 127.0f / amax : 0.0f;
+        float d2 = d1 * (1.0f / 256), id2 = id1 * 256.0f;
+        __m256i q1[4], q2[4];
 #pragma GCC unroll 16
-        for (int i = 0; i < 4; i++)
-            q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
-        gs[2 * b] = d * (float)hsum8i(_mm256_add_epi32(q[0], q[1]));
-        gs[2 * b + 1] = d * (float)hsum8i(_mm256_add_epi32(q[2], q[3]));
-        __m256i p =
-            _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i *)(qs + 32 * b), p);
-        _mm256_storeu_ps(dl + 8 * b, _mm256_set1_ps(d));
+        for (int i = 0; i < 4; i++) quant8(v[i], d1, id1, id2, &q1[i], &q2[i]);
+        for (int h = 0; h < 2; h++)
+            gs[2 * b + h] = d1 * (float)hsum8i(_mm256_add_epi32(q1[2 * h], q1[2 * h + 1])) +
+                            d2 * (float)hsum8i(_mm256_add_epi32(q2[2 * h], q2[2 * h + 1]));
+        pack32(q1, qs + 32 * b);
+        pack32(q2, qs2 + 32 * b);
+        _mm256_storeu_ps(dl + 8 * b, _mm256_set1_ps(d2));
     }
     if (nb & 1) {
         memset(qs + 32 * nb, 0, 32);
+        memset(qs2 + 32 * nb, 0, 32);
         _mm256_storeu_ps(dl + 8 * nb, _mm256_setzero_ps());
         gs[2 * nb] = gs[2 * nb + 1] = 0;
     }
@@ -255,10 +270,17 @@ INLINE __m256i dot4(uint32_t dt, __m256i u, __m256i a) {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
+/* 256 * dot(u, q1) + dot(u, q2) (qblocks.h), exact in int32. */
+INLINE __m256i dot2(uint32_t dt, __m256i u, __m256i a1, __m256i a2) {
+    return _mm256_add_epi32(_mm256_slli_epi32(dot4(dt, u, a1), 8), dot4(dt, u, a2));
+}
+
 INLINE __m256 chunk_dot(uint32_t dt, __m256i u0, __m256i u1, __m256 s0, __m256 s1, const int8_t *aq,
-                        const float *adl, __m256 acc) {
-    __m256i d0 = dot4(dt, u0, _mm256_loadu_si256((const __m256i *)aq));
-    __m256i d1 = dot4(dt, u1, _mm256_loadu_si256((const __m256i *)(aq + 32)));
+                        const int8_t *aq2, const float *adl, __m256 acc) {
+    __m256i d0 = dot2(dt, u0, _mm256_loadu_si256((const __m256i *)aq),
+                      _mm256_loadu_si256((const __m256i *)aq2));
+    __m256i d1 = dot2(dt, u1, _mm256_loadu_si256((const __m256i *)(aq + 32)),
+                      _mm256_loadu_si256((const __m256i *)(aq2 + 32)));
     acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(d0), _mm256_loadu_ps(adl)), s0, acc);
     return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(d1), _mm256_loadu_ps(adl + 8)), s1,
                            acc);
@@ -267,13 +289,13 @@ INLINE __m256 chunk_dot(uint32_t dt, __m256i u0, __m256i u1, __m256 s0, __m256 s
 INLINE float gemv_row(uint32_t dt, const uint8_t *row, int64_t k, const uint8_t *act) {
     const int64_t kc = kiln_q8act_chunks(k);
     const bool odd = (k % 64) != 0;
-    const int8_t *aq = kiln_q8act_qs(act, k);
+    const int8_t *aq = kiln_q8act_qs(act, k), *aq2 = kiln_q8act_qs2(act, k);
     const float *adl = kiln_q8act_dl(act, k), *ags = kiln_q8act_gs(act, k);
     __m256 acc = _mm256_setzero_ps();
     __m128 acco = _mm_setzero_ps();
     for (int64_t c = 0; c < kc; c++) {
         wchunk w = unpack(dt, row, c, !(odd && c == kc - 1));
-        acc = chunk_dot(dt, w.u0, w.u1, w.s0, w.s1, aq + 64 * c, adl + 16 * c, acc);
+        acc = chunk_dot(dt, w.u0, w.u1, w.s0, w.s1, aq + 64 * c, aq2 + 64 * c, adl + 16 * c, acc);
         acco = _mm_fmadd_ps(w.o, _mm_loadu_ps(ags + 4 * c), acco);
     }
     acco = _mm_add_ps(acco, _mm_movehl_ps(acco, acco));
@@ -331,10 +353,11 @@ INLINE void micro(uint32_t dt, int R, int T, const uint8_t *panel, size_t pstrid
             for (int t = 0; t < T; t++) {
                 const uint8_t *a = act + t * astride;
                 __m256i aq = _mm256_load_si256((const __m256i *)(a + 64 * c + 32 * h));
-                __m256 dl = _mm256_load_ps((const float *)(a + kc * 64) + 16 * c + 8 * h);
+                __m256i aq2 = _mm256_load_si256((const __m256i *)(a + kc * 64 + 64 * c + 32 * h));
+                __m256 dl = _mm256_load_ps((const float *)(a + kc * 128) + 16 * c + 8 * h);
 #pragma GCC unroll 16
                 for (int r = 0; r < R; r++) {
-                    __m256i d = dot4(dt, u[r], aq);
+                    __m256i d = dot2(dt, u[r], aq, aq2);
                     acc[r][t] =
                         _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(d), dl), s[r], acc[r][t]);
                 }
@@ -347,7 +370,7 @@ INLINE void micro(uint32_t dt, int R, int T, const uint8_t *panel, size_t pstrid
         for (int t = 0; t < T; t++)
             out[r * 4 + t] =
                 hsum8(acc[r][t]) + dot_o((const float *)(panel + r * pstride + kc * 128),
-                                         (const float *)(act + t * astride + kc * 128), kc * 4);
+                                         (const float *)(act + t * astride + kc * 192), kc * 4);
 }
 
 INLINE void micro_t(uint32_t dt, int R, int T, const uint8_t *panel, size_t pstride, int64_t k,
@@ -423,7 +446,7 @@ static void unpack_row_dispatch(uint32_t dt, const uint8_t *row, int64_t k, uint
 }
 
 static void gemm(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel) {
-    const size_t pstride = kiln_q8act_row_bytes(p->k);
+    const size_t pstride = kiln_wpanel_row_bytes(p->k);
     float out[16];
     for (int64_t r = r0; r < r1;) {
         int R = r1 - r >= 2 ? 2 : 1;
@@ -451,7 +474,7 @@ static void gemm(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel) {
         break
 
 void kiln_cpu_mmq_avx2(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t *panel) {
-    /* a private copy: the caller\'s struct shares cache lines with its stack, and y
+    /* a private copy: the caller's struct shares cache lines with its stack, and y
      * stores would otherwise force reloads of it (false sharing between threads) */
     const kiln_cpu_mm m = *pp, *p = &m;
     if (p->t > 1) {

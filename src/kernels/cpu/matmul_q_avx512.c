@@ -179,26 +179,37 @@ INLINE wchunk unpack(uint32_t dt, const uint8_t *row, int64_t c, bool two) {
 
 /* ---- activation quantization ---- */
 
+/* 16 values: q1 = round(v / d1), q2 = round((v - d1 q1) / d2), clamped; returns the sum
+ * of the dequantized values d1 q1 + d2 q2. */
+static inline float quant16(__m512 v, float d1, float id1, float d2, float id2, int8_t *q1o,
+                            int8_t *q2o) {
+    __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(id1)));
+    __m512 r = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(q1), _mm512_set1_ps(d1), v);
+    __m512i q2 = _mm512_cvtps_epi32(_mm512_mul_ps(r, _mm512_set1_ps(id2)));
+    q2 = _mm512_max_epi32(_mm512_min_epi32(q2, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+    _mm_storeu_si128((__m128i *)q1o, _mm512_cvtsepi32_epi8(q1));
+    _mm_storeu_si128((__m128i *)q2o, _mm512_cvtsepi32_epi8(q2));
+    return d1 * (float)_mm512_reduce_add_epi32(q1) + d2 * (float)_mm512_reduce_add_epi32(q2);
+}
+
 void kiln_cpu_q8act_avx512(const float *x, int64_t k, uint8_t *dst) {
     const int64_t kc = kiln_q8act_chunks(k), nb = k / 32;
-    int8_t *qs = (int8_t *)dst;
-    float *dl = (float *)(dst + kc * 64), *gs = (float *)(dst + kc * 128);
+    int8_t *qs = (int8_t *)dst, *qs2 = (int8_t *)(dst + kc * 64);
+    float *dl = (float *)(dst + kc * 128), *gs = (float *)(dst + kc * 192);
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     for (int64_t b = 0; b < nb; b++) {
         __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
         __m512 a = _mm512_max_ps(_mm512_and_ps(v0, absmask), _mm512_and_ps(v1, absmask));
         float amax = _mm512_reduce_max_ps(a);
-        float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
-        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
-        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-        _mm_storeu_si128((__m128i *)(qs + 32 * b), _mm512_cvtsepi32_epi8(q0));
-        _mm_storeu_si128((__m128i *)(qs + 32 * b + 16), _mm512_cvtsepi32_epi8(q1));
-        gs[2 * b] = d * (float)_mm512_reduce_add_epi32(q0);
-        gs[2 * b + 1] = d * (float)_mm512_reduce_add_epi32(q1);
-        _mm256_storeu_ps(dl + 8 * b, _mm256_set1_ps(d));
+        float d1 = amax / 127.0f, id1 = amax > 0 ? 127.0f / amax : 0.0f;
+        float d2 = d1 * (1.0f / 256), id2 = id1 * 256.0f;
+        gs[2 * b] = quant16(v0, d1, id1, d2, id2, qs + 32 * b, qs2 + 32 * b);
+        gs[2 * b + 1] = quant16(v1, d1, id1, d2, id2, qs + 32 * b + 16, qs2 + 32 * b + 16);
+        _mm256_storeu_ps(dl + 8 * b, _mm256_set1_ps(d2));
     }
     if (nb & 1) { /* pad the last chunk's second half */
         memset(qs + 32 * nb, 0, 32);
+        memset(qs2 + 32 * nb, 0, 32);
         _mm256_storeu_ps(dl + 8 * nb, _mm256_setzero_ps());
         gs[2 * nb] = gs[2 * nb + 1] = 0;
     }
@@ -206,8 +217,16 @@ void kiln_cpu_q8act_avx512(const float *x, int64_t k, uint8_t *dst) {
 
 /* ---- GEMV: t == 1 ---- */
 
-INLINE __m512 chunk_dot(wchunk w, const int8_t *aq, const float *adl, __m512 acc) {
-    __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.u, _mm512_loadu_si512(aq));
+/* 256 * dot(u, q1) + dot(u, q2): the two-level activation dot (qblocks.h), exact. */
+INLINE __m512i dot2(__m512i u, __m512i a1, __m512i a2) {
+    __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, a1);
+    __m512i d2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, a2);
+    return _mm512_add_epi32(_mm512_slli_epi32(d1, 8), d2);
+}
+
+INLINE __m512 chunk_dot(wchunk w, const int8_t *aq, const int8_t *aq2, const float *adl,
+                        __m512 acc) {
+    __m512i d = dot2(w.u, _mm512_loadu_si512(aq), _mm512_loadu_si512(aq2));
     __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_loadu_ps(adl));
     return _mm512_fmadd_ps(p, w.s, acc);
 }
@@ -216,7 +235,7 @@ INLINE float gemv_row(uint32_t dt, const uint8_t *row, int64_t k, const uint8_t 
     const int64_t kc = kiln_q8act_chunks(k);
     const bool odd = (k % 64) != 0; /* last chunk holds one 32-block */
     const int64_t kfull = odd ? kc - 1 : kc;
-    const int8_t *aq = kiln_q8act_qs(act, k);
+    const int8_t *aq = kiln_q8act_qs(act, k), *aq2 = kiln_q8act_qs2(act, k);
     const float *adl = kiln_q8act_dl(act, k), *ags = kiln_q8act_gs(act, k);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     __m128 acco0 = _mm_setzero_ps(), acco1 = _mm_setzero_ps();
@@ -224,14 +243,14 @@ INLINE float gemv_row(uint32_t dt, const uint8_t *row, int64_t k, const uint8_t 
     for (; c + 1 < kfull; c += 2) {
         wchunk w0 = unpack(dt, row, c, true);
         wchunk w1 = unpack(dt, row, c + 1, true);
-        acc0 = chunk_dot(w0, aq + 64 * c, adl + 16 * c, acc0);
-        acc1 = chunk_dot(w1, aq + 64 * c + 64, adl + 16 * c + 16, acc1);
+        acc0 = chunk_dot(w0, aq + 64 * c, aq2 + 64 * c, adl + 16 * c, acc0);
+        acc1 = chunk_dot(w1, aq + 64 * c + 64, aq2 + 64 * c + 64, adl + 16 * c + 16, acc1);
         acco0 = _mm_fmadd_ps(w0.o, _mm_loadu_ps(ags + 4 * c), acco0);
         acco1 = _mm_fmadd_ps(w1.o, _mm_loadu_ps(ags + 4 * c + 4), acco1);
     }
     for (; c < kc; c++) {
         wchunk w0 = unpack(dt, row, c, c < kfull);
-        acc0 = chunk_dot(w0, aq + 64 * c, adl + 16 * c, acc0);
+        acc0 = chunk_dot(w0, aq + 64 * c, aq2 + 64 * c, adl + 16 * c, acc0);
         acco0 = _mm_fmadd_ps(w0.o, _mm_loadu_ps(ags + 4 * c), acco0);
     }
     __m128 o = _mm_add_ps(acco0, acco1);
@@ -289,10 +308,11 @@ INLINE void micro(int R, int T, const uint8_t *panel, size_t pstride, int64_t k,
         for (int t = 0; t < T; t++) {
             const uint8_t *a = act + t * astride;
             __m512i aq = _mm512_load_si512((const void *)(a + 64 * c));
-            __m512 dl = _mm512_load_ps((const float *)(a + kc * 64) + 16 * c);
+            __m512i aq2 = _mm512_load_si512((const void *)(a + kc * 64 + 64 * c));
+            __m512 dl = _mm512_load_ps((const float *)(a + kc * 128) + 16 * c);
 #pragma GCC unroll 16
             for (int r = 0; r < R; r++) {
-                __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[r], aq);
+                __m512i d = dot2(u[r], aq, aq2);
                 acc[r][t] =
                     _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), dl), s[r], acc[r][t]);
             }
@@ -304,7 +324,7 @@ INLINE void micro(int R, int T, const uint8_t *panel, size_t pstride, int64_t k,
         for (int t = 0; t < T; t++)
             out[r * 4 + t] = _mm512_reduce_add_ps(acc[r][t]) +
                              dot_o((const float *)(panel + r * pstride + kc * 128),
-                                   (const float *)(act + t * astride + kc * 128), kc * 4);
+                                   (const float *)(act + t * astride + kc * 192), kc * 4);
 }
 
 static void micro_dispatch(int R, int T, const uint8_t *panel, size_t pstride, int64_t k,
@@ -371,7 +391,7 @@ static void unpack_row_dispatch(uint32_t dt, const uint8_t *row, int64_t k, uint
 }
 
 static void gemm(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel) {
-    const size_t pstride = kiln_q8act_row_bytes(p->k);
+    const size_t pstride = kiln_wpanel_row_bytes(p->k);
     float out[16];
     for (int64_t r = r0; r < r1;) {
         int R = r1 - r >= KILN_CPU_MM_ROWS ? KILN_CPU_MM_ROWS : 1;
@@ -399,7 +419,7 @@ static void gemm(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel) {
         break
 
 void kiln_cpu_mmq_avx512(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t *panel) {
-    /* a private copy: the caller\'s struct shares cache lines with its stack, and y
+    /* a private copy: the caller's struct shares cache lines with its stack, and y
      * stores would otherwise force reloads of it (false sharing between threads) */
     const kiln_cpu_mm m = *pp, *p = &m;
     if (p->t > 1) {

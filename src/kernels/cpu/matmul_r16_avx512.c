@@ -174,36 +174,33 @@ INLINE __m512i bcast(const int8_t *a) {
     return _mm512_set1_epi32(v);
 }
 
-/* acc += dot of one unit with one token's activations (chunk c). */
-INLINE void unit_dot(uint32_t dt, const unit *U, const int8_t *aq, const float *dl, const float *gs,
-                     __m512 *acc, __m512 *acco) {
-    if (per32(dt)) {
-#pragma GCC unroll 16
-        for (int h = 0; h < 2; h++) {
-            __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
-#pragma GCC unroll 16
-            for (int j = 0; j < 8; j += 2) {
-                d0 = _mm512_dpbusd_epi32(d0, U->u[8 * h + j], bcast(aq + 32 * h + 4 * j));
-                d1 = _mm512_dpbusd_epi32(d1, U->u[8 * h + j + 1], bcast(aq + 32 * h + 4 * j + 4));
-            }
-            __m512 sc = _mm512_mul_ps(U->s[2 * h], _mm512_set1_ps(dl[8 * h]));
-            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), sc, *acc);
-            *acco = _mm512_fmadd_ps(U->o[2 * h], _mm512_set1_ps(gs[2 * h] + gs[2 * h + 1]), *acco);
+/* acc += dot of one unit with one token's two-level activations (chunk c; qblocks.h).
+ * The float steps (cvt, * s * d2, + o * gsum per scale group) are the same, in the same
+ * order, as in micro(): decode and prefill give identical bits (batch invariance). */
+INLINE __m512 unit_dot(uint32_t dt, const unit *U, const int8_t *aq, const int8_t *aq2,
+                       const float *dl, const float *gs, __m512 acc) {
+    const int G = per32(dt) ? 2 : 4, J = 16 / G;
+#pragma GCC unroll 4
+    for (int q = 0; q < G; q++) {
+        __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+        __m512i b0 = _mm512_setzero_si512(), b1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int j = 0; j < J; j += 2) {
+            const int e = 4 * (q * J + j);
+            a0 = _mm512_dpbusd_epi32(a0, U->u[q * J + j], bcast(aq + e));
+            a1 = _mm512_dpbusd_epi32(a1, U->u[q * J + j + 1], bcast(aq + e + 4));
+            b0 = _mm512_dpbusd_epi32(b0, U->u[q * J + j], bcast(aq2 + e));
+            b1 = _mm512_dpbusd_epi32(b1, U->u[q * J + j + 1], bcast(aq2 + e + 4));
         }
-    } else {
-#pragma GCC unroll 16
-        for (int q = 0; q < 4; q++) {
-            __m512i d0 =
-                _mm512_dpbusd_epi32(_mm512_setzero_si512(), U->u[4 * q], bcast(aq + 16 * q));
-            __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), U->u[4 * q + 1],
-                                             bcast(aq + 16 * q + 4));
-            d0 = _mm512_dpbusd_epi32(d0, U->u[4 * q + 2], bcast(aq + 16 * q + 8));
-            d1 = _mm512_dpbusd_epi32(d1, U->u[4 * q + 3], bcast(aq + 16 * q + 12));
-            __m512 sc = _mm512_mul_ps(U->s[q], _mm512_set1_ps(dl[8 * (q >> 1)]));
-            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), sc, *acc);
-            *acco = _mm512_fmadd_ps(U->o[q], _mm512_set1_ps(gs[q]), *acco);
-        }
+        __m512i d = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(a0, a1), 8),
+                                     _mm512_add_epi32(b0, b1));
+        const int sq = per32(dt) ? 2 * q : q;
+        float gsum = per32(dt) ? gs[2 * q] + gs[2 * q + 1] : gs[q];
+        __m512 sc = _mm512_mul_ps(U->s[sq], _mm512_set1_ps(dl[8 * (sq >> 1)]));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc, acc);
+        acc = _mm512_fmadd_ps(U->o[sq], _mm512_set1_ps(gsum), acc);
     }
+    return acc;
 }
 
 INLINE __mmask16 row_mask(int64_t rows) {
@@ -222,16 +219,15 @@ INLINE void gemv_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g) {
     const int64_t k = p->k, kc = kiln_q8act_chunks(k);
     const bool odd = (k % 64) != 0;
     const uint8_t *gp = p->w + (size_t)g * kiln_cpu_r16_group_bytes(dt, k);
-    const int8_t *aq = kiln_q8act_qs(p->act, k);
+    const int8_t *aq = kiln_q8act_qs(p->act, k), *aq2 = kiln_q8act_qs2(p->act, k);
     const float *dl = kiln_q8act_dl(p->act, k), *gs = kiln_q8act_gs(p->act, k);
-    __m512 acc = _mm512_setzero_ps(), acco = _mm512_setzero_ps();
+    __m512 acc = _mm512_setzero_ps();
     for (int64_t c = 0; c < kc; c++) {
         unit U;
         unpack(dt, gp, c, !(odd && c == kc - 1), &U);
-        unit_dot(dt, &U, aq + 64 * c, dl + 16 * c, gs + 4 * c, &acc, &acco);
+        acc = unit_dot(dt, &U, aq + 64 * c, aq2 + 64 * c, dl + 16 * c, gs + 4 * c, acc);
     }
-    store_rows(p->y + 16 * g, p->n - 16 * g, _mm512_add_ps(acc, acco),
-               p->bias ? p->bias + 16 * g : NULL);
+    store_rows(p->y + 16 * g, p->n - 16 * g, acc, p->bias ? p->bias + 16 * g : NULL);
 }
 
 /* ---- prefill ---- */
@@ -253,47 +249,51 @@ INLINE void unpack_panel(uint32_t dt, const uint8_t *gp, int64_t k, uint8_t *pan
     }
 }
 
-/* T tokens (<= 8) against an unpacked panel of 16 rows. */
+/* T tokens (<= 8) against an unpacked panel of 16 rows (same float steps as unit_dot). */
 INLINE void micro(uint32_t dt, int T, const uint8_t *panel, int64_t k, const uint8_t *act,
                   size_t astride, __m512 *out) {
     const int64_t kc = kiln_q8act_chunks(k);
-    __m512 acc[8], acco[8];
-#pragma GCC unroll 16
-    for (int t = 0; t < T; t++) acc[t] = acco[t] = _mm512_setzero_ps();
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t c = 0; c < kc; c++) {
         const __m512i *pu = (const __m512i *)(panel + (size_t)c * 24 * 64);
         const float *ps = (const float *)(pu + 16), *po = (const float *)(pu + 20);
         const int G = per32(dt) ? 2 : 4, J = 16 / G; /* scale groups per unit, 4-groups each */
-#pragma GCC unroll 16
+#pragma GCC unroll 4
         for (int q = 0; q < G; q++) {
-            __m512i dq[8];
-#pragma GCC unroll 16
-            for (int t = 0; t < T; t++) dq[t] = _mm512_setzero_si512();
-#pragma GCC unroll 16
+            __m512i d1[8], d2[8];
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) d1[t] = d2[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
             for (int j = 0; j < J; j++) {
                 __m512i u = _mm512_load_si512(pu + q * J + j);
-#pragma GCC unroll 16
+#pragma GCC unroll 8
                 for (int t = 0; t < T; t++) {
-                    const int8_t *a = (const int8_t *)(act + t * astride) + 64 * c;
-                    dq[t] = _mm512_dpbusd_epi32(dq[t], u, bcast(a + 4 * (q * J + j)));
+                    const uint8_t *a = act + t * astride;
+                    const int8_t *a1 = kiln_q8act_qs(a, k) + 64 * c,
+                                 *a2 = kiln_q8act_qs2(a, k) + 64 * c;
+                    d1[t] = _mm512_dpbusd_epi32(d1[t], u, bcast(a1 + 4 * (q * J + j)));
+                    d2[t] = _mm512_dpbusd_epi32(d2[t], u, bcast(a2 + 4 * (q * J + j)));
                 }
             }
             const int sq = per32(dt) ? 2 * q : q; /* index into s[4] / o[4] */
             __m512 s = _mm512_load_ps(ps + 16 * sq), o = _mm512_load_ps(po + 16 * sq);
-#pragma GCC unroll 16
+#pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 const uint8_t *a = act + t * astride;
                 const float *dl = kiln_q8act_dl(a, k) + 16 * c;
                 const float *gs = kiln_q8act_gs(a, k) + 4 * c;
                 float gsum = per32(dt) ? gs[2 * q] + gs[2 * q + 1] : gs[q];
+                __m512i d = _mm512_add_epi32(_mm512_slli_epi32(d1[t], 8), d2[t]);
                 __m512 sc = _mm512_mul_ps(s, _mm512_set1_ps(dl[8 * (sq >> 1)]));
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dq[t]), sc, acc[t]);
-                acco[t] = _mm512_fmadd_ps(o, _mm512_set1_ps(gsum), acco[t]);
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc, acc[t]);
+                acc[t] = _mm512_fmadd_ps(o, _mm512_set1_ps(gsum), acc[t]);
             }
         }
     }
-#pragma GCC unroll 16
-    for (int t = 0; t < T; t++) out[t] = _mm512_add_ps(acc[t], acco[t]);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) out[t] = acc[t];
 }
 
 INLINE void gemm_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *panel) {

@@ -21,15 +21,28 @@
  * d * sc, offset = -dmin * m; ...). Then for an activation quantized per 32 elements
  * (a[e] ~= da * qa[e], qa int8):
  *   dot(w, a) = sum_lanes scale * da * dot4(u, qa) + sum_groups offset * gsum
- * with gsum = da * sum(qa over the 16 elements). dot4 is one VNNI vpdpbusd lane
- * (u8 x s8), or maddubs + madd on AVX2 (u <= 63 there, see the AVX2 file for q8_0).
+ * with gsum = the sum of the (dequantized) activations of the 16 elements. dot4 is one
+ * VNNI vpdpbusd lane (u8 x s8), or maddubs + madd on AVX2 (u <= 63 there, see the AVX2
+ * file for q8_0).
+ *
+ * Activations are quantized in two levels ("int8 x 2"): per 32 elements d1 = amax / 127,
+ * q1 = round(a / d1), then the remainder r = a - d1 q1 (|r| <= d1 / 2) is quantized with
+ * d2 = d1 / 256: q2 = round(r / d2) (clamped to +-127). So a = d2 (256 q1 + q2) to within
+ * d2 / 2 = amax / 65024 (16 bits), and
+ *   dot(u, a) = d2 * (256 * dot4(u, q1) + dot4(u, q2))
+ * with both integer dots exact in int32. Why: with one level (what llama.cpp's q8_0 /
+ * q8_K activations do) the logits of Gemma 3 270M differ from the f32 reference by a
+ * mean KL of 2e-3 and greedy output changes; with two, the CPU backend matches the
+ * reference (KL < 1e-4, tests/slow/test_cpu_e2e.c) for one more vpdpbusd per weight
+ * vector, which decode (memory-bound) does not notice.
  *
  * q8 activation row (one per token), for k inputs, kc = ceil(k / 64) chunks:
- *   qs    int8 [kc * 64]     quantized values, zero padded
- *   dl    float[kc * 16]     da of each 4-element lane (da repeated 8 times per 32)
- *   gs    float[kc * 4]      da * sum(qs) of each 16 elements
+ *   qs    int8 [kc * 64]     q1, zero padded
+ *   qs2   int8 [kc * 64]     q2, zero padded
+ *   dl    float[kc * 16]     d2 of each 4-element lane (repeated 8 times per 32)
+ *   gs    float[kc * 4]      sum of d1 q1 + d2 q2 over each 16 elements
  * kiln_q8act_row_bytes(k) bytes per token (rounded up to a multiple of 64, so rows and
- * their three arrays stay 64-byte aligned in a 64-byte aligned buffer).
+ * their arrays stay 64-byte aligned in a 64-byte aligned buffer).
  */
 #ifndef KILN_KERNELS_CPU_QBLOCKS_H
 #define KILN_KERNELS_CPU_QBLOCKS_H
@@ -51,17 +64,25 @@ static inline int64_t kiln_q8act_chunks(int64_t k) {
     return (k + 63) / 64;
 }
 static inline size_t kiln_q8act_row_bytes(int64_t k) {
-    return ((size_t)kiln_q8act_chunks(k) * (64 + 64 + 16) + 63) & ~(size_t)63;
+    return ((size_t)kiln_q8act_chunks(k) * (64 + 64 + 64 + 16) + 63) & ~(size_t)63;
 }
 static inline const int8_t *kiln_q8act_qs(const uint8_t *row, int64_t k) {
     (void)k;
     return (const int8_t *)row;
 }
+static inline const int8_t *kiln_q8act_qs2(const uint8_t *row, int64_t k) {
+    return (const int8_t *)(row + kiln_q8act_chunks(k) * 64);
+}
 static inline const float *kiln_q8act_dl(const uint8_t *row, int64_t k) {
-    return (const float *)(row + kiln_q8act_chunks(k) * 64);
+    return (const float *)(row + kiln_q8act_chunks(k) * 128);
 }
 static inline const float *kiln_q8act_gs(const uint8_t *row, int64_t k) {
-    return (const float *)(row + kiln_q8act_chunks(k) * 128);
+    return (const float *)(row + kiln_q8act_chunks(k) * 192);
+}
+
+/* Unpacked weight panel rows (GEMM, plain layout): u[kc * 64] | s[kc * 16] | o[kc * 4]. */
+static inline size_t kiln_wpanel_row_bytes(int64_t k) {
+    return ((size_t)kiln_q8act_chunks(k) * (64 + 64 + 16) + 63) & ~(size_t)63;
 }
 
 /* get_scale_min_k4: the j-th (0..7) 6-bit scale and min of a q4_K / q5_K block. */
