@@ -320,9 +320,9 @@ static void cache_put(kiln_pretok_buf *b, uint64_t h, const char *s, size_t n,
     c->text_len = (uint32_t)n;
     c->ids_off = (uint32_t)b->cache_ids_len;
     c->ids_n = (uint32_t)n_ids;
-    memcpy(b->cache_text + b->cache_text_len, s, n);
+    if (n) memcpy(b->cache_text + b->cache_text_len, s, n);
     b->cache_text_len += n;
-    memcpy(b->cache_ids + b->cache_ids_len, ids, n_ids * sizeof *ids);
+    if (n_ids) memcpy(b->cache_ids + b->cache_ids_len, ids, n_ids * sizeof *ids);
     b->cache_ids_len += n_ids;
     b->cache_n++;
 }
@@ -357,7 +357,7 @@ kiln_status kiln_bpe_tokenize(const kiln_vocab *v, kiln_pretok_buf *pb, const ch
         }
         size_t n0 = out->n;
         KILN_TRY(bpe_piece(v, pb, pb->utf8, a, e, out, err));
-        cache_put(pb, h, s, n, out->ids + n0, out->n - n0);
+        cache_put(pb, h, s, n, out->n > n0 ? out->ids + n0 : NULL, out->n - n0);
     }
     return KILN_OK;
 }

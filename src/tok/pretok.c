@@ -156,7 +156,7 @@ static const regex_set g_sets[RS_COUNT] = {
     [RS_NEWLINES] = {"gemma4", false, {"[^\\n]+|[\\n]+"}},
     [RS_MINICPM5] = {"minicpm5",
                      true,
-                     {"\\p{N}{1,3}", "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+", RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+| "
+                     {"\\p{N}{1,3}", RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+| "
                                                      "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
                                                      "\\s+(?!\\S)|\\s+"}},
 };
