@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
     close(fd);
     close(fe);
     const char *llama = getenv("LLAMA_TOKENIZE");
-    printf("text: %zu bytes (tests/data/tok/gemma3 texts cycled)%s\n", len,
+    printf("text: %zu bytes (%s)%s\n", len, tf ? tf : "tests/data/tok/gemma3 texts cycled",
            llama ? "" : "; set LLAMA_TOKENIZE to compare with llama.cpp");
     bench("SPM", spm, text, len, file, empty, llama);
     bench("BPE", bpe, text, len, file, empty, llama);

@@ -352,6 +352,26 @@ FEATURES = [
     ("generator_len_error", "{{ xs | map('string') | length }}"),
     ("generator_tojson_error", "{{ xs | select('odd') | tojson }}"),
     ("dict_views", "{{ d.items() }}{{ d.keys() }}{{ d.values() | length }}{{ 'a' in d.keys() }}"),
+    ("percent_float", "{{ '%.2f' | format(3.14159) }}{{ '%5s|%-5s|' % ('a', 'b') }}{{ '%03d' % 7 }}{{ '%x' % 255 }}"),
+    ("recursive_macro", "{% macro render(v) %}{% if v is mapping %}{{ '{' }}{% for k, x in v.items() %}{{ k }}:{{ render(x) }},{% endfor %}{{ '}' }}{% elif v is iterable and v is not string %}[{% for x in v %}{{ render(x) }}{% endfor %}]{% else %}{{ v }}{% endif %}{% endmacro %}{{ render(nested) }}"),
+    ("macro_no_loop", "{% macro m() %}{{ loop is defined }}{% endmacro %}{% for x in [1] %}{{ m() }}{{ loop is defined }}{% endfor %}"),
+    ("content_join", "{{ msgs | map(attribute='content') | join('\\n') }}|{{ (msgs | length) - 1 }}|{% for m in msgs[::-1] %}{{ m.role[0] }}{% endfor %}"),
+    ("multimodal_text", "{% set c = [{'type': 'text', 'text': 'a'}, {'type': 'image'}, {'type': 'text', 'text': 'b'}] %}{{ c | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('') }}"),
+    ("sum_floats", "{{ [1.5, 2] | sum }}{{ [] | sum }}{{ [1, 2] | sum(start=10) }}{{ 'x' ~ 1.0 }}{{ d | dictsort | first }}"),
+    ("not_parens", "{{ not (t or none) }}{{ not t and none }}{{ (1, 2) == (1, 2) }}{{ [1, 2] == (1, 2) }}"),
+    ("replace_newlines", "{{ 'a\nb' | replace('\n', '\\n') }}|{{ 'a.b.c'.split('.', 1) }}|{{ 'x'.join(['1', '2', '3']) }}"),
+    ("loop_index_ops", "{% for x in range(5) %}{{ loop.index0 % 2 }}{{ 'e' if loop.index is even else 'o' }}{% endfor %}"),
+    ("tojson_nested_unicode", "{{ {'k': '日本', 'e': '🎉', 'c': '\x01\x7f'} | tojson }}|{{ {'k': '日本'} | tojson(ensure_ascii=true) }}|{{ [1e100, 0.1, -0.0, 1.0] | tojson }}"),
+    ("bool_int_keys", "{{ {1: 'a', true: 'b'} }}{{ {1: 'x', 2.5: 'y', none: 'z'} | tojson }}"),
+    ("items_loop", "{% for k, v in nested.items() %}{{ k }}={{ v | tojson }};{% endfor %}"),
+    ("string_tests_unicode", "{{ 'ÀB' | lower }}{{ 'àb' | upper }}{{ 'éa' | title }}{{ '  x\u3000' | trim | length }}"),
+    ("unicode_whitespace_control", "a\u00a0\u3000 {%- if true -%}\u2003 b \u00a0{{- 'c' -}}\u3000\n d{% endif %}"),
+    ("int_float_strings", "{{ '0x10' | int }}{{ '0x10' | int(0, 16) }}{{ '10' | int(0, 2) }}{{ '0b11' | int(0, 0) }}{{ '1_000' | int }}{{ '0x1p3' | float }}{{ ' 2.5 ' | float }}{{ 'nan' | float }}{{ '-inf' | float }}{{ '007' | int }}"),
+    ("call_without_caller", "{% macro m() %}x{% endmacro %}{% call m() %}y{% endcall %}"),
+    ("with_outer_values", "{% set a = 5 %}{% with a = 1, b = a %}{{ a }}{{ b }}{% endwith %}{{ a }}"),
+    ("namespace_item", "{% set ns = namespace(a=1) %}{{ ns['a'] }}{{ ns }}{{ ns.missing is defined }}"),
+    ("truncate", "{{ 'hello world foo bar' | truncate(11) }}|{{ 'hello world foo bar' | truncate(11, true) }}|{{ 'hello world foo bar' | truncate(9, false, '..', 0) }}|{{ 'short' | truncate(3, leeway=5) }}|{{ 'abcdefghij' | truncate(5, leeway=0) }}|{{ 'a b' | truncate(3, leeway=0, end='') }}"),
+    ("batch_slice", "{{ xs | batch(3) | list }}|{{ xs | batch(3, 'x') | list }}|{{ [1,2,3,4,5,6,7] | slice(3) | list }}|{{ [1,2,3,4,5,6,7] | slice(3, 0) | list }}|{{ [] | batch(2) | list }}"),
     ("select_on_none", "{{ none | selectattr('x') | list }}{{ none | map('upper') | list }}"),
 ]
 
@@ -403,6 +423,26 @@ def render_case(env, source, conv, agp):
         return {"error_type": type(e).__name__, "error": str(e), "stage": "render"}
 
 
+def write_template_gguf(path, template_path):
+    """Tiny GGUF with general.architecture, a 4-token vocabulary, BOS/EOS ids, the
+    default template and a named variant (tokenizer.chat_template.tool_use)."""
+    import gguf  # pip install gguf
+
+    with open(template_path, encoding="utf-8") as f:
+        tpl = f.read()
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(["<|endoftext|>", "<|im_start|>", "<|im_end|>", "hi"])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_string("tokenizer.chat_template", tpl)
+    w.add_string("tokenizer.chat_template.tool_use", "{{ bos_token }}tools={{ tools | length }}{{ eos_token }}")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(here)
@@ -448,6 +488,8 @@ def main():
         r = render_case(env, f.read(), conv, True)
     with open(os.path.join(cli, "expected-qwen25-tool_call.txt"), "w", encoding="utf-8", newline="") as f:
         f.write(r["output"])
+    # a vocab-only GGUF carrying a real template, for `kiln template -m` (needs pip gguf)
+    write_template_gguf(os.path.join(cli, "qwen25-template.gguf"), os.path.join(args.templates, "Qwen-Qwen2.5-7B-Instruct.jinja"))
     feats = []
     for fname, ftpl in FEATURES:
         r = render_case(env, ftpl, {"messages": [], "vars": FEATURE_CONTEXT}, False)

@@ -9,7 +9,7 @@ MODEL defaults to the cached Gemma 3 270M GGUF (scripts/fetch-model.sh gemma3-27
 This script never builds llama.cpp: it runs a prebuilt llama-tokenize named by
 $LLAMA_TOKENIZE. For every <name>.txt it writes <name>.ids (ids on one line, space
 separated), tokenized without BOS/EOS, without escape processing and without parsing
-special tokens (kiln: `kiln tokenize -m MODEL --ids`); for "mixed" also
+special tokens (kiln: `kiln tokenize -m MODEL --ids`); for "mixed" and "runs" also
 <name>.special.ids with special tokens parsed (kiln: `--parse-special`).
 
 Corpus (deterministic, seed fixed; everything generated here or taken from files
@@ -21,6 +21,7 @@ that may be copied verbatim):
   emoji     emoji, ZWJ sequences, skin tones, flags, keycaps, symbols
   spaces    runs of spaces, tabs, newlines, CRLF, NBSP, U+3000 ... between words
   mixed     all of the above interleaved, chat-template markup, invalid UTF-8 bytes
+  runs      long runs of newlines, tabs and spaces (many overlapping special tokens)
 """
 import os
 import random
@@ -38,7 +39,7 @@ def english():
     for name in ("GPL-3", "Apache-2.0"):
         with open(os.path.join("/usr/share/common-licenses", name), encoding="utf-8") as f:
             parts.append(f.read())
-    return "\n\n".join(parts).encode()[:30000]
+    return "\n\n".join(parts).encode()[:20000]
 
 
 def code():
@@ -109,7 +110,7 @@ def spaces(rng):
     words = ["alpha", "beta", "def", "x", "return", "日本", "😀", "über", "naïve", "42", "3.14"]
     ws = [" ", "\t", "\n", "\r\n", "\u00a0", "\u3000", "\u2009", "\u200b", "\v", "\f"]
     out = []
-    for _ in range(1800):
+    for _ in range(1000):
         r = rng.random()
         if r < 0.45:
             out.append(rng.choice(words))
@@ -117,6 +118,25 @@ def spaces(rng):
             out.append(rng.choice(ws) * rng.choice([1, 1, 2, 3, 4, 7, 8, 16, 31, 64]))
         else:
             out.append("".join(rng.choice(ws) for _ in range(rng.randint(2, 12))))
+    return "".join(out).encode()
+
+
+def runs(rng):
+    """Long runs of the characters Gemma has user-defined run tokens for (newlines, tabs)
+    and of spaces: thousands of overlapping special-token matches per run."""
+    out = []
+    for _ in range(300):
+        r = rng.random()
+        if r < 0.3:
+            out.append("\n" * rng.randint(1, 400))
+        elif r < 0.55:
+            out.append("\t" * rng.randint(1, 200))
+        elif r < 0.7:
+            out.append(" " * rng.randint(1, 100))
+        elif r < 0.8:
+            out.append(rng.choice(["\n\t", "\t\n", " \n", "\n "]) * rng.randint(1, 40))
+        else:
+            out.append(rng.choice(["word", "x", "日本", "<bos>", "<start_of_turn>", "😀"]))
     return "".join(out).encode()
 
 
@@ -158,11 +178,12 @@ def main():
     corpus = {"english": english(), "code": code(), "cjk": cjk(rng, pieces), "emoji": emoji(rng),
               "spaces": spaces(rng)}
     corpus["mixed"] = mixed(rng, list(corpus.values()))
+    corpus["runs"] = runs(random.Random(7))
     for name, data in corpus.items():
         txt = os.path.join(OUT, name + ".txt")
         with open(txt, "wb") as f:
             f.write(data)
-        for special in (False, True) if name == "mixed" else (False,):
+        for special in (False, True) if name in ("mixed", "runs") else (False,):
             ids = run_tokenizer(txt, special)
             suffix = ".special.ids" if special else ".ids"
             with open(os.path.join(OUT, name + suffix), "w") as f:

@@ -24,12 +24,14 @@ for step in ${KILN_GPU_STEPS:-}; do
   case $step in
     gen8b)
       mkdir -p /tmp/models
-      /usr/bin/time -v kiln-gen --preset llama3-8b --type q4_0 -o /tmp/models/llama3-8b-q4_0.gguf \
-        2> "$OUT/gen8b.time" || rc=1
-      grep -E "Elapsed|Maximum resident" "$OUT/gen8b.time"; ls -la /tmp/models ;;
+      t0=$(date +%s.%N)
+      kiln-gen --preset llama3-8b --type q4_0 -o /tmp/models/llama3-8b-q4_0.gguf 2>&1 \
+        | tee "$OUT/gen8b.txt" || rc=1
+      python3 -c "import sys,time; print(\"kiln-gen llama3-8b q4_0 wall: %.1f s\" % (time.time()-float(sys.argv[1])))" "$t0"; ls -la /tmp/models
+      kiln inspect /tmp/models/llama3-8b-q4_0.gguf 2>&1 | head -30 ;;
     load)
-      [ -x .carry/bin/bench_load ] && bench_load /tmp/models/llama3-8b-q4_0.gguf --device 0 \
-        | tee "$OUT/bench_load.txt" || rc=1 ;;
+      bench_load --file /tmp/models/llama3-8b-q4_0.gguf --cuda 0 --reps 3 --threads 16 \
+        2>&1 | tee "$OUT/bench_load.txt" || rc=1 ;;
     *) echo "unknown step $step"; rc=1 ;;
   esac
 done

@@ -24,4 +24,5 @@ for b in .carry/bin/*; do
     esac
   done
 done
+strip --strip-debug .carry/bin/* 2>/dev/null || true
 du -sh .carry

@@ -1,16 +1,253 @@
-/* cmd_chat.c — `kiln chat`: not built yet; tracked in issue #5. */
+/*
+ * cmd_chat.c — `kiln chat`: a multi-turn conversation in the terminal.
+ *
+ * Each turn renders the whole conversation with the model's chat template, tokenizes
+ * it, and reuses the sequence's cached prefix: the KV cache is truncated to the
+ * longest common prefix of the new tokens and the tokens already fed, so only the new
+ * user turn is prefilled (multi-turn reuse of the sequence's own history). Line editing
+ * and history come from libedit. Commands: /reset (forget the conversation), /quit.
+ */
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/gen.h"
 
+#include "base/timer.h"
+
+#include <editline/readline.h>
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct chat_state {
+    kiln_gen_ctx g;
+    int32_t seq;
+    kiln_tokens fed; /* tokens whose KV is cached, in order */
+    kiln_sampler *smp;
+    json_t *msgs;
+    int64_t n_predict;
+} chat_state;
+
+static kiln_status append_fed(kiln_tokens *t, int32_t id, kiln_err *err) {
+    if (t->n == t->cap) {
+        size_t nc = t->cap ? t->cap * 2 : 256;
+        kiln_token *q = realloc(t->ids, nc * sizeof(kiln_token));
+        if (!q) return kiln_err_set(err, KILN_ERR_NOMEM, "chat history");
+        t->ids = q;
+        t->cap = nc;
+    }
+    t->ids[t->n++] = id;
+    return KILN_OK;
+}
+
+/* One turn: returns the assistant's reply (malloc'ed) after streaming it. */
+static kiln_status turn(chat_state *c, char **reply, kiln_err *err) {
+    char *text = NULL;
+    kiln_tokens toks = {0};
+    float *logits = NULL;
+    kiln_detok_stream *ds = NULL;
+    char *out = NULL;
+    size_t out_len = 0, out_cap = 0;
+    kiln_status st = kiln_gen_render_chat(c->g.model, c->msgs, &text, err);
+    if (!st) st = kiln_gen_tokenize_chat(c->g.model, text, &toks, err);
+    if (st) goto done;
+    if ((int64_t)toks.n + 1 >= c->g.n_ctx) {
+        st = kiln_err_set(err, KILN_ERR_RANGE,
+                          "the conversation (%zu tokens) no longer fits the context (%lld); /reset",
+                          toks.n, (long long)c->g.n_ctx);
+        goto done;
+    }
+    /* reuse the common prefix (keep at least one token to recompute logits) */
+    size_t common = 0;
+    while (common < toks.n && common < c->fed.n && toks.ids[common] == c->fed.ids[common]) common++;
+    if (common == toks.n) common--;
+    if ((st = kiln_seq_truncate(c->g.engine, c->seq, (int32_t)common, err))) goto done;
+    c->fed.n = common;
+    logits = malloc(sizeof(float) * (size_t)c->g.n_vocab);
+    if (!logits) {
+        st = kiln_err_set(err, KILN_ERR_NOMEM, "logits");
+        goto done;
+    }
+    uint64_t t0 = kiln_now_ns();
+    if ((st = kiln_gen_prefill(&c->g, c->seq, toks.ids + common, toks.n - common, logits, err)))
+        goto done;
+    for (size_t i = common; i < toks.n; i++)
+        if ((st = append_fed(&c->fed, toks.ids[i], err))) goto done;
+    double prompt_ms = kiln_elapsed_ms(t0);
+    const kiln_vocab *v = c->g.model->vocab;
+    if ((st = kiln_detok_stream_create(v, false, &ds, err))) goto done;
+    uint64_t t1 = kiln_now_ns();
+    int64_t n = 0;
+    while (n < c->n_predict && (int64_t)c->fed.n < c->g.n_ctx) {
+        int32_t id = kiln_sampler_sample(c->smp, logits, c->g.n_vocab_tok);
+        if (id < 0 || kiln_vocab_is_eog(v, id)) break;
+        kiln_sampler_accept(c->smp, id);
+        n++;
+        const char *piece;
+        size_t len;
+        if ((st = kiln_detok_stream_push(ds, id, &piece, &len, err))) goto done;
+        fwrite(piece, 1, len, stdout);
+        fflush(stdout);
+        if (out_len + len + 1 > out_cap) {
+            out_cap = (out_len + len + 1) * 2;
+            char *q = realloc(out, out_cap);
+            if (!q) {
+                st = kiln_err_set(err, KILN_ERR_NOMEM, "reply");
+                goto done;
+            }
+            out = q;
+        }
+        memcpy(out + out_len, piece, len);
+        out_len += len;
+        kiln_batch_entry b = {c->seq, id, (int32_t)c->fed.n, 1};
+        if ((st = kiln_engine_step(c->g.engine, &b, 1, logits, err))) goto done;
+        if ((st = append_fed(&c->fed, id, err))) goto done;
+    }
+    double gen_ms = kiln_elapsed_ms(t1);
+    printf("\n");
+    fprintf(stderr, "[%zu new prompt tokens (%zu reused) %.1f tok/s; %lld generated %.1f tok/s]\n",
+            toks.n - common, common,
+            prompt_ms > 0 ? (double)(toks.n - common) * 1000 / prompt_ms : 0.0, (long long)n,
+            gen_ms > 0 ? (double)n * 1000 / gen_ms : 0.0);
+    if (!out)
+        out = calloc(1, 1);
+    else
+        out[out_len] = 0;
+    *reply = out;
+    out = NULL;
+done:
+    free(out);
+    kiln_detok_stream_free(ds);
+    free(logits);
+    kiln_tokens_free(&toks);
+    free(text);
+    return st;
+}
 
 int kiln_cmd_chat(int argc, char **argv) {
-    static const kiln_cmd_usage u = {"kiln chat [options]", "Not implemented yet."};
-    const char *pos[64];
+    static const kiln_cmd_usage u = {
+        "kiln chat -m MODEL [options]",
+        "Multi-turn chat in the terminal with the model's chat template. Type /reset to start "
+        "over, /quit (or Ctrl-D) to leave."};
+    kiln_opt opts[] = {
+        {"model", 'm', true, "MODEL", "model file or short name (gemma3-270m)", false, NULL},
+        {"system", 0, true, "TEXT", "system prompt", false, NULL},
+        {"chat-template", 0, true, "FILE", "Jinja chat template to use instead of the model's",
+         false, NULL},
+        {"n-predict", 'n', true, "N", "max tokens per reply (default 512)", false, NULL},
+        {"temp", 0, true, "T", "temperature (default 0.8; 0 = greedy)", false, NULL},
+        {"top-k", 0, true, "K", "top-k (default 40)", false, NULL},
+        {"top-p", 0, true, "P", "top-p (default 0.95)", false, NULL},
+        {"min-p", 0, true, "P", "min-p (default 0.05)", false, NULL},
+        {"seed", 's', true, "S", "RNG seed (default 0)", false, NULL},
+        {"ctx-size", 'c', true, "N", "context size (default min(4096, trained))", false, NULL},
+        {"threads", 't', true, "N", "threads (default: all cores)", false, NULL},
+        {"backend", 0, true, "NAME", "ref or cpu (default ref)", false, NULL},
+    };
+    const char *pos[4];
     int n_pos;
-    int r = kiln_args_parse(argc, argv, &u, NULL, 0, pos, 64, &n_pos);
+    int r = kiln_args_parse(argc, argv, &u, opts, KILN_NOPTS(opts), pos, 4, &n_pos);
     if (r == KILN_ARGS_HELP) return 0;
     if (r == KILN_ARGS_ERROR) return 2;
-    fprintf(stderr, "kiln chat: not implemented yet (tracked in issue #5)\n");
-    return 1;
+    kiln_opt *o_m = kiln_opt_find(opts, KILN_NOPTS(opts), "model");
+    if (!o_m->seen) {
+        fprintf(stderr, "kiln chat: -m MODEL is required\n");
+        return 2;
+    }
+    int64_t n_predict = 512, top_k = 40, seed = 0, n_ctx = 0, threads = 0;
+    double temp = 0.8, top_p = 0.95, min_p = 0.05;
+    if (!kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "n-predict"), 1, 1 << 24, &n_predict) ||
+        !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "top-k"), 0, 1 << 30, &top_k) ||
+        !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "seed"), 0, INT64_MAX, &seed) ||
+        !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "ctx-size"), 0, 1 << 24, &n_ctx) ||
+        !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "threads"), 0, 1024, &threads) ||
+        !kiln_opt_float(kiln_opt_find(opts, KILN_NOPTS(opts), "temp"), 0, 100, &temp) ||
+        !kiln_opt_float(kiln_opt_find(opts, KILN_NOPTS(opts), "top-p"), 1e-6, 1, &top_p) ||
+        !kiln_opt_float(kiln_opt_find(opts, KILN_NOPTS(opts), "min-p"), 0, 1, &min_p))
+        return 2;
+    chat_state c;
+    memset(&c, 0, sizeof(c));
+    c.n_predict = n_predict;
+    kiln_err err;
+    kiln_err_clear(&err);
+    kiln_gen_opts go = {.model = o_m->value,
+                        .backend = kiln_opt_find(opts, KILN_NOPTS(opts), "backend")->value,
+                        .n_threads = (int32_t)threads,
+                        .n_ctx = n_ctx,
+                        .max_seqs = 1};
+    kiln_opt *o_tpl = kiln_opt_find(opts, KILN_NOPTS(opts), "chat-template");
+    char *tpl = NULL;
+    if (o_tpl->seen) {
+        size_t tl;
+        if (kiln_gen_read_file(o_tpl->value, &tpl, &tl, &err)) return kiln_cli_fail("chat", &err);
+        kiln_gen_template_override = tpl;
+    }
+    if (kiln_gen_open(&go, &c.g, &err)) {
+        free(tpl);
+        return kiln_cli_fail("chat", &err);
+    }
+    int rc = 1;
+    kiln_sampler_params sp;
+    kiln_sampler_params_default(&sp);
+    sp.temperature = (float)temp;
+    sp.top_k = (int32_t)top_k;
+    sp.top_p = (float)top_p;
+    sp.min_p = (float)min_p;
+    sp.seed = (uint64_t)seed;
+    if (kiln_sampler_create(&sp, c.g.n_vocab, &c.smp, &err)) goto done;
+    if (kiln_seq_create(c.g.engine, &c.seq, &err)) goto done;
+    const char *sys = kiln_opt_find(opts, KILN_NOPTS(opts), "system")->value;
+    c.msgs = json_array();
+    if (!c.msgs) goto done;
+    if (sys)
+        json_array_append_new(c.msgs, json_pack("{s:s, s:s}", "role", "system", "content", sys));
+    bool tty = isatty(0);
+    if (tty)
+        fprintf(stderr, "kiln chat: %s (%s backend). /reset, /quit\n", c.g.model->path,
+                go.backend ? go.backend : "ref");
+    for (;;) {
+        char *line = readline(tty ? "> " : "");
+        if (!line) break;
+        if (!*line) {
+            free(line);
+            continue;
+        }
+        if (tty) add_history(line);
+        if (strcmp(line, "/quit") == 0 || strcmp(line, "/exit") == 0) {
+            free(line);
+            break;
+        }
+        if (strcmp(line, "/reset") == 0) {
+            json_array_clear(c.msgs);
+            if (sys)
+                json_array_append_new(c.msgs,
+                                      json_pack("{s:s, s:s}", "role", "system", "content", sys));
+            kiln_seq_truncate(c.g.engine, c.seq, 0, NULL);
+            c.fed.n = 0;
+            free(line);
+            continue;
+        }
+        json_array_append_new(c.msgs, json_pack("{s:s, s:s}", "role", "user", "content", line));
+        free(line);
+        char *reply = NULL;
+        if (turn(&c, &reply, &err)) {
+            kiln_cli_fail("chat", &err);
+            json_array_remove(c.msgs, json_array_size(c.msgs) - 1);
+            kiln_err_clear(&err);
+            continue;
+        }
+        json_array_append_new(c.msgs,
+                              json_pack("{s:s, s:s}", "role", "assistant", "content", reply));
+        free(reply);
+    }
+    rc = 0;
+done:
+    if (rc) kiln_cli_fail("chat", &err);
+    json_decref(c.msgs);
+    kiln_tokens_free(&c.fed);
+    kiln_sampler_free(c.smp);
+    kiln_gen_close(&c.g);
+    free(tpl);
+    return rc;
 }

@@ -45,16 +45,15 @@ static bool same_ctx(const kiln_sel_ctx *a, const kiln_sel_ctx *b) {
 int kiln_cmd_explain(int argc, char **argv) {
     static const kiln_cmd_usage u = {
         "kiln explain -m MODEL [--backend B] [--tokens N] [options]",
-        "Shows, for every kernel call site of MODEL, which kernel is chosen for a step of N "
+        "Binds MODEL's plan to backend B (default cpu) as `kiln run` does and shows, for every "
+        "kernel call site of every plan instruction, which kernel is chosen for a step of N "
         "tokens (default 1: decode), its score, and why every other candidate lost or was "
         "rejected. Reads the policy (--policy, KILN_POLICY, ~/.config/kiln/kiln.yaml, KILN_* "
         "variables) and this machine's PerfDB timings."};
     kiln_opt opts[] = {
         {"model", 'm', true, "MODEL", "model file or short name", false, NULL},
-        {"backend", 'b', true, "B", "ref, cpu or cuda (default cpu)", false, NULL},
+        {"backend", 'b', true, "B", "ref or cpu (default cpu)", false, NULL},
         {"tokens", 'n', true, "N", "tokens in the step (default 1)", false, NULL},
-        {"context", 'c', true, "L", "context length for attention (default: the model's)", false,
-         NULL},
         {"policy", 0, true, "FILE", "policy file (kiln.yaml)", false, NULL},
         {"site", 's', true, "PATTERN", "only call sites matching this glob", false, NULL},
         {"all", 'a', false, NULL, "every site separately (no grouping)", false, NULL},
@@ -70,46 +69,42 @@ int kiln_cmd_explain(int argc, char **argv) {
         fprintf(stderr, "kiln explain: -m MODEL is required\n");
         return 2;
     }
-    kiln_backend_id backend;
-    if (!kiln_cli_backend_arg("explain", opts[1].value, &backend)) return 2;
-    int64_t tokens = 1, ctx = 0;
+    int64_t tokens = 1;
     if (!kiln_opt_int(&opts[2], 1, 1 << 20, &tokens)) return 2;
-    if (!kiln_opt_int(&opts[3], 0, 1 << 24, &ctx)) return 2;
     kiln_kernel_env env;
     kiln_err err;
     kiln_err_clear(&err);
-    if (kiln_kernel_env_open(&env, opts[0].value, backend, opts[4].value, opts[8].value, 0, ctx,
+    if (kiln_kernel_env_open(&env, opts[0].value, opts[1].value, opts[3].value, opts[7].value,
                              &err))
         return kiln_cli_fail("explain", &err);
-    bool json = opts[7].seen;
+    const kiln_policy *pol = kiln_selector_policy(env.sel);
+    const kiln_perf_table *perf = kiln_selector_perf(env.sel);
+    bool json = opts[6].seen;
     json_t *jsites = json ? json_array() : NULL;
     int tb = kiln_tok_bucket(tokens);
     if (!json) {
-        printf("model %s — backend %s, step of %lld token%s (bucket %s)\n",
-               kiln_model_file_path(env.mf), kiln_backend_name(backend), (long long)tokens,
-               tokens == 1 ? "" : "s", kiln_tok_bucket_name(tb));
-        printf("policy: %s%s; PerfDB: %s (%d timings)\n",
-               env.policy.path[0] ? env.policy.path : "defaults",
-               env.policy.reference_only ? " (reference only)" : "",
-               env.perf ? env.perf_path : "none", env.perf ? kiln_perf_table_size(env.perf) : 0);
+        printf("model %s — backend %s, step of %lld token%s (bucket %s)\n", env.model->path,
+               env.be->name, (long long)tokens, tokens == 1 ? "" : "s", kiln_tok_bucket_name(tb));
+        printf("policy: %s%s; PerfDB: %s (%d timings)\n", pol->path[0] ? pol->path : "defaults",
+               pol->reference_only ? " (reference only)" : "", perf ? env.perf_path : "none",
+               perf ? kiln_perf_table_size(perf) : 0);
     }
     bool *shown = calloc((size_t)env.n_sites + 1, sizeof *shown);
     int status = 0, groups = 0;
     for (int i = 0; i < env.n_sites && shown; i++) {
         if (shown[i]) continue;
         const kiln_sel_site *site = &env.sites[i].site;
-        if (opts[5].seen && fnmatch(opts[5].value, site->name, 0) != 0) continue;
-        kiln_sel_ctx c = site->ctx;
-        int64_t seq = c.op == KILN_KOP_ATTENTION ? (c.seq_max > 0 ? c.seq_max : 4096) : 0;
-        kiln_sel_ctx_set_bucket(&c, tb, kiln_seq_bucket(seq), tokens, c.seq_max);
+        if (opts[4].seen && fnmatch(opts[4].value, site->name, 0) != 0) continue;
+        kiln_sel_ctx c;
+        kiln_kernel_env_ctx(&env, &env.sites[i], tokens, &c);
         /* the group: later sites with an identical context */
         char names[4096];
         int nn = 0, members = 0;
         names[0] = 0;
         for (int j = i; j < env.n_sites; j++) {
             if (shown[j] || !same_ctx(&env.sites[j].site.ctx, &site->ctx)) continue;
-            if (opts[5].seen && fnmatch(opts[5].value, env.sites[j].site.name, 0) != 0) continue;
-            if (j != i && opts[6].seen) continue;
+            if (opts[4].seen && fnmatch(opts[4].value, env.sites[j].site.name, 0) != 0) continue;
+            if (j != i && opts[5].seen) continue;
             shown[j] = true;
             members++;
             if (members <= 3 && nn < (int)sizeof names - 80)
@@ -128,6 +123,8 @@ int kiln_cmd_explain(int argc, char **argv) {
         if (json) {
             json_t *o = json_object();
             json_object_set_new(o, "sites", json_string(names));
+            json_object_set_new(o, "instruction", json_integer(site->instr));
+            json_object_set_new(o, "opcode", json_string(env.sites[i].opcode));
             json_object_set_new(o, "op", json_string(kiln_kop_name(c.op)));
             json_object_set_new(o, "shape", json_string(what));
             json_object_set_new(o, "chosen", st ? json_null() : json_string(res.chosen->spec.id));
@@ -164,7 +161,8 @@ int kiln_cmd_explain(int argc, char **argv) {
             json_array_append_new(jsites, o);
             continue;
         }
-        printf("\n%s [%s; %s]%s\n", names, kiln_kop_name(c.op), what, members > 1 ? "" : "");
+        printf("\n%s [%s; %s] (plan insn %d: %s)\n", names, kiln_kop_name(c.op), what, site->instr,
+               env.sites[i].opcode);
         if (st) {
             printf("  ERROR: %s\n", e2.msg);
             status = 1;
@@ -198,7 +196,7 @@ int kiln_cmd_explain(int argc, char **argv) {
         free(txt);
         json_decref(jsites);
     } else {
-        printf("\n%d call sites, %d distinct contexts\n", env.n_sites, groups);
+        printf("\n%d call sites in the plan; %d groups shown\n", env.n_sites, groups);
     }
     free(shown);
     kiln_kernel_env_close(&env);

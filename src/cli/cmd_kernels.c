@@ -54,6 +54,8 @@ static void why_not(const kiln_registry *r, const kiln_reg_kernel *k, int backen
         snprintf(buf, n, "CPU lacks %s", isa);
     } else if (backend >= 0 && k->spec.platform != kiln_backend_platform((kiln_backend_id)backend))
         snprintf(buf, n, "runs on %s", kiln_platform_name(k->spec.platform));
+    else if (backend == KILN_BACKEND_REF && !p->p->fallback)
+        snprintf(buf, n, "the ref backend runs the reference kernels only");
 }
 
 int kiln_cmd_kernels(int argc, char **argv) {

@@ -21,37 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static kiln_status read_file(const char *path, char **out, size_t *len, kiln_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return kiln_err_errno(err, errno, "opening %s", path);
-    size_t cap = 1 << 16, n = 0, k;
-    char *b = malloc(cap + 1);
-    while (b && (k = fread(b + n, 1, cap - n, f)) > 0) {
-        n += k;
-        if (n == cap) {
-            char *q = realloc(b, cap * 2 + 1);
-            if (!q) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = q;
-            cap *= 2;
-        }
-    }
-    int ferr = ferror(f);
-    fclose(f);
-    if (!b) return kiln_err_set(err, KILN_ERR_NOMEM, "reading %s", path);
-    if (ferr) {
-        free(b);
-        return kiln_err_set(err, KILN_ERR_IO, "reading %s failed", path);
-    }
-    b[n] = 0;
-    *out = b;
-    *len = n;
-    return KILN_OK;
-}
-
 int kiln_cmd_perplexity(int argc, char **argv) {
     static const kiln_cmd_usage u = {
         "kiln perplexity -m MODEL -f TEXT [-c CTX] [-b BATCH]",
@@ -90,7 +59,8 @@ int kiln_cmd_perplexity(int argc, char **argv) {
     kiln_err_clear(&err);
     char *text = NULL;
     size_t text_len = 0;
-    if (read_file(o_f->value, &text, &text_len, &err)) return kiln_cli_fail("perplexity", &err);
+    if (kiln_gen_read_file(o_f->value, &text, &text_len, &err))
+        return kiln_cli_fail("perplexity", &err);
     kiln_gen_opts go = {.model = o_m->value,
                         .backend = kiln_opt_find(opts, KILN_NOPTS(opts), "backend")->value,
                         .n_threads = (int32_t)threads,

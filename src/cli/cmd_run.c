@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/gen.h"
+#include "runtime/kselect.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -40,10 +41,14 @@ int kiln_cmd_run(int argc, char **argv) {
         {"threads", 't', true, "N", "threads (default: all cores)", false, NULL},
         {"backend", 0, true, "NAME", "ref or cpu (default ref)", false, NULL},
         {"chat", 0, false, NULL, "wrap the prompt with the model's chat template", false, NULL},
+        {"chat-template", 0, true, "FILE", "Jinja chat template to use instead of the model's",
+         false, NULL},
         {"ignore-eos", 0, false, NULL, "do not stop at end-of-generation tokens", false, NULL},
         {"ids", 0, false, NULL, "print token ids instead of text", false, NULL},
         {"stop", 0, true, "TEXT", "stop when this text is generated", false, NULL},
         {"kv-f16", 0, false, NULL, "store the KV cache as f16", false, NULL},
+        {"policy", 0, true, "FILE", "kernel policy (kiln.yaml; docs/KERNELS.md)", false, NULL},
+        {"dispatch", 0, true, "FILE", "baked dispatch table from kiln solve", false, NULL},
     };
     const char *pos[4];
     int n_pos;
@@ -120,6 +125,25 @@ int kiln_cmd_run(int argc, char **argv) {
                         .n_ctx = n_ctx,
                         .max_seqs = 1,
                         .kv_f16 = kiln_opt_find(opts, KILN_NOPTS(opts), "kv-f16")->seen};
+    kiln_opt *o_tpl = kiln_opt_find(opts, KILN_NOPTS(opts), "chat-template");
+    char *tpl = NULL;
+    if (o_tpl->seen) {
+        size_t tl;
+        if (kiln_gen_read_file(o_tpl->value, &tpl, &tl, &err)) {
+            free(prompt_buf);
+            return kiln_cli_fail("run", &err);
+        }
+        kiln_gen_template_override = tpl;
+        chat = true;
+    }
+    kiln_opt *o_pol = kiln_opt_find(opts, KILN_NOPTS(opts), "policy");
+    kiln_opt *o_dis = kiln_opt_find(opts, KILN_NOPTS(opts), "dispatch");
+    if ((o_pol->seen || o_dis->seen) &&
+        kiln_runtime_selector_configure(o_pol->value, NULL, o_dis->value, &err)) {
+        free(prompt_buf);
+        free(tpl);
+        return kiln_cli_fail("run", &err);
+    }
     kiln_gen_ctx g;
     uint64_t t_load = kiln_now_ns();
     if (kiln_gen_open(&go, &g, &err)) {
@@ -142,11 +166,7 @@ int kiln_cmd_run(int argc, char **argv) {
     }
     if (chat) {
         if (kiln_gen_chat_prompt(g.model, prompt, &chat_text, &err)) goto done;
-        /* the template writes the BOS text itself when it wants one */
-        kiln_str bos = kiln_vocab_text(v, kiln_vocab_bos(v));
-        bool has_bos = bos.len > 0 && strncmp(chat_text, bos.ptr, bos.len) == 0;
-        unsigned fl = KILN_TOK_PARSE_SPECIAL | (has_bos ? 0 : KILN_TOK_ADD_SPECIAL);
-        if (kiln_tokenize(v, chat_text, strlen(chat_text), fl, &toks, &err)) goto done;
+        if (kiln_gen_tokenize_chat(g.model, chat_text, &toks, &err)) goto done;
     } else {
         if (kiln_tokenize(v, prompt, strlen(prompt), KILN_TOK_ADD_SPECIAL, &toks, &err)) goto done;
     }
@@ -240,6 +260,7 @@ done:
     free(chat_text);
     free(logits);
     free(prompt_buf);
+    free(tpl);
     kiln_gen_close(&g);
     return rc;
 }

@@ -23,9 +23,7 @@ int kiln_cmd_solve(int argc, char **argv) {
     kiln_opt opts[] = {
         {"model", 'm', true, "MODEL", "model file or short name", false, NULL},
         {"output", 'o', true, "FILE", "where to write the table (JSON)", false, NULL},
-        {"backend", 'b', true, "B", "ref, cpu or cuda (default cpu)", false, NULL},
-        {"tokens", 'n', true, "MAX", "most tokens per step (default 2048)", false, NULL},
-        {"context", 'c', true, "L", "context length (default: the model's)", false, NULL},
+        {"backend", 'b', true, "B", "ref or cpu (default cpu)", false, NULL},
         {"policy", 0, true, "FILE", "policy file", false, NULL},
         {"perfdb", 0, true, "PATH", "PerfDB file (default in the cache dir)", false, NULL},
     };
@@ -38,17 +36,11 @@ int kiln_cmd_solve(int argc, char **argv) {
         fprintf(stderr, "kiln solve: -m MODEL and -o FILE are required\n");
         return 2;
     }
-    kiln_backend_id backend;
-    if (!kiln_cli_backend_arg("solve", opts[2].value, &backend)) return 2;
-    int64_t max_tokens = 2048, ctx = 0;
-    if (!kiln_opt_int(&opts[3], 1, 1 << 20, &max_tokens) ||
-        !kiln_opt_int(&opts[4], 0, 1 << 24, &ctx))
-        return 2;
     kiln_err err;
     kiln_err_clear(&err);
     kiln_kernel_env env;
-    if (kiln_kernel_env_open(&env, opts[0].value, backend, opts[5].value, opts[6].value, max_tokens,
-                             ctx, &err))
+    if (kiln_kernel_env_open(&env, opts[0].value, opts[2].value, opts[3].value, opts[4].value,
+                             &err))
         return kiln_cli_fail("solve", &err);
     int status = 0;
     kiln_sel_site *sites = calloc((size_t)env.n_sites + 1, sizeof *sites);

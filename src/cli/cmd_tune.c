@@ -81,16 +81,10 @@ int kiln_cmd_tune(int argc, char **argv) {
     if (!kiln_opt_int(&opts[3], 0, 1024, &threads) || !kiln_opt_int(&opts[4], 3, 100000, &reps) ||
         !kiln_opt_float(&opts[5], 0.01, 3600, &max_s))
         return 2;
-    kiln_backend_id backend;
-    if (!kiln_cli_backend_arg("tune", opts[7].value, &backend)) return 2;
-    if (backend == KILN_BACKEND_CUDA) {
-        fprintf(stderr, "kiln tune: measures host kernels only (ref, cpu)\n");
-        return 2;
-    }
     kiln_err err;
     kiln_err_clear(&err);
     kiln_kernel_env env;
-    if (kiln_kernel_env_open(&env, opts[0].value, backend, opts[8].value, opts[6].value, 0, 0,
+    if (kiln_kernel_env_open(&env, opts[0].value, opts[7].value, opts[8].value, opts[6].value,
                              &err))
         return kiln_cli_fail("tune", &err);
     char dbpath[512];
@@ -105,8 +99,8 @@ int kiln_cmd_tune(int argc, char **argv) {
     if (kiln_pool_create((int)threads, &pool, &err)) goto fail;
     char dev[300];
     kiln_perfdb_host_device(dev, sizeof dev);
-    printf("tuning %s on %s, %d threads -> %s\n", kiln_model_file_path(env.mf), dev,
-           kiln_pool_size(pool), dbpath);
+    printf("tuning %s on %s, %d threads -> %s\n", env.model->path, dev, kiln_pool_size(pool),
+           dbpath);
     printf("%-28s %-9s %-7s %-30s %10s %10s %7s\n", "site", "op", "tokens", "kernel", "median us",
            "p95 us", "samples");
     const kiln_registry *reg = kiln_selector_registry(env.sel);
@@ -130,10 +124,9 @@ int kiln_cmd_tune(int argc, char **argv) {
                 if (kiln_select_check(env.sel, k, &c) & KILN_REASONS_HARD) continue;
                 kiln_tune_opts to = {
                     .warmup = 2, .reps = (int)reps, .max_seconds = max_s, .pool = pool};
-                if (ms->weight && (c.op == KILN_KOP_MATMUL || c.op == KILN_KOP_EMBED) &&
-                    k->spec.w_layout == 0) {
+                if (ms->weight && k->spec.w_layout == 0) {
                     to.weights = ms->weight->data;
-                    to.w_row_bytes = (size_t)(ms->weight->nbytes / (uint64_t)ms->weight->shape[1]);
+                    to.w_row_bytes = ms->weight->row_bytes;
                 }
                 kiln_perf_rec rec;
                 kiln_err e2;

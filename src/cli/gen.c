@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "tok/template.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,20 +68,35 @@ kiln_status kiln_gen_prefill(kiln_gen_ctx *g, int32_t seq, const int32_t *ids, s
     return st;
 }
 
-kiln_status kiln_gen_chat_prompt(const kiln_model *m, const char *user, char **out, kiln_err *err) {
-    if (!m->chat_template)
-        return kiln_err_set(err, KILN_ERR_NOT_FOUND,
-                            "%s: no chat template (tokenizer.chat_template)", m->path);
-    kiln_chat_template *t;
-    KILN_TRY(kiln_chat_template_parse(m->chat_template, strlen(m->chat_template),
-                                      "tokenizer.chat_template", &t, err));
-    json_t *msgs = json_array();
-    json_t *msg = json_pack("{s:s, s:s}", "role", "user", "content", user);
-    if (!msgs || !msg || json_array_append_new(msgs, msg)) {
-        json_decref(msgs);
-        kiln_chat_template_free(t);
-        return kiln_err_set(err, KILN_ERR_NOMEM, "chat messages");
+/* The Gemma turn format (as llama.cpp's built-in "gemma" template), for Gemma GGUFs
+ * published without tokenizer.chat_template: system text is prepended to the first
+ * user turn; the assistant role is "model". */
+static const char gemma_template[] =
+    "{{ bos_token }}{% set sys = '' %}{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{% set sys = m['content'] + '\n\n' %}"
+    "{% else %}{{ '<start_of_turn>' + ('model' if m['role'] == 'assistant' else m['role']) + '\n' "
+    "}}"
+    "{% if loop.index0 <= 1 %}{{ sys }}{% endif %}{{ m['content'] | trim }}{{ '<end_of_turn>\n' "
+    "}}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+
+const char *kiln_gen_template_override = NULL;
+
+kiln_status kiln_gen_render_chat(const kiln_model *m, const json_t *msgs, char **out,
+                                 kiln_err *err) {
+    const char *src = kiln_gen_template_override ? kiln_gen_template_override : m->chat_template;
+    const char *name = kiln_gen_template_override ? "--chat-template" : "tokenizer.chat_template";
+    if (!src && strncmp(m->cfg.arch, "gemma", 5) == 0) {
+        src = gemma_template;
+        name = "built-in gemma template";
     }
+    if (!src)
+        return kiln_err_set(
+            err, KILN_ERR_NOT_FOUND,
+            "%s: no chat template (tokenizer.chat_template); give one with --chat-template FILE",
+            m->path);
+    kiln_chat_template *t;
+    KILN_TRY(kiln_chat_template_parse(src, strlen(src), name, &t, err));
     char bos[256] = "", eos[256] = "";
     kiln_str s;
     if (m->cfg.bos_id >= 0) {
@@ -95,7 +111,58 @@ kiln_status kiln_gen_chat_prompt(const kiln_model *m, const char *user, char **o
         .messages = msgs, .add_generation_prompt = true, .bos_token = bos, .eos_token = eos};
     size_t len;
     kiln_status st = kiln_chat_template_render(t, &in, out, &len, err);
-    json_decref(msgs);
     kiln_chat_template_free(t);
     return st;
+}
+
+kiln_status kiln_gen_tokenize_chat(const kiln_model *m, const char *text, kiln_tokens *out,
+                                   kiln_err *err) {
+    const kiln_vocab *v = m->vocab;
+    kiln_str bos = kiln_vocab_text(v, kiln_vocab_bos(v));
+    bool has_bos = bos.len > 0 && strncmp(text, bos.ptr, bos.len) == 0;
+    unsigned fl = KILN_TOK_PARSE_SPECIAL | (has_bos ? 0 : KILN_TOK_ADD_SPECIAL);
+    return kiln_tokenize(v, text, strlen(text), fl, out, err);
+}
+
+kiln_status kiln_gen_chat_prompt(const kiln_model *m, const char *user, char **out, kiln_err *err) {
+    json_t *msgs = json_array();
+    json_t *msg = json_pack("{s:s, s:s}", "role", "user", "content", user);
+    if (!msgs || !msg || json_array_append_new(msgs, msg)) {
+        json_decref(msgs);
+        return kiln_err_set(err, KILN_ERR_NOMEM, "chat messages");
+    }
+    kiln_status st = kiln_gen_render_chat(m, msgs, out, err);
+    json_decref(msgs);
+    return st;
+}
+
+kiln_status kiln_gen_read_file(const char *path, char **out, size_t *len, kiln_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return kiln_err_errno(err, errno, "opening %s", path);
+    size_t cap = 1 << 16, n = 0, k;
+    char *b = malloc(cap + 1);
+    while (b && (k = fread(b + n, 1, cap - n, f)) > 0) {
+        n += k;
+        if (n == cap) {
+            char *q = realloc(b, cap * 2 + 1);
+            if (!q) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = q;
+            cap *= 2;
+        }
+    }
+    int ferr = ferror(f);
+    fclose(f);
+    if (!b) return kiln_err_set(err, KILN_ERR_NOMEM, "reading %s", path);
+    if (ferr) {
+        free(b);
+        return kiln_err_set(err, KILN_ERR_IO, "reading %s failed", path);
+    }
+    b[n] = 0;
+    *out = b;
+    *len = n;
+    return KILN_OK;
 }

@@ -42,8 +42,24 @@ void kiln_gen_close(kiln_gen_ctx *g);
 kiln_status kiln_gen_prefill(kiln_gen_ctx *g, int32_t seq, const int32_t *ids, size_t n,
                              float *last_logits, kiln_err *err);
 
+struct json_t;
+/* Template text from --chat-template (NULL: the model's, or the built-in Gemma one for
+ * gemma models without a template). Set once by the command before rendering. */
+extern const char *kiln_gen_template_override;
+/* Renders a conversation (JSON array of {role, content}) with the model's template and
+ * the generation prompt. *out is malloc'ed. */
+kiln_status kiln_gen_render_chat(const kiln_model *m, const struct json_t *messages, char **out,
+                                 kiln_err *err);
+/* Tokenizes rendered chat text: special tokens parsed, BOS added unless the text
+ * already starts with the BOS text. */
+kiln_status kiln_gen_tokenize_chat(const kiln_model *m, const char *text, kiln_tokens *out,
+                                   kiln_err *err);
+
 /* Formats a chat prompt with the model's template: one user message, generation
  * prompt added. *out is malloc'ed. */
 kiln_status kiln_gen_chat_prompt(const kiln_model *m, const char *user, char **out, kiln_err *err);
+
+/* Reads a whole file into a malloc'ed NUL-terminated buffer. */
+kiln_status kiln_gen_read_file(const char *path, char **out, size_t *len, kiln_err *err);
 
 #endif /* KILN_CLI_GEN_H */

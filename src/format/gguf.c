@@ -70,7 +70,7 @@ static kiln_status rd_str(cursor *c, kiln_str *s, const char *what, kiln_err *er
     if (len > remaining(c))
         return kiln_err_set(err, KILN_ERR_FORMAT,
                             "absurd %s length %" PRIu64 " at offset %" PRIu64 " (only %" PRIu64
-                            " bytes left in the file)",
+                            " bytes left: truncated or corrupt)",
                             what, len, c->pos - 8, remaining(c));
     s->ptr = (const char *)c->base + c->pos;
     s->len = (size_t)len;
@@ -102,7 +102,7 @@ static kiln_status parse_array(cursor *c, int depth, kiln_meta_value *out, kiln_
     if (n > remaining(c) / min)
         return kiln_err_set(err, KILN_ERR_FORMAT,
                             "absurd array length %" PRIu64 " of %s at offset %" PRIu64
-                            " (only %" PRIu64 " bytes left in the file)",
+                            " (only %" PRIu64 " bytes left: truncated or corrupt)",
                             n, kiln_meta_type_name(et), c->pos - 8, remaining(c));
     out->type = KILN_META_ARRAY;
     out->elem_type = (kiln_meta_type)et;

@@ -499,7 +499,7 @@ kiln_status kiln_meta_arr_copy_i32(const kiln_meta_value *arr, int32_t *dst, uin
         return KILN_OK;
     }
     for (uint64_t i = 0; i < n; i++) {
-        int64_t x;
+        int64_t x = 0;
         if (!kiln_meta_arr_i64(arr, i, &x) || x < INT32_MIN || x > INT32_MAX)
             return kiln_err_set(err, KILN_ERR_TYPE, "'%s': element %" PRIu64 " (%s) is not an i32",
                                 what, i, kiln_meta_type_name(arr->elem_type));

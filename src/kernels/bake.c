@@ -217,3 +217,96 @@ kiln_status kiln_dispatch_load(kiln_selector *s, const kiln_sel_site *sites, int
     KILN_WARN("dispatch table %s not used (%s); selecting kernels at run time", path, why);
     return kiln_dispatch_build(s, sites, n_sites, out, err);
 }
+
+/* ---- lookup ---- */
+
+struct kiln_baked {
+    json_t *root;
+    json_t *by_name; /* site name -> kernels array (borrowed from root) */
+    char path[512];
+};
+
+kiln_status kiln_baked_open(const char *path, const kiln_selector *s, const kiln_sel_ctx *device,
+                            kiln_baked **out, bool *usable, char *why, size_t why_size,
+                            kiln_err *err) {
+    *out = NULL;
+    *usable = false;
+    why[0] = 0;
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return kiln_err_set(err, KILN_ERR_FORMAT, "dispatch table %s:%d: %s", path, je.line,
+                            je.text);
+    const char *schema = json_string_value(json_object_get(root, "schema"));
+    json_t *ver = json_object_get(root, "schema_version");
+    json_t *sig = json_object_get(root, "signature");
+    json_t *jsites = json_object_get(root, "sites");
+    if (!schema || strcmp(schema, KILN_DISPATCH_SCHEMA) || !json_is_integer(ver) ||
+        json_integer_value(ver) != KILN_DISPATCH_VERSION || !json_is_object(sig) ||
+        !json_is_array(jsites)) {
+        json_decref(root);
+        return kiln_err_set(err, KILN_ERR_FORMAT,
+                            "%s: not a kiln dispatch table (schema \"%s\" version %d)", path,
+                            KILN_DISPATCH_SCHEMA, KILN_DISPATCH_VERSION);
+    }
+    kiln_baked *b = calloc(1, sizeof *b);
+    json_t *by = json_object();
+    if (!b || !by) {
+        free(b);
+        json_decref(by);
+        json_decref(root);
+        return kiln_err_set(err, KILN_ERR_NOMEM, "dispatch table: out of memory");
+    }
+    snprintf(b->path, sizeof b->path, "%s", path);
+    b->root = root;
+    b->by_name = by;
+    size_t i;
+    json_t *o;
+    json_array_foreach(jsites, i, o) {
+        const char *name = json_string_value(json_object_get(o, "name"));
+        json_t *ks = json_object_get(o, "kernels");
+        if (!name || !json_is_array(ks) || json_array_size(ks) != KILN_SEL_BUCKETS) {
+            kiln_baked_free(b);
+            return kiln_err_set(err, KILN_ERR_FORMAT, "%s: call site %zu is malformed", path, i);
+        }
+        json_object_set(by, name, ks);
+    }
+    json_t *mine = signature_json(s, device);
+    if (json_equal(mine, sig)) {
+        *usable = true;
+    } else {
+        const char *key;
+        json_t *v;
+        json_object_foreach(mine, key, v) {
+            if (!json_equal(v, json_object_get(sig, key))) {
+                char *x = json_dumps(json_object_get(sig, key), JSON_ENCODE_ANY | JSON_COMPACT);
+                char *y = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+                snprintf(why, why_size, "signature differs: %s is %s in the table, %s here", key,
+                         x ? x : "missing", y ? y : "?");
+                free(x);
+                free(y);
+                break;
+            }
+        }
+        if (!why[0]) snprintf(why, why_size, "signature differs");
+    }
+    json_decref(mine);
+    *out = b;
+    return KILN_OK;
+}
+
+const char *kiln_baked_kernel(const kiln_baked *b, const char *site, int bucket) {
+    json_t *ks = json_object_get(b->by_name, site);
+    return ks ? json_string_value(json_array_get(ks, (size_t)bucket)) : NULL;
+}
+
+const char *kiln_baked_path(const kiln_baked *b) {
+    return b->path;
+}
+
+void kiln_baked_free(kiln_baked *b) {
+    if (!b) return;
+    json_decref(b->by_name);
+    json_decref(b->root);
+    free(b);
+}

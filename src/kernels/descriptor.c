@@ -27,8 +27,8 @@ static const char *const top_keys[] = {"schema", "schema_version", "provider", "
                                        "kernels"};
 static const char *const kernel_keys[] = {
     "w_dtypes",     "act_dtypes",   "kv_dtypes",         "isa",        "sm_min",  "sm_max",
-    "head_dim_min", "head_dim_max", "head_dim_multiple", "max_tokens", "max_seq", "k_multiple",
-    "n_multiple",   "features",     "properties",        "priority"};
+    "head_dim_min", "head_dim_max", "head_dim_multiple", "max_tokens", "max_seq", "max_gqa",
+    "k_multiple",   "n_multiple",   "features",          "properties", "priority"};
 
 static bool known(const char *key, const char *const *keys, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -172,7 +172,7 @@ static kiln_status apply_kernel(json_t *obj, const char *where, kiln_kernel_spec
         KILN_TRY(parse_set(x, SET_ISA, where, "isa", &set, err));
         s->isa |= (uint32_t)set;
     }
-    int64_t n;
+    int64_t n = 0;
 #define LIMIT(field, hi, how)                                                                      \
     if ((x = json_object_get(obj, #field))) {                                                      \
         KILN_TRY(parse_int(x, where, #field, 0, hi, &n, err));                                     \
@@ -185,6 +185,7 @@ static kiln_status apply_kernel(json_t *obj, const char *where, kiln_kernel_spec
     LIMIT(head_dim_multiple, 65536, tighten_mult)
     LIMIT(max_tokens, INT64_C(1) << 40, tighten_max)
     LIMIT(max_seq, INT64_C(1) << 40, tighten_max)
+    LIMIT(max_gqa, 65536, tighten_max)
     LIMIT(k_multiple, 65536, tighten_mult)
     LIMIT(n_multiple, 65536, tighten_mult)
 #undef LIMIT

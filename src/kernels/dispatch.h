@@ -39,4 +39,18 @@ kiln_status kiln_dispatch_load(kiln_selector *s, const kiln_sel_site *sites, int
                                const char *path, kiln_dispatch **out, bool *baked, char *why,
                                size_t why_size, kiln_err *err);
 
+/* ---- a baked table as a lookup, for bindings that select site by site ----
+ * kiln_baked_open reads the file and compares its signature with this process's
+ * (device = the backend / ISA / SM context the binding will use). *usable says whether
+ * it may be used; when false, *why says why (the caller warns and selects at run time).
+ * Only unreadable or malformed files are errors. */
+typedef struct kiln_baked kiln_baked;
+kiln_status kiln_baked_open(const char *path, const kiln_selector *s, const kiln_sel_ctx *device,
+                            kiln_baked **out, bool *usable, char *why, size_t why_size,
+                            kiln_err *err);
+/* The kernel id baked for (site name, bucket index), or NULL when the table lacks it. */
+const char *kiln_baked_kernel(const kiln_baked *b, const char *site, int bucket);
+const char *kiln_baked_path(const kiln_baked *b);
+void kiln_baked_free(kiln_baked *b);
+
 #endif /* KILN_KERNELS_DISPATCH_H */

@@ -147,18 +147,30 @@ static void dq_rows(void *ctx, int64_t begin, int64_t end, int ith) {
 static kiln_status openblas_sgemm_dq(const kiln_kctx *c, const kiln_matmul_args *a) {
     KILN_TRY(check_args(a, NULL));
     size_t need = (size_t)DQ_ROWS * (size_t)a->k * sizeof(float);
-    if (!c || !c->scratch || c->scratch_size < need) return KILN_ERR_CAPACITY;
     if (a->t == 0 || a->n == 0) return KILN_OK;
-    float *buf = c->scratch;
-    for (int64_t r0 = 0; r0 < a->n; r0 += DQ_ROWS) {
+    /* the workspace the spec declares; without it (an executor that gives no scratch)
+     * the kernel allocates its own, like the cpu kernels do */
+    float *own = NULL, *buf;
+    if (c && c->scratch && c->scratch_size >= need) {
+        buf = c->scratch;
+    } else {
+        own = kiln_alloc_aligned(need);
+        if (!own) return KILN_ERR_NOMEM;
+        buf = own;
+    }
+    kiln_status st = KILN_OK;
+    for (int64_t r0 = 0; r0 < a->n && !st; r0 += DQ_ROWS) {
         int64_t rows = a->n - r0 < DQ_ROWS ? a->n - r0 : DQ_ROWS;
         dq_job j = {.a = a, .buf = buf, .r0 = r0, .rows = rows, .st = KILN_OK};
-        kiln_pool_for(c->pool, rows, 4, dq_rows, &j);
-        if (j.st) return j.st;
-        openblas_lib.sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)a->t, (int)rows,
-                           (int)a->k, 1.0f, a->x, (int)a->x_stride, buf, (int)a->k, 0.0f, a->y + r0,
-                           (int)a->y_stride);
+        kiln_pool_for(c ? c->pool : NULL, rows, 4, dq_rows, &j);
+        st = j.st;
+        if (!st)
+            openblas_lib.sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)a->t, (int)rows,
+                               (int)a->k, 1.0f, a->x, (int)a->x_stride, buf, (int)a->k, 0.0f,
+                               a->y + r0, (int)a->y_stride);
     }
+    kiln_free_aligned(own);
+    if (st) return st;
     add_bias(a);
     return KILN_OK;
 }

@@ -3,21 +3,12 @@
  * (one per op, every dtype). They are the registry's fallbacks: when no other kernel is
  * valid for a call site, selection uses these (docs/KERNELS.md).
  *
- * The functions are declared weak here so the registry links (and lists them as "not
- * built") before the ref kernels exist in a given build; once present, the linker
- * resolves them. A spec whose fn is NULL is rejected with PROVIDER_UNAVAILABLE.
+ * Weights: every dtype kiln_ref_weight_dtype_ok accepts (floats and the supported
+ * quants). The kernels are deterministic and batch-invariant for any thread count
+ * (ref.h).
  */
+#include "kernels/ref/ref.h"
 #include "kernels/registry.h"
-
-#define KILN_REF_WEAK __attribute__((weak))
-KILN_REF_WEAK kiln_status kiln_ref_matmul(const kiln_kctx *c, const kiln_matmul_args *a);
-KILN_REF_WEAK kiln_status kiln_ref_embed(const kiln_kctx *c, const kiln_embed_args *a);
-KILN_REF_WEAK kiln_status kiln_ref_rms_norm(const kiln_kctx *c, const kiln_rms_norm_args *a);
-KILN_REF_WEAK kiln_status kiln_ref_rope(const kiln_kctx *c, const kiln_rope_args *a);
-KILN_REF_WEAK kiln_status kiln_ref_kv_write(const kiln_kctx *c, const kiln_kv_write_args *a);
-KILN_REF_WEAK kiln_status kiln_ref_attention(const kiln_kctx *c, const kiln_attention_args *a);
-KILN_REF_WEAK kiln_status kiln_ref_glu(const kiln_kctx *c, const kiln_glu_args *a);
-KILN_REF_WEAK kiln_status kiln_ref_add(const kiln_kctx *c, const kiln_add_args *a);
 
 #define REF_PROPS (KILN_KPROP_DETERMINISTIC | KILN_KPROP_BATCH_INVARIANT)
 #define F32       KILN_DT(KILN_DTYPE_F32)

@@ -182,6 +182,9 @@ const kiln_registry *kiln_selector_registry(const kiln_selector *s) {
 const kiln_policy *kiln_selector_policy(const kiln_selector *s) {
     return s->policy;
 }
+const kiln_perf_table *kiln_selector_perf(const kiln_selector *s) {
+    return s->perf;
+}
 
 void kiln_selector_set_policy(kiln_selector *s, const kiln_policy *policy) {
     s->policy = policy ? policy : &s->default_policy;
@@ -321,7 +324,8 @@ static uint32_t check_kernel(const kiln_selector *s, const kiln_reg_kernel *k,
     uint32_t r = 0;
 #define FAIL(code) (r |= KILN_REASON_BIT(KILN_REASON_##code))
     if (sp->platform != kiln_backend_platform(c->backend) ||
-        (sp->backends && !(sp->backends & KILN_BACKEND_BIT(c->backend))))
+        (sp->backends && !(sp->backends & KILN_BACKEND_BIT(c->backend))) ||
+        (c->backend == KILN_BACKEND_REF && !s->reg->providers[k->provider].p->fallback))
         FAIL(PLATFORM_MISMATCH);
     if (sp->platform == KILN_PLATFORM_HOST && (c->isa & sp->isa) != sp->isa) FAIL(ISA_MISSING);
     if (sp->platform == KILN_PLATFORM_CUDA) {
@@ -340,6 +344,8 @@ static uint32_t check_kernel(const kiln_selector *s, const kiln_reg_kernel *k,
     }
     if (sp->max_seq && c->seq_max > sp->max_seq) FAIL(SEQ_TOO_LONG);
     if ((c->features & KILN_KFEAT_GQA) && !(sp->features & KILN_KFEAT_GQA)) FAIL(GQA_UNSUPPORTED);
+    if (sp->max_gqa && c->n_kv_head > 0 && c->n_head / c->n_kv_head > sp->max_gqa)
+        FAIL(GQA_UNSUPPORTED);
     if (c->features & ~KILN_KFEAT_GQA & ~sp->features) FAIL(FEATURE_UNSUPPORTED);
     if (want_deterministic(s, c) && !(sp->props & KILN_KPROP_DETERMINISTIC))
         FAIL(NON_DETERMINISTIC);
@@ -399,8 +405,11 @@ void kiln_reason_message(kiln_reason r, const kiln_selector *s, const kiln_reg_k
     char a[256], b[256];
     switch (r) {
     case KILN_REASON_PLATFORM_MISMATCH:
-        snprintf(buf, n, "runs on %s, call site is on backend %s", kiln_platform_name(sp->platform),
-                 kiln_backend_name(c->backend));
+        if (c->backend == KILN_BACKEND_REF && sp->platform == KILN_PLATFORM_HOST)
+            snprintf(buf, n, "the ref backend runs the reference kernels only");
+        else
+            snprintf(buf, n, "runs on %s, call site is on backend %s",
+                     kiln_platform_name(sp->platform), kiln_backend_name(c->backend));
         break;
     case KILN_REASON_ISA_MISSING:
         kiln_isa_names(sp->isa & ~c->isa, a, sizeof a);
@@ -436,7 +445,11 @@ void kiln_reason_message(kiln_reason r, const kiln_selector *s, const kiln_reg_k
                  (long long)sp->max_seq);
         break;
     case KILN_REASON_GQA_UNSUPPORTED:
-        snprintf(buf, n, "no GQA (%d query heads on %d KV heads)", c->n_head, c->n_kv_head);
+        if (sp->features & KILN_KFEAT_GQA)
+            snprintf(buf, n, "group of %d query heads per KV head > max %d",
+                     c->n_kv_head > 0 ? c->n_head / c->n_kv_head : 0, sp->max_gqa);
+        else
+            snprintf(buf, n, "no GQA (%d query heads on %d KV heads)", c->n_head, c->n_kv_head);
         break;
     case KILN_REASON_FEATURE_UNSUPPORTED:
         feat_names(c->features & ~KILN_KFEAT_GQA & ~sp->features, a, sizeof a);

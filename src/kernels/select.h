@@ -96,7 +96,8 @@ void kiln_sel_ctx_set_bucket(kiln_sel_ctx *c, int tok_bucket, int seq_bucket, in
 
 /* ---- reasons ---- */
 typedef enum kiln_reason {
-    KILN_REASON_PLATFORM_MISMATCH = 0, /* kernel for another platform/backend        */
+    KILN_REASON_PLATFORM_MISMATCH = 0, /* another platform/backend; the ref backend
+                                          (the oracle) runs fallback kernels only    */
     KILN_REASON_ISA_MISSING,           /* CPU lacks a required ISA extension         */
     KILN_REASON_SM_TOO_OLD,
     KILN_REASON_SM_TOO_NEW,
@@ -149,6 +150,7 @@ kiln_status kiln_selector_new(const kiln_registry *reg, const kiln_policy *polic
 void kiln_selector_free(kiln_selector *s);
 const kiln_registry *kiln_selector_registry(const kiln_selector *s);
 const kiln_policy *kiln_selector_policy(const kiln_selector *s);
+const kiln_perf_table *kiln_selector_perf(const kiln_selector *s); /* NULL: no timings */
 
 /* Replace policy or perf table (borrowed); both invalidate the cache. */
 void kiln_selector_set_policy(kiln_selector *s, const kiln_policy *policy);

@@ -140,6 +140,7 @@ typedef struct kiln_kernel_spec {
     int32_t head_dim_min, head_dim_max, head_dim_multiple;
     int64_t max_tokens;  /* most tokens (rows) in one call                         */
     int64_t max_seq;     /* longest attended context (attention)                   */
+    int32_t max_gqa;     /* most query heads per KV head (attention); 0 = any       */
     int32_t k_multiple;  /* matmul/embed inner size k (or row size n) alignment    */
     int32_t n_multiple;  /* matmul output size n alignment                         */
     int64_t good_tokens; /* performance hint: below this many tokens per call the

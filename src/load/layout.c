@@ -95,11 +95,10 @@ static kiln_status f32_plan(uint32_t src, int64_t ne0, int64_t n_rows, uint32_t 
     KILN_TRY(fixup_ok(src, fixup, err));
     const kiln_dtype_info *di = kiln_dtype_get(src);
     if (!di || !di->supported)
-        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "f32: cannot convert %s",
-                            kiln_dtype_name(src));
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "cannot convert %s", kiln_dtype_name(src));
     if (!is_float(src)) {
         if (!di->quantized)
-            return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "f32: cannot convert %s",
+            return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "cannot convert %s",
                                 kiln_dtype_name(src));
         if (ne0 % di->block_size)
             return kiln_err_set(err, KILN_ERR_FORMAT, "row of %lld not a multiple of %u",
@@ -132,7 +131,7 @@ static kiln_status half_plan(const char *nm, uint32_t to, uint32_t src, int64_t 
                              uint32_t *out_dtype, uint64_t *out_row_bytes, kiln_err *err) {
     KILN_TRY(fixup_ok(src, fixup, err));
     if (!is_float(src))
-        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: converts f32/f16/bf16 only, not %s", nm,
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "converts f32/f16/bf16 only, not %s",
                             kiln_dtype_name(src));
     *out_dtype = to;
     *out_row_bytes = (uint64_t)ne0 * 2;
@@ -181,10 +180,10 @@ static kiln_status x4_plan(uint32_t src, int64_t ne0, int64_t n_rows, uint32_t f
     KILN_TRY(fixup_ok(src, fixup, err));
     const kiln_dtype_info *di = kiln_dtype_get(src);
     if (!di || !di->quantized)
-        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "blocks_x4: %s is not block-quantized",
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s is not block-quantized",
                             kiln_dtype_name(src));
     if (n_rows % 4)
-        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "blocks_x4: %lld rows, not a multiple of 4",
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%lld rows, not a multiple of 4",
                             (long long)n_rows);
     size_t rb;
     KILN_TRY(kiln_dtype_row_bytes(src, ne0, &rb, err));

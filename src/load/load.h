@@ -106,7 +106,8 @@ typedef struct kiln_load_request {
     bool populate;          /* alias lane: fault pages in now (default true) */
     int force_lane;         /* -1 (default): plan; else every tensor must go to this lane */
     uint64_t memory_budget; /* host bytes the plan may allocate; 0: MemAvailable */
-    uint32_t alias_align;   /* alias needs data % alias_align == 0 (default 32) */
+    uint32_t alias_align;   /* alias needs data % alias_align == 0; 0 (default): the type's
+                               natural alignment (f32 4, f16 2, q8_0 2, q4_K 8) */
 } kiln_load_request;
 
 /* Defaults: everything, host, native, KILN_IO_AUTO, populate, no forced lane. */
@@ -129,8 +130,9 @@ typedef struct kiln_load_item {
     int64_t n_rows;
     uint64_t out_row_bytes;
     /* results */
-    const void *data; /* host bytes (alias or owned); NULL for device-only tensors */
-    void *device_ptr; /* CUDA device pointer (upload lane) */
+    const void *data;   /* host bytes (alias or owned); NULL for device-only tensors */
+    void *device_ptr;   /* CUDA device pointer (upload lane) */
+    void *device_alloc; /* the allocation to free: one per device, held by its first item */
     bool done;
 } kiln_load_item;
 

@@ -43,7 +43,7 @@ kiln_status kiln_load_produce(const kiln_load_plan *p, const kiln_load_item *it,
 /* Rows per chunk for an item (a multiple of the layout's row group). */
 int64_t kiln_load_chunk_rows(const kiln_load_item *it);
 
-/* Owned host buffers (huge-page mappings when large); free with the same size. */
+/* Owned host buffers (anonymous mappings when large); free with the same size. */
 void *kiln_load_owned_alloc(size_t n);
 void kiln_load_owned_free(void *p, size_t n);
 

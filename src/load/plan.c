@@ -31,7 +31,7 @@ void kiln_load_request_init(kiln_load_request *r) {
     r->io = KILN_IO_AUTO;
     r->populate = true;
     r->force_lane = -1;
-    r->alias_align = 32;
+    r->alias_align = 0; /* natural alignment of the element type */
     r->shard_count = 1;
 }
 
@@ -195,7 +195,12 @@ static kiln_status plan_item(kiln_load_plan *p, const kiln_tensor_info *t, kiln_
 
     const bool native = strcmp(it->layout->name, "native") == 0 && t->fixup == KILN_FIXUP_NONE;
     const bool host = it->target.place == KILN_PLACE_HOST;
-    const uint64_t align = r->alias_align ? r->alias_align : 1;
+    /* natural alignment: the largest power of two dividing the block size, at most 8
+     * (f32 4, f16/bf16 2, q8_0 2, q4_K 8): what a kernel's loads of the type need */
+    uint64_t natural = kiln_dtype_get(t->dtype)->block_bytes;
+    natural &= ~(natural - 1);
+    if (natural > 8) natural = 8;
+    const uint64_t align = r->alias_align ? r->alias_align : natural;
     const uint64_t addr =
         (uint64_t)(uintptr_t)kiln_model_file_shard(p->mf, it->file)->base + it->src_offset;
     char alias_no[80] = "";
@@ -358,7 +363,7 @@ void kiln_load_plan_free(kiln_load_plan *p) {
     if (!p) return;
     for (size_t i = 0; i < p->n; i++) {
         kiln_load_owned_free(p->owned[i], (size_t)p->items[i].nbytes);
-        if (p->items[i].device_ptr) kiln_upload_free(p->items[i].device_ptr);
+        if (p->items[i].device_alloc) kiln_upload_free(p->items[i].device_alloc);
     }
     kiln_strmap_free(&p->index);
     free(p->items);

@@ -9,7 +9,11 @@
  */
 #include "load/load_impl.h"
 
+#include "base/mem.h"
+#include "base/pool.h"
+
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,53 +54,150 @@ void kiln_upload_free(void *device_ptr) {
     if (device_ptr) cudaFree(device_ptr);
 }
 
+/* Staging: UP_NBUF pinned buffers of up to UP_STAGE bytes. Slab k is filled by every
+ * thread of a local pool (each with its own reader and scratch) while the copy engine
+ * moves slab k-1..k-UP_NBUF+1 to the device, so the host side (page cache -> pinned) and
+ * the PCIe side run at the same time, and the host side is not one memcpy thread. */
+#define UP_NBUF  4
+#define UP_STAGE ((size_t)32 << 20)
+
+typedef struct up_fill {
+    kiln_load_plan *p;
+    kiln_load_item *it;
+    int64_t r0, r1, granule; /* rows of this slab, in granules of the item's chunk rows */
+    uint8_t *dst;
+    void **scratch;
+    kiln_reader *rds;
+    pthread_mutex_t mu;
+    kiln_status st;
+    kiln_err err;
+} up_fill;
+
+static void fill_range(void *ctx, int64_t b, int64_t e, int ith) {
+    up_fill *f = ctx;
+    int64_t ra = f->r0 + b * f->granule, rb = f->r0 + e * f->granule;
+    if (rb > f->r1) rb = f->r1;
+    kiln_err e2;
+    kiln_status st =
+        kiln_load_produce(f->p, f->it, ra, rb, f->dst + (size_t)(ra - f->r0) * f->it->out_row_bytes,
+                          f->scratch[ith], &f->rds[ith], &e2);
+    if (st) {
+        pthread_mutex_lock(&f->mu);
+        if (!f->st) {
+            f->st = st;
+            f->err = e2;
+        }
+        pthread_mutex_unlock(&f->mu);
+    }
+}
+
 /* Uploads the items placed on `device`. */
 static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size_t n, int device,
                                  kiln_reader *rd, kiln_err *err) {
     kiln_status st = KILN_OK;
-    void *pin[2] = {NULL, NULL};
-    void *scratch = NULL;
+    void *pin[UP_NBUF] = {NULL};
+    cudaEvent_t ev[UP_NBUF] = {NULL};
+    bool used[UP_NBUF] = {false};
     cudaStream_t stream = NULL;
-    cudaEvent_t ev[2] = {NULL, NULL};
-    bool used[2] = {false, false};
+    kiln_pool *pool = NULL;
+    void **scratch = NULL;
+    kiln_reader *rds = NULL;
+    int nth = 0;
+    up_fill f = {.p = p, .mu = PTHREAD_MUTEX_INITIALIZER};
+
+    /* staging size: the largest slab (whole granules, at most UP_STAGE, at least one) */
     size_t stage = 0;
     for (size_t i = 0; i < n; i++) {
-        if (items[i]->target.device != device) continue;
-        uint64_t c = (uint64_t)kiln_load_chunk_rows(items[i]) * items[i]->out_row_bytes;
-        if (c > items[i]->nbytes) c = items[i]->nbytes;
-        if (c > stage) stage = (size_t)c;
+        kiln_load_item *it = items[i];
+        if (it->target.device != device || it->n_rows == 0) continue;
+        int64_t g = kiln_load_chunk_rows(it);
+        uint64_t gb = (uint64_t)g * it->out_row_bytes;
+        uint64_t slab = gb >= UP_STAGE ? gb : (UP_STAGE / gb) * gb;
+        uint64_t all = (uint64_t)it->n_rows * it->out_row_bytes;
+        if (slab > all) slab = all;
+        if (slab > stage) stage = (size_t)slab;
     }
     if (stage == 0) return KILN_OK;
+
     CU(cudaSetDevice(device), "cudaSetDevice");
     CU(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    for (int b = 0; b < 2; b++) {
+    for (int b = 0; b < UP_NBUF; b++) {
         CU(cudaHostAlloc(&pin[b], stage, cudaHostAllocPortable), "cudaHostAlloc (pinned staging)");
         CU(cudaEventCreateWithFlags(&ev[b], cudaEventDisableTiming), "cudaEventCreate");
     }
-    if (p->max_chunk_src && !(scratch = malloc(p->max_chunk_src))) {
-        st = kiln_err_set(err, KILN_ERR_NOMEM, "upload staging");
+    /* One device allocation for every tensor of this device, 256-byte aligned slices:
+     * hundreds of cudaMalloc calls cost more than the copies of small models, and
+     * cudaMalloc may synchronize, so it never runs between copies. */
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        kiln_load_item *it = items[i];
+        if (it->target.device != device) continue;
+        uint64_t sz = (it->nbytes + 255) & ~(uint64_t)255;
+        if (!kiln_u64_add(total, sz ? sz : 256, &total)) {
+            st = kiln_err_set(err, KILN_ERR_OVERFLOW, "upload lane: device bytes overflow");
+            goto done;
+        }
+    }
+    void *base = NULL;
+    CU(cudaMalloc(&base, (size_t)total), "cudaMalloc (device weights)");
+    bool owner = true;
+    uint64_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        kiln_load_item *it = items[i];
+        if (it->target.device != device) continue;
+        it->device_ptr = (uint8_t *)base + off;
+        it->device_alloc = owner ? base : NULL;
+        owner = false;
+        uint64_t sz = (it->nbytes + 255) & ~(uint64_t)255;
+        off += sz ? sz : 256;
+    }
+    nth = p->rep.env.threads > 0 ? p->rep.env.threads : p->rep.env.cores;
+    if (nth < 1) nth = 1;
+    if ((st = kiln_pool_create(nth, &pool, err))) goto done;
+    nth = kiln_pool_size(pool);
+    scratch = calloc((size_t)nth, sizeof *scratch);
+    rds = calloc((size_t)nth, sizeof *rds);
+    if (!scratch || !rds) {
+        st = kiln_err_set(err, KILN_ERR_NOMEM, "upload lane: per-thread state");
         goto done;
     }
+    for (int t = 0; t < nth; t++) {
+        if (p->max_chunk_src && !(scratch[t] = malloc(p->max_chunk_src))) {
+            st = kiln_err_set(err, KILN_ERR_NOMEM, "upload lane: staging of %zu bytes",
+                              p->max_chunk_src);
+            goto done;
+        }
+        if ((st = kiln_reader_init(&rds[t], p, rd->io, err))) goto done;
+    }
+    f.scratch = scratch;
+    f.rds = rds;
+
     int k = 0;
     for (size_t i = 0; i < n; i++) {
         kiln_load_item *it = items[i];
         if (it->target.device != device) continue;
-        void *dptr = NULL;
-        CU(cudaMalloc(&dptr, it->nbytes ? it->nbytes : 1), it->src->name);
-        it->device_ptr = dptr;
-        int64_t cr = kiln_load_chunk_rows(it);
-        for (int64_t r = 0; r < it->n_rows; r += cr, k++) {
-            int64_t r1 = r + cr < it->n_rows ? r + cr : it->n_rows;
-            int b = k & 1;
+        int64_t g = kiln_load_chunk_rows(it);
+        int64_t per = (int64_t)(stage / it->out_row_bytes) / g * g;
+        if (per < g) per = g;
+        for (int64_t r = 0; r < it->n_rows; r += per, k++) {
+            int64_t r1 = r + per < it->n_rows ? r + per : it->n_rows;
+            int b = k % UP_NBUF;
             if (used[b]) CU(cudaEventSynchronize(ev[b]), "cudaEventSynchronize");
-            st = kiln_load_produce(p, it, r, r1, pin[b], scratch, rd, err);
-            if (st) {
+            f.it = it;
+            f.r0 = r;
+            f.r1 = r1;
+            f.granule = g;
+            f.dst = pin[b];
+            kiln_pool_for(pool, (r1 - r + g - 1) / g, 1, fill_range, &f);
+            if (f.st) {
+                st = f.st;
+                if (err) *err = f.err;
                 kiln_err_wrap(err, st, "lane upload: tensor '%s'", it->src->name);
                 goto done;
             }
             size_t bytes = (size_t)((uint64_t)(r1 - r) * it->out_row_bytes);
-            CU(cudaMemcpyAsync((uint8_t *)dptr + (size_t)r * it->out_row_bytes, pin[b], bytes,
-                               cudaMemcpyHostToDevice, stream),
+            CU(cudaMemcpyAsync((uint8_t *)it->device_ptr + (size_t)r * it->out_row_bytes, pin[b],
+                               bytes, cudaMemcpyHostToDevice, stream),
                "cudaMemcpyAsync");
             CU(cudaEventRecord(ev[b], stream), "cudaEventRecord");
             used[b] = true;
@@ -106,12 +207,16 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
     CU(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 done:
     if (stream) cudaStreamSynchronize(stream);
-    for (int b = 0; b < 2; b++) {
+    for (int b = 0; b < UP_NBUF; b++) {
         if (ev[b]) cudaEventDestroy(ev[b]);
         if (pin[b]) cudaFreeHost(pin[b]);
     }
     if (stream) cudaStreamDestroy(stream);
+    for (int t = 0; t < nth && rds; t++) kiln_reader_free(&rds[t]);
+    for (int t = 0; t < nth && scratch; t++) free(scratch[t]);
+    free(rds);
     free(scratch);
+    kiln_pool_free(pool);
     return st;
 }
 

@@ -137,10 +137,13 @@ kiln_status kiln_meta_common(kiln_model *m, kiln_model_config *c, kiln_err *err)
         expand_key(m, "%s.rope.scaling.type", k, sizeof(k));
         kiln_str ty;
         if (mt && kiln_meta_has(mt, k) && kiln_meta_get_str(mt, k, &ty, NULL) == KILN_OK) {
-            if (kiln_str_eq(ty, "yarn"))
+            if (kiln_str_eq(ty, "yarn")) {
                 c->ext_factor = 1.0f;
-            else if (!kiln_str_eq(ty, "linear") && !kiln_str_eq(ty, "none") &&
-                     !kiln_str_eq(ty, "llama3"))
+            } else if (kiln_str_eq(ty, "llama3")) {
+                /* per-dim factors (rope_freqs.weight), no global frequency scale */
+                c->llama3_factor = factor > 0 ? factor : 8.0f;
+                c->rope_freq_scale = 1.0f;
+            } else if (!kiln_str_eq(ty, "linear") && !kiln_str_eq(ty, "none"))
                 return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s'",
                                     m->path, (int)ty.len, ty.ptr);
         }
@@ -162,6 +165,17 @@ kiln_status kiln_meta_common(kiln_model *m, kiln_model_config *c, kiln_err *err)
         return kiln_err_set(err, KILN_ERR_FORMAT, "%s: token_embd.weight is not [n_embd, n_vocab]",
                             m->path);
     c->n_vocab = (int32_t)emb->shape[1];
+    return KILN_OK;
+}
+
+kiln_status kiln_model_add_tensor(kiln_model *m, const kiln_tensor *t, kiln_err *err) {
+    kiln_tensor *q = realloc(m->tensors, sizeof(kiln_tensor) * (size_t)(m->n_tensors + 1));
+    if (!q) return kiln_err_set(err, KILN_ERR_NOMEM, "%s: out of memory", m->path);
+    m->tensors = q;
+    m->tensors[m->n_tensors] = *t;
+    char *name = kiln_arena_strndup(&m->arena, t->name, strlen(t->name));
+    if (!name) return kiln_err_set(err, KILN_ERR_NOMEM, "%s: out of memory", m->path);
+    m->tensors[m->n_tensors++].name = name;
     return KILN_OK;
 }
 

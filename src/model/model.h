@@ -34,7 +34,8 @@ typedef struct kiln_model_config {
     float rope_base, rope_freq_scale;
     float ext_factor, attn_factor, beta_fast, beta_slow;
     int32_t n_ctx_orig;
-    bool rope_freqs; /* llama3-style per-dim factors tensor "rope_freqs.weight" */
+    bool rope_freqs;     /* llama3-style per-dim factors tensor "rope_freqs.weight" */
+    float llama3_factor; /* rope.scaling.type "llama3" without the tensor (HF): factor */
     /* attention */
     float attn_scale, attn_softcap;
     int32_t layer_window[KILN_MAX_LAYERS];  /* 0 = full attention */
@@ -108,6 +109,8 @@ const kiln_family *kiln_family_find(const char *arch);
 const kiln_family *const *kiln_families(void);
 
 const kiln_tensor *kiln_model_tensor(const kiln_model *m, const char *name);
+/* Adds a tensor the model owns (name copied; data must live in m->arena). */
+kiln_status kiln_model_add_tensor(kiln_model *m, const kiln_tensor *t, kiln_err *err);
 
 /* The shared decoder-only plan builder (decoder.c): embed -> n_layer x (norm,
  * attention, [post norm], residual, norm, ffn, [post norm], residual) -> norm ->

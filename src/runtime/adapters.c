@@ -9,7 +9,8 @@
 #include <math.h>
 #include <string.h>
 
-#define FN(bi, s, x) ((bi)->site[s].fn[(x)->bucket])
+/* the kernel of call site s; remembers s so a failure can be traced to its kernel */
+#define FN(bi, s, x) ((x)->cur_site = (s), (bi)->site[s].fn[(x)->bucket])
 
 static kiln_status add_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
     int64_t n = bi->width_out[0];

@@ -100,13 +100,10 @@ typedef struct kiln_backend {
 const kiln_backend *kiln_backend_find(const char *name);
 
 /* The binding function: describes call site `cs` (its bucket set) to the kernel
- * chooser and returns the kernel. Fails with KILN_ERR_UNSUPPORTED when no kernel
- * of the backend can run it. */
+ * chooser (the selection engine, runtime/kselect.h) and returns the kernel and, in
+ * *layout (may be NULL), the weight layout that kernel asks for (kiln_wlayout). Fails
+ * with KILN_ERR_UNSUPPORTED when no kernel of the backend can run it. */
 kiln_status kiln_bind_callsite(const kiln_backend *be, const kiln_callsite *cs, kiln_kernel_fn *out,
-                               kiln_err *err);
-/* The cpu backend's chooser (bind_select.c): the selection engine over the default
- * registry and policy; *layout is the weight layout the chosen kernel asks for. */
-kiln_status kiln_bind_select_cpu(const kiln_callsite *cs, kiln_kernel_fn *out, uint32_t *layout,
-                                 kiln_err *err);
+                               uint32_t *layout, kiln_err *err);
 
 #endif /* KILN_RUNTIME_BACKEND_H */

@@ -3,6 +3,7 @@
  * loop.
  */
 #include "runtime/exec.h"
+#include "runtime/kselect.h"
 
 #include "base/log.h"
 #include "format/dtype.h"
@@ -41,21 +42,9 @@ const kiln_backend *kiln_backend_find(const char *name) {
 }
 
 kiln_status kiln_bind_callsite(const kiln_backend *be, const kiln_callsite *cs, kiln_kernel_fn *out,
-                               kiln_err *err) {
-    /* The one place kernels are chosen: the cpu backend asks the selection engine. */
-    if (strcmp(be->name, "cpu") == 0) {
-        uint32_t layout;
-        return kiln_bind_select_cpu(cs, out, &layout, err);
-    }
-    if ((cs->op == KILN_KOP_MATMUL || cs->op == KILN_KOP_EMBED) &&
-        !kiln_ref_weight_dtype_ok(cs->w_dtype))
-        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: no kernel for weights of type %s",
-                            cs->name, kiln_dtype_name(cs->w_dtype));
-    *out = kiln_ref_kernel(cs->op);
-    if (!out->any)
-        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: no kernel for op %s", cs->name,
-                            kiln_kop_name(cs->op));
-    return KILN_OK;
+                               uint32_t *layout, kiln_err *err) {
+    /* The one place kernels are chosen: the selection engine (runtime/kselect.h). */
+    return kiln_select_callsite(be, cs, out, layout, err);
 }
 
 /* ---- plan binding ---- */
@@ -290,11 +279,8 @@ kiln_status kiln_bind_plan(const kiln_backend *be, const kiln_model *m, kiln_pla
             for (int b = 0; b < KILN_BUCKETS && !st; b++) {
                 bi->site[s].desc.bucket = b;
                 bi->site[s].layout[b] = KILN_WLAYOUT_PLAIN;
-                if (strcmp(be->name, "cpu") == 0)
-                    st = kiln_bind_select_cpu(&bi->site[s].desc, &bi->site[s].fn[b],
-                                              &bi->site[s].layout[b], err);
-                else
-                    st = kiln_bind_callsite(be, &bi->site[s].desc, &bi->site[s].fn[b], err);
+                st = kiln_bind_callsite(be, &bi->site[s].desc, &bi->site[s].fn[b],
+                                        &bi->site[s].layout[b], err);
             }
         for (int s = 0; s < bi->n_sites && !st; s++) st = relayout_weight(out, bi, s, err);
     }
@@ -315,11 +301,14 @@ void kiln_bound_plan_free(kiln_bound_plan *bp) {
 
 kiln_status kiln_exec_run(const kiln_bound_plan *bp, kiln_exec *x, kiln_err *err) {
     const kiln_adapter_fn *ad = bp->be->adapters;
+    x->failed_insn = -1;
     for (int32_t i = 0; i < bp->plan.n_insns; i++) {
         const kiln_bound_insn *bi = &bp->bi[i];
         if (x->counters) x->counters[bi->insn->opcode]++;
+        x->cur_site = -1;
         kiln_status st = ad[bi->insn->opcode](x, bi);
         if (st) {
+            x->failed_insn = x->cur_site >= 0 ? i : -1;
             if (bi->insn->layer >= 0)
                 return kiln_err_wrap(err, st, "%s (layer %d)", kiln_opcode_name(bi->insn->opcode),
                                      (int)bi->insn->layer);

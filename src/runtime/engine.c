@@ -9,6 +9,7 @@
  * plan -> advance sequence lengths.
  */
 #include "runtime/engine.h"
+#include "runtime/kselect.h"
 
 #include "base/log.h"
 #include "base/mem.h"
@@ -322,7 +323,13 @@ kiln_status kiln_engine_step(kiln_engine *e, const kiln_batch_entry *en, int32_t
     x.kv = &e->kv;
     x.counters = e->counters;
     kiln_status st = kiln_exec_run(&e->bp, &x, err);
-    if (st) return st;
+    if (st) {
+        /* circuit breaker: the failing kernel is marked unhealthy and its call sites are
+         * rebound, so the next step runs the next candidate (this step still fails) */
+        if (x.failed_insn >= 0)
+            kiln_plan_kernel_failed(&e->bp, x.failed_insn, x.cur_site, x.bucket, err, NULL);
+        return st;
+    }
     for (int32_t si = 0; si < n_seqs; si++) e->seqs[e->step_seq[si]].kv.len += e->step_count[si];
     return KILN_OK;
 }

@@ -23,6 +23,8 @@ typedef struct kiln_exec {
     kiln_kctx kctx;
     int64_t t; /* tokens in the step */
     int bucket;
+    int cur_site;        /* call site of the kernel being called (circuit breaker) */
+    int32_t failed_insn; /* instruction whose adapter failed, -1 = none          */
     const int32_t *ids, *tok_seq, *tok_pos; /* [t] */
     const kiln_kv_seq *seqs;                /* per sequence of the step */
     int32_t n_seqs;

@@ -291,12 +291,24 @@ static const struct kiln_bpe_cache_slot *cache_find(const kiln_pretok_buf *b, ui
  * is only an accelerator). */
 static void cache_put(kiln_pretok_buf *b, uint64_t h, const char *s, size_t n,
                       const kiln_token *ids, size_t n_ids) {
-    if (!b->cache) {
-        b->cache = calloc(CACHE_MAX_SLOTS, sizeof *b->cache);
-        if (!b->cache) return;
-        b->cache_mask = CACHE_MAX_SLOTS - 1;
+    /* start small (short texts are common: chat turns, the runtime's stop strings) and
+     * double up to CACHE_MAX_SLOTS */
+    size_t slots = b->cache ? b->cache_mask + 1 : 0;
+    if (!b->cache || (b->cache_n + 1) * 2 > slots) {
+        size_t ns = slots ? slots * 2 : 256;
+        if (ns > CACHE_MAX_SLOTS) return; /* full: no more caching in this call */
+        struct kiln_bpe_cache_slot *nc = calloc(ns, sizeof *nc);
+        if (!nc) return;
+        for (size_t i = 0; i < slots; i++) {
+            if (!b->cache[i].hash) continue;
+            size_t j = b->cache[i].hash & (ns - 1);
+            while (nc[j].hash) j = (j + 1) & (ns - 1);
+            nc[j] = b->cache[i];
+        }
+        free(b->cache);
+        b->cache = nc;
+        b->cache_mask = ns - 1;
     }
-    if (b->cache_n * 2 >= CACHE_MAX_SLOTS) return;
     if (!grow((void **)&b->cache_text, &b->cache_text_cap, b->cache_text_len + n, 1) ||
         !grow((void **)&b->cache_ids, &b->cache_ids_cap, b->cache_ids_len + n_ids, sizeof(int32_t)))
         return;
@@ -308,9 +320,9 @@ static void cache_put(kiln_pretok_buf *b, uint64_t h, const char *s, size_t n,
     c->text_len = (uint32_t)n;
     c->ids_off = (uint32_t)b->cache_ids_len;
     c->ids_n = (uint32_t)n_ids;
-    memcpy(b->cache_text + b->cache_text_len, s, n);
+    if (n) memcpy(b->cache_text + b->cache_text_len, s, n);
     b->cache_text_len += n;
-    memcpy(b->cache_ids + b->cache_ids_len, ids, n_ids * sizeof *ids);
+    if (n_ids) memcpy(b->cache_ids + b->cache_ids_len, ids, n_ids * sizeof *ids);
     b->cache_ids_len += n_ids;
     b->cache_n++;
 }
@@ -345,7 +357,7 @@ kiln_status kiln_bpe_tokenize(const kiln_vocab *v, kiln_pretok_buf *pb, const ch
         }
         size_t n0 = out->n;
         KILN_TRY(bpe_piece(v, pb, pb->utf8, a, e, out, err));
-        cache_put(pb, h, s, n, out->ids + n0, out->n - n0);
+        cache_put(pb, h, s, n, out->n > n0 ? out->ids + n0 : NULL, out->n - n0);
     }
     return KILN_OK;
 }

@@ -765,6 +765,10 @@ static int exec_node(jctx *c, jscope *s, const jnode *n) {
         JTRY(eval_args(c, s, call, &args, &kwv));
         if (fn.type != JV_FUNC || !fn.u.fn->macro)
             return jerr(c, n, "call block needs a macro, got '%s'", jv_type_name(fn));
+        if (!fn.u.fn->macro->uses_caller)
+            return jerr(c, n,
+                        "macro '%s' was invoked with two values for the special caller argument",
+                        fn.u.fn->name);
         JTRY(call_macro(c, n, fn.u.fn, args, call->n_items, call->names, kwv, call->n_kw, callerv,
                         &v));
         jv_str_into(c->out, v);

@@ -206,7 +206,7 @@ FILTER(f_center) {
 }
 
 FILTER(f_wordcount) {
-    jv s = S(c, in), l;
+    jv s = S(c, in);
     if (s.type != JV_STR) return jv_oom(c, at);
     int64_t k = 0;
     bool inw = false;
@@ -217,7 +217,6 @@ FILTER(f_wordcount) {
         if (w && !inw) k++;
         inw = w;
     }
-    (void)l;
     *out = jv_int(k);
     return 0;
 }
@@ -641,6 +640,86 @@ FILTER(f_attr) {
     return jinja_getattr(c, at, in, args[0].u.str.s, out);
 }
 
+FILTER(f_truncate) {
+    jv length = jv_int(255), killwords = jv_bool(false), end = jv_str_lit("..."),
+       leeway = jv_int(5);
+    ARG(0, "length", length);
+    ARG(1, "killwords", killwords);
+    ARG(2, "end", end);
+    ARG(3, "leeway", leeway);
+    if (length.type != JV_INT || leeway.type != JV_INT || end.type != JV_STR)
+        return jerr(c, at, "truncate: length and leeway must be integers, end a string");
+    jv s = S(c, in);
+    if (s.type != JV_STR) return jv_oom(c, at);
+    int64_t n = (int64_t)ju_len(s.u.str.s, s.u.str.n),
+            el = (int64_t)ju_len(end.u.str.s, end.u.str.n);
+    if (length.u.i < el)
+        return jerr(c, at, "expected length >= %lld, got %lld", (long long)el,
+                    (long long)length.u.i);
+    if (leeway.u.i < 0) return jerr(c, at, "expected leeway >= 0, got %lld", (long long)leeway.u.i);
+    if (n <= length.u.i + leeway.u.i) {
+        *out = s;
+        return 0;
+    }
+    size_t cut = ju_offset(s.u.str.s, s.u.str.n, (size_t)(length.u.i - el));
+    if (!jv_truthy(killwords)) { /* s[:length - len(end)].rsplit(" ", 1)[0] */
+        size_t k = cut;
+        while (k > 0 && s.u.str.s[k - 1] != ' ') k--;
+        if (k > 0) cut = k - 1;
+    }
+    jbuf b = {0};
+    jbuf_put(&b, s.u.str.s, cut);
+    jbuf_put(&b, end.u.str.s, end.u.str.n);
+    return ret_str(c, at, jv_str_buf(c, &b), out);
+}
+
+/* batch / slice: lists of lists, as generators */
+FILTER(f_batch) {
+    jv count, fill = jv_none();
+    bool has_fill = ARG(1, "fill_with", fill) && fill.type != JV_NONE;
+    if (!ARG(0, "linecount", count) || count.type != JV_INT || count.u.i <= 0)
+        return jerr(c, at, "batch: linecount must be a positive integer");
+    jlist *l;
+    JTRY(jv_iter(c, at, in, &l));
+    jlist *r = jl_new(c, 0), *cur = NULL;
+    if (!r) return jv_oom(c, at);
+    for (size_t i = 0; i < l->n; i++) {
+        if (!cur || (int64_t)cur->n == count.u.i) {
+            if (!(cur = jl_new(c, 0)) || jl_push(c, r, jv_list(cur))) return jv_oom(c, at);
+        }
+        if (jl_push(c, cur, l->items[i])) return jv_oom(c, at);
+    }
+    while (has_fill && cur && (int64_t)cur->n < count.u.i)
+        if (jl_push(c, cur, fill)) return jv_oom(c, at);
+    *out = jv_lazy(r, JL_ITER, "generator");
+    return 0;
+}
+
+FILTER(f_slice) {
+    jv slices, fill = jv_none();
+    bool has_fill = ARG(1, "fill_with", fill) && fill.type != JV_NONE;
+    if (!ARG(0, "slices", slices) || slices.type != JV_INT || slices.u.i <= 0 ||
+        slices.u.i > 1 << 20)
+        return jerr(c, at, "slice: slices must be a positive integer");
+    jlist *l;
+    JTRY(jv_iter(c, at, in, &l));
+    int64_t n = (int64_t)l->n, per = n / slices.u.i, extra = n % slices.u.i, offset = 0;
+    jlist *r = jl_new(c, 0);
+    if (!r) return jv_oom(c, at);
+    for (int64_t i = 0; i < slices.u.i; i++) {
+        int64_t start = offset + i * per;
+        if (i < extra) offset++;
+        int64_t end = offset + (i + 1) * per;
+        jlist *t = jl_new(c, 0);
+        if (!t || jl_push(c, r, jv_list(t))) return jv_oom(c, at);
+        for (int64_t k = start; k < end; k++)
+            if (jl_push(c, t, l->items[k])) return jv_oom(c, at);
+        if (has_fill && i >= extra && jl_push(c, t, fill)) return jv_oom(c, at);
+    }
+    *out = jv_lazy(r, JL_ITER, "generator");
+    return 0;
+}
+
 /* ---- numbers ----------------------------------------------------------------------- */
 
 static bool parse_int_str(const char *s, size_t n, int64_t base, int64_t *out) {
@@ -651,6 +730,21 @@ static bool parse_int_str(const char *s, size_t n, int64_t base, int64_t *out) {
     bool neg = false;
     if (i < n && (s[i] == '+' || s[i] == '-')) neg = s[i++] == '-';
     if (i >= n) return false;
+    /* base prefixes: 0x/0o/0b are allowed when they match the base; base 0 picks one */
+    if (i + 1 < n && s[i] == '0') {
+        char p = (char)(s[i + 1] | 32);
+        int64_t pb = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+        if (pb && (base == pb || base == 0)) {
+            base = pb;
+            i += 2;
+            if (i < n && s[i] == '_') i++;
+        }
+    }
+    if (base == 0) {
+        if (n - i > 1 && s[i] == '0') return false; /* Python: no leading zeros in base 0 */
+        base = 10;
+    }
+    if (base < 2 || base > 36 || i >= n) return false;
     int64_t v = 0;
     bool any = false;
     for (; i < n; i++) {
@@ -670,6 +764,9 @@ static bool parse_float_str(const char *s, double *out) {
     char *end;
     while (*s == ' ' || (*s >= '\t' && *s <= '\r')) s++;
     if (!*s) return false;
+    /* Python float(): decimal only (strtod would also take hex) */
+    for (const char *p = s; *p; p++)
+        if (*p == 'x' || *p == 'X' || *p == 'p' || *p == 'P') return false;
     double v = strtod(s, &end);
     while (*end == ' ' || (*end >= '\t' && *end <= '\r')) end++;
     if (*end) return false;
@@ -958,6 +1055,9 @@ static const struct {
     jfilter_fn fn;
 } filters[] = {
     {"abs", f_abs},
+    {"batch", f_batch},
+    {"slice", f_slice},
+    {"truncate", f_truncate},
     {"attr", f_attr},
     {"capitalize", f_capitalize},
     {"center", f_center},

@@ -117,15 +117,15 @@ static void json_str(jbuf *b, const char *s, size_t n, bool ascii) {
             if (ascii && ch >= 0x7f) {
                 uint32_t cp = ch;
                 int k = 1;
-                if (ch >= 0xF0 && i + 3 < n + 0 && i + 3 <= n - 1) {
+                if (ch >= 0xF0 && i + 3 < n) {
                     cp = ((uint32_t)(ch & 7) << 18) | ((uint32_t)(s[i + 1] & 0x3F) << 12) |
                          ((uint32_t)(s[i + 2] & 0x3F) << 6) | (uint32_t)(s[i + 3] & 0x3F);
                     k = 4;
-                } else if (ch >= 0xE0 && i + 2 <= n - 1) {
+                } else if (ch >= 0xE0 && i + 2 < n) {
                     cp = ((uint32_t)(ch & 15) << 12) | ((uint32_t)(s[i + 1] & 0x3F) << 6) |
                          (uint32_t)(s[i + 2] & 0x3F);
                     k = 3;
-                } else if (ch >= 0xC0 && i + 1 <= n - 1) {
+                } else if (ch >= 0xC0 && i + 1 < n) {
                     cp = ((uint32_t)(ch & 31) << 6) | (uint32_t)(s[i + 1] & 0x3F);
                     k = 2;
                 }

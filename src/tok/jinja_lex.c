@@ -13,6 +13,7 @@
  * - `{% raw %}...{% endraw %}` becomes data.
  */
 #include "tok/jinja_int.h"
+#include "base/utf8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,20 +68,36 @@ static jtok *lx_push(lexer *L, int type, int line, int col, const char *text, si
     return t;
 }
 
-static bool is_ws(char ch) {
-    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
+static bool py_space_cp(uint32_t cp) {
+    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
+           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+/* Byte length of the Python whitespace character (str.isspace, regex \s) at s[p], or 0. */
+static size_t ws_at(const char *s, size_t n, size_t p) {
+    unsigned char c = (unsigned char)s[p];
+    if (c < 0x80) return py_space_cp(c) ? 1 : 0;
+    uint32_t cp;
+    int k = kiln_utf8_decode((const uint8_t *)s + p, n - p, &cp);
+    return k > 0 && py_space_cp(cp) ? (size_t)k : 0;
 }
 
 static size_t skip_ws(const char *s, size_t n, size_t p) {
-    while (p < n && is_ws(s[p])) p++;
+    size_t k;
+    while (p < n && (k = ws_at(s, n, p)) > 0) p += k;
     return p;
 }
 
-/* Length of text after rstrip() (Python's whitespace, ASCII part). */
+/* Length of text after Python's str.rstrip(). */
 static size_t rstrip_len(const char *s, size_t n) {
-    while (n > 0 && (is_ws(s[n - 1]) ||
-                     ((unsigned char)s[n - 1] >= 0x1c && (unsigned char)s[n - 1] <= 0x1f)))
-        n--;
+    while (n > 0) {
+        size_t p = n - 1;
+        while (p > 0 && ((unsigned char)s[p] & 0xC0) == 0x80 && n - p < 4) p--;
+        size_t k = ws_at(s, n, p);
+        if (k == 0 || p + k != n) break;
+        n = p;
+    }
     return n;
 }
 
@@ -263,8 +280,9 @@ static int lex_tag(lexer *L, bool is_var, bool *line_starting) {
                 return 0;
             }
         }
-        if (is_ws(s[p])) {
-            lx_goto(L, p + 1);
+        size_t wk = ws_at(s, L->n, p);
+        if (wk) {
+            lx_goto(L, p + wk);
             continue;
         }
         int line = L->line, col = L->col;

@@ -25,6 +25,12 @@
  *   char *s; size_t n;
  *   kiln_detokenize(v, t.ids, t.n, 0, &s, &n, &e);  ... free(s);
  *   kiln_tokens_free(&t);  kiln_vocab_free(v);
+ *
+ * Streaming generated tokens to a user (kiln run, SSE):
+ *   kiln_detok_stream *ds;  kiln_detok_stream_create(v, false, &ds, &e);
+ *   for each sampled id:  if (kiln_vocab_is_eog(v, id)) break;
+ *                         kiln_detok_stream_push(ds, id, &txt, &len, &e); emit(txt, len);
+ *   kiln_detok_stream_flush(ds, &txt, &len); emit(txt, len);  kiln_detok_stream_free(ds);
  */
 #ifndef KILN_TOK_TOK_H
 #define KILN_TOK_TOK_H

@@ -89,6 +89,8 @@ typedef struct kiln_pre_info {
     int clean_spaces, ignore_merges, add_bos, escape_ws; /* -1 = family default */
 } kiln_pre_info;
 
+/* The i-th supported tokenizer.ggml.pre name, NULL past the end (tests, docs). */
+const char *kiln_pre_name_at(size_t i);
 /* Looks up a tokenizer.ggml.pre name; NULL when kiln does not support it. */
 const kiln_pre_info *kiln_pre_lookup(const char *name);
 kiln_status kiln_pretok_init(kiln_pretok *p, int regex_set, kiln_err *err);
@@ -175,6 +177,10 @@ struct kiln_vocab {
     char *piece_blob;
     uint64_t *piece_off_len;
 };
+
+/* kiln_tokenize flag for tests: always use the per-token scan of the special-token
+ * partition (tokenize.c), so both of its paths can be checked against the goldens. */
+#define KILN_TOK_TEST_SCAN_PARTITION (1u << 30)
 
 /* Algorithms (spm.c, bpe.c): append the ids of one raw fragment. */
 kiln_status kiln_spm_tokenize(const kiln_vocab *v, kiln_pretok_buf *pb, const char *text,

@@ -29,18 +29,44 @@ static bool eligible(const kiln_vocab *v, int32_t t, bool parse_special) {
     return parse_special || !(v->attr[t] & (KILN_TOKEN_ATTR_CONTROL | KILN_TOKEN_ATTR_UNKNOWN));
 }
 
+/* Fills mark[0..len) (FREE / TAKEN / DROPPED) and tok_at[] (token starting at pos, or
+ * -1) for the accepted special tokens. */
 static inline bool c_isspace(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
 
-/* Fills mark[0..len) (FREE / TAKEN / DROPPED) and tok_at[] (token starting at pos, or
- * -1) for the accepted special tokens. */
-static kiln_status partition(const kiln_vocab *v, const char *text, size_t len, bool parse_special,
-                             uint8_t *mark, int32_t *tok_at, kiln_err *err) {
-    occ *o = NULL;
-    size_t n = 0, cap = 0;
+/* Accepts token t at p: marks it taken and applies its lstrip/rstrip; returns where the
+ * next search for the same token may start. */
+static size_t accept(const kiln_vocab *v, const char *text, size_t len, uint8_t *mark,
+                     int32_t *tok_at, int32_t t, size_t p, size_t tl) {
+    memset(mark + p, TAKEN, tl);
+    tok_at[p] = t;
+    size_t next = p + tl;
+    uint32_t a = v->attr[t];
+    if (a & KILN_TOKEN_ATTR_LSTRIP)
+        for (size_t j = p; j > 0 && mark[j - 1] == FREE && c_isspace(text[j - 1]); j--)
+            mark[j - 1] = DROPPED;
+    if (a & KILN_TOKEN_ATTR_RSTRIP)
+        for (; next < len && mark[next] == FREE && c_isspace(text[next]); next++)
+            mark[next] = DROPPED;
+    return next;
+}
+
+/* The same partition the way llama.cpp computes it: for each special token present, in
+ * order of precedence, search every free region left to right. Used when the text has
+ * so many overlapping occurrences (long runs of a repeated user-defined token such as
+ * "\n") that listing them all would take too much memory. */
+static kiln_status partition_scan(const kiln_vocab *v, const char *text, size_t len,
+                                  bool parse_special, uint8_t *mark, int32_t *tok_at,
+                                  kiln_err *err) {
+    uint8_t *seen = calloc(v->n_special ? v->n_special : 1, 1);
+    int32_t *by_rank = malloc(sizeof(int32_t) * (v->n_special ? v->n_special : 1));
+    if (!seen || !by_rank) {
+        free(seen);
+        free(by_rank);
+        return kiln_err_set(err, KILN_ERR_NOMEM, "special tokens: out of memory");
+    }
     for (size_t i = 0; i < len; i++) {
-        tok_at[i] = -1;
         if (!v->trie_first[(uint8_t)text[i]]) continue;
         uint32_t node = 0;
         for (size_t j = i; j < len; j++) {
@@ -50,6 +76,61 @@ static kiln_status partition(const kiln_vocab *v, const char *text, size_t len, 
             node = (uint32_t)child;
             int32_t t = v->trie_tok[node];
             if (t >= 0 && eligible(v, t, parse_special)) {
+                seen[v->special_rank[t]] = 1;
+                by_rank[v->special_rank[t]] = t;
+            }
+        }
+    }
+    memset(mark, FREE, len);
+    for (size_t i = 0; i < len; i++) tok_at[i] = -1;
+    for (size_t r = 0; r < v->n_special; r++) {
+        if (!seen[r]) continue;
+        int32_t t = by_rank[r];
+        kiln_str ts = kiln_strtab_get(&v->str, t);
+        for (size_t i = 0; i < len;) {
+            if (mark[i] != FREE) {
+                i++;
+                continue;
+            }
+            size_t end = i;
+            while (end < len && mark[end] == FREE) end++;
+            /* search [i, end); an accepted match may shrink the region (rstrip) */
+            size_t p = i;
+            while (p + ts.len <= end) {
+                const char *f = memmem(text + p, end - p, ts.ptr, ts.len);
+                if (!f) break;
+                size_t q = (size_t)(f - text);
+                p = accept(v, text, len, mark, tok_at, t, q, ts.len);
+            }
+            i = end;
+        }
+    }
+    free(seen);
+    free(by_rank);
+    return KILN_OK;
+}
+
+static kiln_status partition(const kiln_vocab *v, const char *text, size_t len, bool parse_special,
+                             bool force_scan, uint8_t *mark, int32_t *tok_at, kiln_err *err) {
+    occ *o = NULL;
+    size_t n = 0, cap = 0;
+    size_t budget = 4 * len + 4096; /* occurrences listed before switching to the scan */
+    if (force_scan) return partition_scan(v, text, len, parse_special, mark, tok_at, err);
+    for (size_t i = 0; i < len; i++) tok_at[i] = -1;
+    for (size_t i = 0; i < len; i++) {
+        if (!v->trie_first[(uint8_t)text[i]]) continue;
+        uint32_t node = 0;
+        for (size_t j = i; j < len; j++) {
+            uint64_t child;
+            if (!kiln_u64map_get(&v->trie, ((uint64_t)node << 8 | (uint8_t)text[j]) + 1, &child))
+                break;
+            node = (uint32_t)child;
+            int32_t t = v->trie_tok[node];
+            if (t >= 0 && eligible(v, t, parse_special)) {
+                if (n == budget) {
+                    free(o);
+                    return partition_scan(v, text, len, parse_special, mark, tok_at, err);
+                }
                 if (n == cap) {
                     size_t nc = cap ? cap * 2 : 64;
                     occ *no = realloc(o, nc * sizeof *no);
@@ -95,18 +176,7 @@ static kiln_status partition(const kiln_vocab *v, const char *text, size_t len, 
         bool free_span = true;
         for (size_t j = p; j < p + tl && free_span; j++) free_span = mark[j] == FREE;
         if (!free_span) continue;
-        memset(mark + p, TAKEN, tl);
-        tok_at[p] = cur;
-        last_end = p + tl;
-        uint32_t a = v->attr[cur];
-        if (a & KILN_TOKEN_ATTR_LSTRIP)
-            for (size_t j = p; j > 0 && mark[j - 1] == FREE && c_isspace(text[j - 1]); j--)
-                mark[j - 1] = DROPPED;
-        if (a & KILN_TOKEN_ATTR_RSTRIP) {
-            size_t j = p + tl;
-            for (; j < len && mark[j] == FREE && c_isspace(text[j]); j++) mark[j] = DROPPED;
-            last_end = j;
-        }
+        last_end = accept(v, text, len, mark, tok_at, cur, p, tl);
     }
     free(o);
     return KILN_OK;
@@ -168,7 +238,8 @@ kiln_status kiln_tokenize(const kiln_vocab *v, const char *text, size_t len, uns
             st = kiln_err_set(err, KILN_ERR_NOMEM, "tokenize %zu bytes: out of memory", len);
             goto done;
         }
-        st = partition(v, text, len, parse_special, mark, tok_at, err);
+        st = partition(v, text, len, parse_special, flags & KILN_TOK_TEST_SCAN_PARTITION, mark,
+                       tok_at, err);
         if (st) goto done;
     }
     if (add_special && v->add_bos && !kiln_tokens_push(out, v->bos)) goto oom;

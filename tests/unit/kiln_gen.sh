@@ -17,6 +17,8 @@ for fam in llama qwen2 qwen3 gemma3; do
     [ "$sz" -gt 100000 ] && [ "$sz" -lt 8000000 ] || fail "$fam $ty: size $sz"
   done
 done
+# the Q4_K_M mix: mixed tensor types, llama.cpp's file type 15
+"$GEN" -q -f llama -t q4_K_M --layers 8 -o "$T/m.gguf" || fail "q4_K_M"
 # HF layout
 for fam in llama qwen2 qwen3 gemma3; do
   "$GEN" -q -f "$fam" -t bf16 --format hf -o "$T/hf-$fam" || fail "hf $fam"

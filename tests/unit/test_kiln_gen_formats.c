@@ -68,7 +68,7 @@ static void compare(const char *family) {
         char k[128];
         snprintf(k, sizeof k, "%s.%s", family, keys[i]);
         if (!kiln_meta_has(gm, k)) continue;
-        uint32_t a, b;
+        uint32_t a = 0, b = 0;
         kiln_err e;
         if (kiln_meta_get_u32(gm, k, &a, &e) || kiln_meta_get_u32(hm, k, &b, &e))
             fail_msg("%s: %s", k, e.msg);
@@ -82,7 +82,7 @@ static void compare(const char *family) {
         char k[128];
         snprintf(k, sizeof k, "%s.%s", family, fkeys[i]);
         if (!kiln_meta_has(gm, k)) continue;
-        float a, b;
+        float a = 0, b = 0;
         kiln_err e;
         if (kiln_meta_get_f32(gm, k, &a, &e) || kiln_meta_get_f32(hm, k, &b, &e))
             fail_msg("%s: %s", k, e.msg);

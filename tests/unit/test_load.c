@@ -593,6 +593,49 @@ static kiln_status dummy_run(uint32_t src, int64_t ne0, uint32_t fixup, const vo
     return KILN_OK;
 }
 
+static kiln_status failing_plan(uint32_t src, int64_t ne0, int64_t n_rows, uint32_t fixup,
+                                uint32_t *out_dtype, uint64_t *out_row_bytes, kiln_err *err) {
+    return kiln_layout_find("f32")->plan(src, ne0, n_rows, fixup, out_dtype, out_row_bytes, err);
+}
+static kiln_status failing_run(uint32_t src, int64_t ne0, uint32_t fixup, const void *in,
+                               int64_t n_rows, void *dst, kiln_err *err) {
+    if (src == KILN_DTYPE_F32) return kiln_err_set(err, KILN_ERR_IO, "simulated failure");
+    return kiln_layout_find("f32")->run(src, ne0, fixup, in, n_rows, dst, err);
+}
+
+static kiln_load_target failing_target(void *user, const kiln_tensor_info *t) {
+    (void)user;
+    kiln_load_target tg = {KILN_PLACE_HOST, 0, NULL, false};
+    if (t->dtype == KILN_DTYPE_F16 || t->dtype == KILN_DTYPE_F32) tg.layout = "test_failing";
+    return tg;
+}
+
+/* A failing tensor fails the load, naming lane and tensor; tensors finished before it
+ * stay committed; nothing is retried on another lane. */
+static void test_failure_commits(void **state) {
+    (void)state;
+    static const kiln_layout failing = {"test_failing", "fails on f32", 1, failing_plan,
+                                        failing_run};
+    kiln_err e;
+    if (!kiln_layout_find("test_failing"))
+        assert_int_equal(kiln_layout_register(&failing, &e), KILN_OK);
+    kiln_load_request req;
+    kiln_load_request_init(&req);
+    req.target_for = failing_target;
+    req.threads = 1; /* chunks in file order: token_embd (f16) before blk.1.attn_q (f32) */
+    kiln_load_plan *p = NULL;
+    assert_int_equal(kiln_load_plan_build(mf, &req, &p, &e), KILN_OK);
+    assert_int_equal(kiln_load_execute(p, &e), KILN_ERR_IO);
+    assert_non_null(strstr(e.msg, "lane transform"));
+    assert_non_null(strstr(e.msg, "blk.1.attn_q.weight"));
+    assert_non_null(strstr(e.msg, "simulated failure"));
+    assert_true(kiln_load_plan_find(p, "token_embd.weight")->done);
+    assert_false(kiln_load_plan_find(p, "blk.1.attn_q.weight")->done);
+    assert_int_equal(kiln_load_plan_find(p, "blk.1.attn_q.weight")->lane, KILN_LANE_TRANSFORM);
+    assert_int_equal(kiln_load_execute(p, &e), KILN_ERR_STATE); /* a plan runs once */
+    kiln_load_plan_free(p);
+}
+
 /* A layout registered from outside (as the kernel layer will) is used like a built-in. */
 static void test_registry(void **state) {
     (void)state;
@@ -625,6 +668,7 @@ int main(void) {
         cmocka_unit_test(test_unsupported_refused),
         cmocka_unit_test(test_fixup),
         cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_failure_commits),
         cmocka_unit_test(test_families),
         cmocka_unit_test(test_upload),
     };

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_select_cli.sh — CLI contracts of the kernel tools: `kiln kernels` lists the
 # registry with availability; a bad policy file is rejected with its line number;
-# `kiln explain` / `kiln solve` on the real model (skipped when it is not cached).
+# `kiln explain` / `kiln solve` / `kiln run --dispatch` on the real model (skipped when it
+# is not cached).
 set -u
 KILN=$1
 fail() { echo "FAIL: $*"; exit 1; }
@@ -30,11 +31,19 @@ printf 'strict: false\nlocks:\n  matmull: x\n' >"$tmp/bad.yaml"
 err=$(KILN_POLICY="$tmp/bad.yaml" "$KILN" explain -m "$model" 2>&1) && fail "bad policy accepted"
 grep -q "bad.yaml:3: locks: unknown op 'matmull'" <<<"$err" || fail "policy error lacks line: $err"
 
-out=$("$KILN" explain -m "$model" --site 'blk.0.attn_q' --perfdb "$tmp/none.sqlite") || fail "explain: $out"
-grep -q 'blk.0.attn_q \[matmul; q5_0, n=1024 k=640\]' <<<"$out" || fail "explain output: $out"
+out=$("$KILN" explain -m "$model" --site 'blk.0.attn.q' --perfdb "$tmp/none.sqlite") || fail "explain: $out"
+grep -q 'blk.0.attn.q \[matmul; q5_0, n=1024 k=640\] (plan insn' <<<"$out" || fail "explain output: $out"
 grep -q -- '-> ' <<<"$out" || fail "no chosen kernel: $out"
 grep -q 'openblas.sgemm.matmul.f32 .*rejected: DTYPE_UNSUPPORTED' <<<"$out" || fail "no reasons: $out"
 # avoid through the environment shows up as POLICY_AVOIDED
-out=$(KILN_AVOID=openblas "$KILN" explain -m "$model" --site 'blk.0.attn_q' --perfdb "$tmp/none.sqlite")
+out=$(KILN_AVOID=openblas "$KILN" explain -m "$model" --site 'blk.0.attn.q' --perfdb "$tmp/none.sqlite")
 grep -q 'openblas.sgemm.matmul.dq .*POLICY_AVOIDED' <<<"$out" || fail "KILN_AVOID ignored: $out"
+# solve -> run --dispatch uses the table silently; on another backend it warns and selects
+"$KILN" solve -m "$model" -o "$tmp/table.json" --perfdb "$tmp/none.sqlite" >/dev/null || fail "solve"
+grep -q '"schema": "kiln.dispatch"' "$tmp/table.json" || fail "solve wrote no table"
+grep -q '"registry"' "$tmp/table.json" || fail "no signature"
+err=$("$KILN" run -m "$model" -p "Hi" -n 1 --temp 0 --backend cpu --dispatch "$tmp/table.json" 2>&1 >/dev/null)
+grep -q "not used" <<<"$err" && fail "baked table rejected on its own machine: $err"
+err=$("$KILN" run -m "$model" -p "Hi" -n 1 --temp 0 --backend ref --dispatch "$tmp/table.json" 2>&1 >/dev/null)
+grep -q 'not used (signature differs: backend' <<<"$err" || fail "no warning for another backend: $err"
 echo ok

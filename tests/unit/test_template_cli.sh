@@ -18,6 +18,16 @@ if [ -f "$tpl" ]; then
 else
   echo "SKIP render check: $tpl missing (KILN_SHARED_DIR)"
 fi
+# -m: the template (and BOS/EOS) from GGUF metadata; --name picks a variant
+gguf=$data/qwen25-template.gguf
+"$kiln" template -m "$gguf" --messages "$data/messages.json" --tools "$data/tools.json" \
+  --add-generation-prompt >"$tmp/out" 2>"$tmp/err" || { echo "FAIL: -m render exit $?"; cat "$tmp/err"; fail=1; }
+cmp "$tmp/out" "$data/expected-qwen25-tool_call.txt" || { echo "FAIL: -m rendering differs from jinja2"; fail=1; }
+out=$("$kiln" template -m "$gguf" --name tool_use --messages "$data/messages.json" --tools "$data/tools.json")
+[ "$out" = "<|im_start|>tools=1<|im_end|>" ] || { echo "FAIL: --name tool_use gave '$out'"; fail=1; }
+"$kiln" template -m "$gguf" --name nope --messages "$data/messages.json" >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "no metadata key 'tokenizer.chat_template.nope' (named templates: tool_use)" "$tmp/err" ||
+  { echo "FAIL: missing variant message:"; cat "$tmp/err"; fail=1; }
 printf '[{"role": "user", "content": "hi"}]' >"$tmp/m.json"
 printf 'line one\n{{ messages[0].content | nosuch }}' >"$tmp/bad.jinja"
 "$kiln" template --template "$tmp/bad.jinja" --messages "$tmp/m.json" >/dev/null 2>"$tmp/err"

@@ -6,6 +6,7 @@
 #include "base/utf8.h"
 #include "testutil.h"
 #include "tok/tok.h"
+#include "tok/tok_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,12 +55,12 @@ static int teardown(void **state) {
     return 0;
 }
 
-static void check(const char *name, const char *ids_suffix, unsigned flags) {
+static void check1(const char *name, const char *ids_suffix, unsigned flags) {
     if (!g_vocab) skip();
     char tp[1024], ip[1024];
     snprintf(tp, sizeof tp, "%s/tests/data/tok/gemma3/%s.txt", kt_source_dir(), name);
     snprintf(ip, sizeof ip, "%s/tests/data/tok/gemma3/%s%s", kt_source_dir(), name, ids_suffix);
-    size_t tn, in;
+    size_t tn = 0, in = 0;
     char *text = read_file(tp, &tn), *ids = read_file(ip, &in);
     assert_non_null(text);
     assert_non_null(ids);
@@ -78,7 +79,9 @@ static void check(const char *name, const char *ids_suffix, unsigned flags) {
     }
     assert_int_equal(t.n, k);
     assert_true(k > 1000);
-    if (kiln_utf8_valid(text, tn, NULL) && !(flags & KILN_TOK_PARSE_SPECIAL)) {
+    assert_true(t.n > 0);
+    if (kiln_utf8_valid(text, tn, NULL) && !(flags & KILN_TOK_PARSE_SPECIAL) &&
+        !(flags & KILN_TOK_TEST_SCAN_PARTITION)) {
         char *back;
         size_t bl;
         assert_int_equal(
@@ -91,6 +94,12 @@ static void check(const char *name, const char *ids_suffix, unsigned flags) {
     kiln_tokens_free(&t);
     free(text);
     free(ids);
+}
+
+/* Each file twice: the partition's trie path and its per-token scan must agree. */
+static void check(const char *name, const char *ids_suffix, unsigned flags) {
+    check1(name, ids_suffix, flags);
+    check1(name, ids_suffix, flags | KILN_TOK_TEST_SCAN_PARTITION);
 }
 
 static void test_english(void **s) {
@@ -113,6 +122,14 @@ static void test_mixed(void **s) {
 }
 static void test_mixed_special(void **s) {
     (void)s, check("mixed", ".special.ids", KILN_TOK_PARSE_SPECIAL);
+}
+/* long runs: so many overlapping special-token matches that kiln switches to its
+ * per-token scan of the partition */
+static void test_runs(void **s) {
+    (void)s, check("runs", ".ids", 0);
+}
+static void test_runs_special(void **s) {
+    (void)s, check("runs", ".special.ids", KILN_TOK_PARSE_SPECIAL);
 }
 
 /* Metadata the runtime relies on. */
@@ -143,7 +160,8 @@ int main(void) {
         cmocka_unit_test(test_english),       cmocka_unit_test(test_code),
         cmocka_unit_test(test_cjk),           cmocka_unit_test(test_emoji),
         cmocka_unit_test(test_spaces),        cmocka_unit_test(test_mixed),
-        cmocka_unit_test(test_mixed_special), cmocka_unit_test(test_specials),
+        cmocka_unit_test(test_mixed_special), cmocka_unit_test(test_runs),
+        cmocka_unit_test(test_runs_special),  cmocka_unit_test(test_specials),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

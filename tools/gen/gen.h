@@ -40,7 +40,8 @@ typedef struct gen_config {
     int64_t bos_id, eos_id; /* from the vocabulary (-1: none) */
     bool vocab_from_file;
     uint64_t seed;
-    uint32_t type; /* requested weight dtype */
+    uint32_t type; /* requested weight dtype (the base type of a mix) */
+    bool mix_m;    /* llama-quantize's Q4_K_M / Q5_K_M layer mix (type is q4_K / q5_K) */
 } gen_config;
 
 typedef enum gen_init {
@@ -88,7 +89,7 @@ void gen_row_hf(const gen_tensor *t, int64_t row, float *out);
 /* The GGUF row `row` of t as f32 (q/k permutation and Gemma's +1 applied). */
 void gen_row_gguf(const gen_tensor *t, int64_t row, float *out);
 /* llama.cpp's general.file_type for a requested type. */
-uint32_t gen_file_type(uint32_t dtype);
+uint32_t gen_file_type(const gen_config *c);
 uint64_t gen_param_count(const gen_model *m);
 
 /* ---- vocab.c ---- */
@@ -102,6 +103,7 @@ typedef struct gen_vocab {
     int64_t bos_id, eos_id, unk_id; /* -1 when absent */
     char model[32];                 /* tokenizer.ggml.model: "llama" (SPM), "gpt2" (BPE) */
     char pre[64];                   /* tokenizer.ggml.pre */
+    bool add_bos, add_space_prefix; /* tokenizer.ggml.add_bos_token / add_space_prefix */
     char **merges;                  /* BPE merges "a b" (n_merges), or NULL */
     size_t *merge_lens, n_merges;
     struct kiln_gguf *src; /* the vocab file, kept open: its tokenizer.* keys are copied */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 static void usage(FILE *f) {
@@ -128,10 +129,17 @@ int main(int argc, char **argv) {
         return 2;
     }
     kiln_dtype type;
-    if (!kiln_dtype_from_name(type_s, &type)) return bad("unknown --type", type_s);
+    bool mix_m = false;
+    if (strcasecmp(type_s, "q4_K_M") == 0 || strcasecmp(type_s, "q5_K_M") == 0) {
+        type = type_s[1] == '4' ? KILN_DTYPE_Q4_K : KILN_DTYPE_Q5_K;
+        mix_m = true;
+    } else if (!kiln_dtype_from_name(type_s, &type)) {
+        return bad("unknown --type", type_s);
+    }
     if (hf && type != KILN_DTYPE_F32 && type != KILN_DTYPE_F16 && type != KILN_DTYPE_BF16)
         return bad("--format hf stores f32, f16 or bf16", type_s);
     c->type = type;
+    c->mix_m = mix_m;
     c->seed = (uint64_t)seed;
     int64_t *targets[] = {&c->n_layer,   &c->n_embd,   &c->n_ff,    &c->n_head,
                           &c->n_head_kv, &c->head_dim, &c->n_vocab, &c->n_ctx};

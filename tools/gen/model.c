@@ -224,6 +224,37 @@ static float matrix_std(int64_t fan_in) {
     return 0.02f * (fan_in < 512 ? sqrtf(512.0f / (float)fan_in) : 1.0f);
 }
 
+/* llama-quantize's use_more_bits: the first and last eighth of the layers and every
+ * third layer in between */
+static bool more_bits(int64_t i, int64_t n) {
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+/* The Q4_K_M / Q5_K_M recipe of llama-quantize (llama_tensor_get_type, no imatrix,
+ * dense models): lm_head (or the tied embedding) q6_K, attn_v and ffn_down q6_K in the
+ * more_bits layers, the rest the base type; then the usual fallback for rows that are not
+ * a multiple of 256 (q6_K -> q8_0, q4_K -> q5_0, q5_K -> q5_1). On gemma3-270m this gives
+ * exactly the type layout of the published Q4_K_M file. */
+static void apply_mix_m(gen_model *m) {
+    const gen_config *c = &m->cfg;
+    for (size_t i = 0; i < m->n_t; i++) {
+        gen_tensor *t = &m->t[i];
+        if (t->rank != 2) continue;
+        uint32_t want = c->type;
+        long long layer;
+        char what[48];
+        if (strcmp(t->gguf_name, "output.weight") == 0 ||
+            (c->tied && strcmp(t->gguf_name, "token_embd.weight") == 0)) {
+            want = KILN_DTYPE_Q6_K;
+        } else if (sscanf(t->gguf_name, "blk.%lld.%47[a-z_]", &layer, what) == 2 &&
+                   (strcmp(what, "attn_v") == 0 || strcmp(what, "ffn_down") == 0) &&
+                   more_bits(layer, c->n_layer)) {
+            want = KILN_DTYPE_Q6_K;
+        }
+        t->gguf_type = matrix_type(want, t->ne[0]);
+    }
+}
+
 kiln_status gen_model_build(gen_model *m, kiln_err *err) {
     const gen_config *c = &m->cfg;
     builder b = {m, 0, false};
@@ -303,6 +334,7 @@ kiln_status gen_model_build(gen_model *m, kiln_err *err) {
         gen_model_free(m);
         return kiln_err_set(err, KILN_ERR_NOMEM, "building the tensor list");
     }
+    if (c->mix_m) apply_mix_m(m);
     return KILN_OK;
 }
 
@@ -360,8 +392,9 @@ void gen_row_gguf(const gen_tensor *t, int64_t row, float *out) {
         for (int64_t i = 0; i < t->ne[0]; i++) out[i] = 1.0f + out[i];
 }
 
-uint32_t gen_file_type(uint32_t dtype) {
-    switch (dtype) {
+uint32_t gen_file_type(const gen_config *c) {
+    if (c->mix_m) return c->type == KILN_DTYPE_Q4_K ? 15 : 17; /* Q4_K_M, Q5_K_M */
+    switch (c->type) {
     case KILN_DTYPE_F32:
         return 0;
     case KILN_DTYPE_F16:

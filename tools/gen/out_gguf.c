@@ -73,9 +73,9 @@ static kiln_status put_hparams(kiln_gguf_writer *w, const gen_config *c, kiln_er
         TRY(kiln_gguf_writer_set_u32(w, KEY("attention.sliding_window_pattern"),
                                      (uint32_t)c->swa_pattern, err));
     }
-    TRY(kiln_gguf_writer_set_u32(w, "general.file_type", gen_file_type(c->type), err));
-    if (kiln_dtype_get(c->type)->quantized)
-        TRY(kiln_gguf_writer_set_u32(w, "general.quantization_version", 2, err));
+    TRY(kiln_gguf_writer_set_u32(w, "general.file_type", gen_file_type(c), err));
+    /* the converter writes it for every file, quantized or not */
+    TRY(kiln_gguf_writer_set_u32(w, "general.quantization_version", 2, err));
 #undef KEY
     return KILN_OK;
 }

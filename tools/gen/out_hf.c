@@ -47,7 +47,9 @@ static json_t *config_json(const gen_model *m) {
     json_object_set_new(j, "num_hidden_layers", json_integer(c->n_layer));
     json_object_set_new(j, "num_attention_heads", json_integer(c->n_head));
     json_object_set_new(j, "num_key_value_heads", json_integer(c->n_head_kv));
-    json_object_set_new(j, "head_dim", json_integer(c->head_dim));
+    /* as the public configs: qwen3 and gemma3 state head_dim, llama and qwen2 derive it */
+    if (c->family == GEN_QWEN3 || c->family == GEN_GEMMA3 || c->head_dim * c->n_head != c->n_embd)
+        json_object_set_new(j, "head_dim", json_integer(c->head_dim));
     json_object_set_new(j, "max_position_embeddings", json_integer(c->n_ctx));
     json_object_set_new(j, "rms_norm_eps", jfloat(c->norm_eps));
     json_object_set_new(j, "rope_theta", jfloat(c->rope_theta));
@@ -440,9 +442,7 @@ kiln_status gen_write_hf(gen_model *m, const gen_vocab *v, const char *dir, uint
     KILN_TRY(write_text(dir, "generation_config.json", gc, err));
 
     /* add_bos / add_space_prefix as the vocabulary's GGUF says (builtin: SPM defaults) */
-    bool add_bos = true, space_prefix = true;
-    if (!v->builtin && strcmp(v->model, "gpt2") == 0) add_bos = false, space_prefix = false;
-    if (c->family == GEN_GEMMA3 && !v->builtin) space_prefix = false;
+    const bool add_bos = v->add_bos, space_prefix = v->add_space_prefix;
     kiln_status st;
     json_t *tj = tokenizer_json(v, add_bos, space_prefix, err, &st);
     if (st) return st;

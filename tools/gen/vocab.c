@@ -101,6 +101,7 @@ kiln_status gen_vocab_builtin(size_t n, gen_vocab *v, kiln_err *err) {
     v->unk_id = 0, v->bos_id = 1, v->eos_id = 2;
     snprintf(v->model, sizeof v->model, "llama");
     snprintf(v->pre, sizeof v->pre, "default");
+    v->add_bos = v->add_space_prefix = true;
     if (!b.oom) {
         push(&b, "<unk>", 5, 0, 2);
         push(&b, "<s>", 3, 0, 3);
@@ -218,6 +219,13 @@ kiln_status gen_vocab_from_gguf(const char *path, gen_vocab *v, kiln_err *err) {
     snprintf(v->model, sizeof v->model, "%.*s", (int)s.len, s.ptr);
     if ((st = kiln_meta_opt_str(m, "tokenizer.ggml.pre", "default", &s, err))) goto fail;
     snprintf(v->pre, sizeof v->pre, "%.*s", (int)s.len, s.ptr);
+    /* llama.cpp's defaults: SPM adds BOS and a space prefix, BPE neither */
+    const bool spm = strcmp(v->model, "llama") == 0;
+    if ((st = kiln_meta_opt_bool(m, "tokenizer.ggml.add_bos_token", spm, &v->add_bos, err)))
+        goto fail;
+    if ((st = kiln_meta_opt_bool(m, "tokenizer.ggml.add_space_prefix", spm, &v->add_space_prefix,
+                                 err)))
+        goto fail;
     int64_t id;
     if ((st = kiln_meta_opt_i64(m, "tokenizer.ggml.bos_token_id", -1, &id, err))) goto fail;
     v->bos_id = id;

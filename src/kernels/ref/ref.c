@@ -81,6 +81,9 @@ static void mm_range(void *ctx, int64_t n0, int64_t n1, int ith) {
 }
 
 kiln_status kiln_ref_matmul(const kiln_kctx *c, const kiln_matmul_args *a) {
+    /* the reference reads only the file's row layout; a repacked weight (left by a SIMD
+     * kernel that was then broken) is an error, never a silent misread */
+    if (a->w_layout != 0) return KILN_ERR_UNSUPPORTED;
     if (a->t == 0 || a->n == 0) return KILN_OK;
     mm_job j = {a, 0};
     /* grain: enough rows to amortise the per-chunk row buffer */

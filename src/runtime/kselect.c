@@ -1,0 +1,319 @@
+/*
+ * kselect.c — call sites -> kernel selection (kselect.h).
+ *
+ * runtime_selector is this file's singleton: configuration, policy, PerfDB table,
+ * selector and baked table, guarded by one mutex (binding is rare; selection itself is
+ * thread-safe).
+ */
+#include "runtime/kselect.h"
+
+#include "base/cpu.h"
+#include "base/log.h"
+#include "kernels/dispatch.h"
+#include "kernels/perfdb.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static struct {
+    pthread_mutex_t mu;
+    bool ready;
+    char policy_path[512], perfdb_path[512], dispatch_path[512];
+    kiln_policy policy;
+    kiln_perf_table *perf;
+    kiln_selector *sel;
+    kiln_baked *baked;
+    bool baked_checked, baked_usable, baked_warned;
+} runtime_selector = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void teardown_locked(void) {
+    kiln_selector_free(runtime_selector.sel);
+    kiln_perf_table_free(runtime_selector.perf);
+    kiln_baked_free(runtime_selector.baked);
+    runtime_selector.sel = NULL;
+    runtime_selector.perf = NULL;
+    runtime_selector.baked = NULL;
+    runtime_selector.baked_checked = runtime_selector.baked_usable = false;
+    runtime_selector.ready = false;
+}
+
+static kiln_status build_locked(kiln_err *err) {
+    if (runtime_selector.ready) return KILN_OK;
+    const kiln_registry *reg = kiln_registry_default();
+    if (kiln_registry_default_error()[0])
+        return kiln_err_set(err, KILN_ERR_INTERNAL, "kernel registry: %s",
+                            kiln_registry_default_error());
+    KILN_TRY(kiln_policy_resolve(
+        &runtime_selector.policy,
+        runtime_selector.policy_path[0] ? runtime_selector.policy_path : NULL, err));
+    /* this machine's timings, when a PerfDB exists (binding never creates one) */
+    char path[512];
+    struct stat sb;
+    if (runtime_selector.perfdb_path[0])
+        snprintf(path, sizeof path, "%s", runtime_selector.perfdb_path);
+    else if (kiln_perfdb_default_path(path, sizeof path, NULL))
+        path[0] = 0;
+    if (path[0] && stat(path, &sb) == 0) {
+        kiln_perfdb *db;
+        kiln_err e2;
+        if (!kiln_perfdb_open(path, &db, &e2)) {
+            char dev[300];
+            kiln_perfdb_host_device(dev, sizeof dev);
+            if (kiln_perfdb_load_table(db, dev, &runtime_selector.perf, &e2))
+                KILN_WARN("PerfDB %s: %s (selecting without timings)", path, e2.msg);
+            kiln_perfdb_close(db);
+        } else {
+            KILN_WARN("%s (selecting without timings)", e2.msg);
+        }
+    }
+    KILN_TRY(kiln_selector_new(reg, &runtime_selector.policy, runtime_selector.perf,
+                               &runtime_selector.sel, err));
+    runtime_selector.ready = true;
+    return KILN_OK;
+}
+
+kiln_status kiln_runtime_selector_configure(const char *policy_path, const char *perfdb_path,
+                                            const char *dispatch_path, kiln_err *err) {
+    pthread_mutex_lock(&runtime_selector.mu);
+    teardown_locked();
+    snprintf(runtime_selector.policy_path, sizeof runtime_selector.policy_path, "%s",
+             policy_path ? policy_path : "");
+    snprintf(runtime_selector.perfdb_path, sizeof runtime_selector.perfdb_path, "%s",
+             perfdb_path ? perfdb_path : "");
+    snprintf(runtime_selector.dispatch_path, sizeof runtime_selector.dispatch_path, "%s",
+             dispatch_path ? dispatch_path : "");
+    runtime_selector.baked_warned = false;
+    kiln_status st = build_locked(err);
+    /* a named table must at least be readable: fail early, not at the first bind */
+    if (!st && dispatch_path && *dispatch_path) {
+        FILE *f = fopen(dispatch_path, "rb");
+        if (!f) {
+            st = kiln_err_errno(err, errno, "dispatch table %s", dispatch_path);
+            runtime_selector.dispatch_path[0] = 0; /* not half-configured */
+        } else {
+            fclose(f);
+        }
+    }
+    pthread_mutex_unlock(&runtime_selector.mu);
+    return st;
+}
+
+kiln_status kiln_runtime_selector(kiln_selector **out, kiln_err *err) {
+    pthread_mutex_lock(&runtime_selector.mu);
+    kiln_status st = build_locked(err);
+    *out = st ? NULL : runtime_selector.sel;
+    pthread_mutex_unlock(&runtime_selector.mu);
+    return st;
+}
+
+void kiln_callsite_ctx(const kiln_backend *be, const kiln_callsite *cs, kiln_sel_ctx *c) {
+    kiln_backend_id b = KILN_BACKEND_REF;
+    if (be && !kiln_backend_from_name(be->name, &b)) b = KILN_BACKEND_REF;
+    kiln_sel_ctx_init(c, cs->op, b);
+    switch (cs->op) {
+    case KILN_KOP_MATMUL:
+    case KILN_KOP_EMBED:
+        c->w_dtype = cs->w_dtype;
+        break;
+    case KILN_KOP_RMS_NORM:
+        c->w_dtype = KILN_DTYPE_F32;
+        break;
+    case KILN_KOP_KV_WRITE:
+    case KILN_KOP_ATTENTION:
+        c->kv_dtype = cs->kv_dtype;
+        break;
+    default:
+        break;
+    }
+    c->n = cs->n;
+    c->k = cs->k;
+    c->head_dim = cs->head_dim;
+    c->n_head = cs->n_head;
+    c->n_kv_head = cs->n_kv_head;
+    static const struct {
+        uint32_t cs, feat;
+    } fmap[] = {
+        {KILN_CS_BIAS, KILN_KFEAT_BIAS},
+        {KILN_CS_GQA, KILN_KFEAT_GQA},
+        {KILN_CS_WINDOW, KILN_KFEAT_SLIDING_WINDOW},
+        {KILN_CS_SOFTCAP, KILN_KFEAT_SOFTCAP},
+        {KILN_CS_PAGED, KILN_KFEAT_PAGED_KV},
+        {KILN_CS_CAUSAL, KILN_KFEAT_CAUSAL},
+        {KILN_CS_YARN, KILN_KFEAT_ROPE_YARN},
+        {KILN_CS_FREQ_FAC, KILN_KFEAT_ROPE_FREQS},
+    };
+    /* the features that concern each op (a description may carry its instruction's) */
+    uint32_t relevant = 0;
+    switch (cs->op) {
+    case KILN_KOP_MATMUL:
+        relevant = KILN_KFEAT_BIAS;
+        break;
+    case KILN_KOP_ATTENTION:
+        relevant = KILN_KFEAT_GQA | KILN_KFEAT_SLIDING_WINDOW | KILN_KFEAT_SOFTCAP |
+                   KILN_KFEAT_PAGED_KV | KILN_KFEAT_CAUSAL;
+        break;
+    case KILN_KOP_KV_WRITE:
+        relevant = KILN_KFEAT_PAGED_KV;
+        break;
+    case KILN_KOP_ROPE:
+        relevant = KILN_KFEAT_ROPE_YARN | KILN_KFEAT_ROPE_FREQS;
+        break;
+    default:
+        break;
+    }
+    for (size_t i = 0; i < sizeof fmap / sizeof fmap[0]; i++)
+        if (cs->features & fmap[i].cs) c->features |= fmap[i].feat & relevant;
+    /* required conservatively (not in the call-site description) */
+    if (cs->op == KILN_KOP_ROPE) c->features |= KILN_KFEAT_ROPE_NEOX | KILN_KFEAT_PARTIAL_ROT;
+    if (cs->op == KILN_KOP_GLU) c->features |= KILN_KFEAT_GEGLU;
+    if (cs->op == KILN_KOP_RMS_NORM) c->features |= KILN_KFEAT_RESIDUAL;
+    int tb = cs->bucket < 0                   ? 0
+             : cs->bucket >= KILN_TOK_BUCKETS ? KILN_TOK_BUCKETS - 1
+                                              : cs->bucket;
+    kiln_sel_ctx_set_bucket(c, tb, cs->op == KILN_KOP_ATTENTION ? KILN_SEQ_BUCKETS - 1 : 0, 0, 0);
+}
+
+int kiln_callsite_bucket_index(const kiln_callsite *cs) {
+    kiln_sel_ctx c;
+    kiln_callsite_ctx(NULL, cs, &c);
+    return c.tok_bucket * KILN_SEQ_BUCKETS + c.seq_bucket;
+}
+
+kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs,
+                                 kiln_kernel_fn *out, uint32_t *layout, kiln_err *err) {
+    kiln_selector *s;
+    KILN_TRY(kiln_runtime_selector(&s, err));
+    kiln_sel_ctx c;
+    kiln_callsite_ctx(be, cs, &c);
+    /* the baked table is checked against the first bound call site's backend and device */
+    if (runtime_selector.dispatch_path[0]) {
+        kiln_status st = KILN_OK;
+        pthread_mutex_lock(&runtime_selector.mu);
+        if (!runtime_selector.baked_checked) {
+            char why[512];
+            st = kiln_baked_open(runtime_selector.dispatch_path, s, &c, &runtime_selector.baked,
+                                 &runtime_selector.baked_usable, why, sizeof why, err);
+            runtime_selector.baked_checked = st == KILN_OK;
+            if (!st && !runtime_selector.baked_usable)
+                KILN_WARN("dispatch table %s not used (%s); selecting kernels at run time",
+                          runtime_selector.dispatch_path, why);
+        }
+        pthread_mutex_unlock(&runtime_selector.mu);
+        KILN_TRY(st);
+    }
+    /* a baked choice, when the table applies and the kernel can run this site */
+    if (runtime_selector.baked && runtime_selector.baked_usable) {
+        const char *id = kiln_baked_kernel(runtime_selector.baked, cs->name,
+                                           c.tok_bucket * KILN_SEQ_BUCKETS + c.seq_bucket);
+        const kiln_reg_kernel *k = id ? kiln_registry_find(kiln_selector_registry(s), id) : NULL;
+        if (k && k->spec.op == c.op && !(kiln_select_check(s, k, &c) & KILN_REASONS_HARD)) {
+            *out = k->spec.fn;
+            if (layout) *layout = k->spec.w_layout;
+            return KILN_OK;
+        }
+        pthread_mutex_lock(&runtime_selector.mu);
+        bool warn = !runtime_selector.baked_warned;
+        runtime_selector.baked_warned = true;
+        pthread_mutex_unlock(&runtime_selector.mu);
+        if (warn)
+            KILN_WARN("dispatch table %s: call site '%s' %s; selecting at run time where the "
+                      "table does not apply",
+                      kiln_baked_path(runtime_selector.baked), cs->name,
+                      !id  ? "is not in the table"
+                      : !k ? "names an unknown kernel"
+                           : "names a kernel that cannot run it");
+    }
+    kiln_sel_result res;
+    kiln_status st = kiln_select(s, &c, 0, &res, err);
+    if (st) return kiln_err_wrap(err, st, "call site '%s'", cs->name);
+    if (res.fallback) {
+        /* once per call site: only at the first bucket that falls back */
+        bool earlier = false;
+        for (int b = 0; b < c.tok_bucket && !earlier; b++) {
+            kiln_callsite prev = *cs;
+            prev.bucket = b;
+            kiln_sel_ctx pc;
+            kiln_callsite_ctx(be, &prev, &pc);
+            kiln_sel_result pr;
+            if (!kiln_select(s, &pc, 0, &pr, NULL) && pr.fallback) earlier = true;
+        }
+        if (!earlier)
+            KILN_WARN("call site '%s' (%s): no valid kernel; using the reference kernel (kiln "
+                      "explain shows why)",
+                      cs->name, kiln_kop_name(cs->op));
+    }
+    *out = res.chosen->spec.fn;
+    if (layout) *layout = res.chosen->spec.w_layout;
+    return KILN_OK;
+}
+
+kiln_status kiln_kernel_failed(kiln_kernel_fn fn, const kiln_err *failure, kiln_err *err) {
+    kiln_selector *s;
+    KILN_TRY(kiln_runtime_selector(&s, err));
+    const kiln_registry *reg = kiln_selector_registry(s);
+    int found = 0;
+    for (int i = 0; i < reg->n_kernels; i++) {
+        const kiln_reg_kernel *k = &reg->kernels[i];
+        if (k->spec.fn.any != fn.any || !fn.any) continue;
+        if (reg->providers[k->provider].p->fallback) continue; /* the oracle stays */
+        KILN_WARN("kernel %s failed at run time (%s); marking it unhealthy", k->spec.id,
+                  failure && failure->msg[0] ? failure->msg : "no message");
+        kiln_selector_mark_unhealthy(s, k->index);
+        found++;
+    }
+    if (!found)
+        return kiln_err_set(err, KILN_ERR_NOT_FOUND,
+                            "circuit breaker: the failed entry point is no breakable kernel");
+    return KILN_OK;
+}
+
+kiln_status kiln_rebind_site(const kiln_backend *be, kiln_site *site, kiln_err *err) {
+    for (int b = 0; b < KILN_BUCKETS; b++) {
+        site->desc.bucket = b;
+        /* The weight stays in the layout it was bound with; adapters pass that layout
+         * (w_layout) to every call and a kernel that cannot read it fails the call
+         * (the reference matmul refuses any repacked layout) instead of misreading. */
+        KILN_TRY(kiln_select_callsite(be, &site->desc, &site->fn[b], &site->layout[b], err));
+    }
+    return KILN_OK;
+}
+
+#include "runtime/exec.h"
+
+kiln_status kiln_plan_kernel_failed(struct kiln_bound_plan *bp, int32_t insn, int site, int bucket,
+                                    const kiln_err *failure, kiln_err *err) {
+    if (insn < 0 || insn >= bp->plan.n_insns || site < 0 || site >= bp->bi[insn].n_sites ||
+        bucket < 0 || bucket >= KILN_BUCKETS)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "circuit breaker: no call site (%d, %d)",
+                            (int)insn, site);
+    kiln_kernel_fn bad = bp->bi[insn].site[site].fn[bucket];
+    KILN_TRY(kiln_kernel_failed(bad, failure, err));
+    for (int32_t i = 0; i < bp->plan.n_insns; i++)
+        for (int s = 0; s < bp->bi[i].n_sites; s++) {
+            bool uses = false;
+            for (int b = 0; b < KILN_BUCKETS; b++)
+                if (bp->bi[i].site[s].fn[b].any == bad.any) uses = true;
+            if (!uses) continue;
+            kiln_site *ks = &bp->bi[i].site[s];
+            kiln_site saved = *ks;
+            KILN_TRY(kiln_rebind_site(bp->be, ks, err));
+            /* the weight may already be repacked for the failed kernel (bind.c): a
+             * replacement must read that layout (kernels of a repacked layout also read
+             * plain rows, not the other way round) */
+            uint32_t wl = ks->widx >= 0 ? bp->bi[i].w[ks->widx].layout : 0;
+            for (int b = 0; b < KILN_BUCKETS; b++)
+                if (wl != 0 && ks->layout[b] != wl) {
+                    *ks = saved;
+                    return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
+                                        "circuit breaker: call site '%s' keeps its kernel: its "
+                                        "weight is repacked (layout %u) and no other kernel "
+                                        "reads that layout",
+                                        ks->desc.name, wl);
+                }
+        }
+    return KILN_OK;
+}
