@@ -652,7 +652,7 @@ static void test_pre_goldens(void **state) {
     int32_t *types = malloc(sizeof(int32_t) * yv->count);
     assert_int_equal(kiln_meta_arr_copy_i32(yv, types, yv->count, "types", &e), KILN_OK);
     snprintf(path, sizeof path, "%s/tests/data/tok/pre/text.txt", kt_source_dir());
-    size_t tn;
+    size_t tn = 0;
     char *text = read_file(path, &tn);
     assert_non_null(text);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
