@@ -143,7 +143,8 @@ int kiln_cmd_chat(int argc, char **argv) {
         {"seed", 's', true, "S", "RNG seed (default 0)", false, NULL},
         {"ctx-size", 'c', true, "N", "context size (default min(4096, trained))", false, NULL},
         {"threads", 't', true, "N", "threads (default: all cores)", false, NULL},
-        {"backend", 0, true, "NAME", "ref or cpu (default ref)", false, NULL},
+        {"backend", 0, true, "NAME", "cpu or ref (default cpu; ref is the scalar oracle)", false,
+         NULL},
     };
     const char *pos[4];
     int n_pos;
@@ -205,7 +206,7 @@ int kiln_cmd_chat(int argc, char **argv) {
     bool tty = isatty(0);
     if (tty)
         fprintf(stderr, "kiln chat: %s (%s backend). /reset, /quit\n", c.g.model->path,
-                go.backend ? go.backend : "ref");
+                go.backend ? go.backend : "cpu");
     for (;;) {
         char *line = readline(tty ? "> " : "");
         if (!line) break;

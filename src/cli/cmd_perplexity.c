@@ -33,7 +33,8 @@ int kiln_cmd_perplexity(int argc, char **argv) {
         {"batch-size", 'b', true, "N", "tokens per step (default: CTX)", false, NULL},
         {"chunks", 0, true, "N", "score at most N chunks (default all)", false, NULL},
         {"threads", 't', true, "N", "threads (default: all cores)", false, NULL},
-        {"backend", 0, true, "NAME", "ref or cpu (default ref)", false, NULL},
+        {"backend", 0, true, "NAME", "cpu or ref (default cpu; ref is the scalar oracle)", false,
+         NULL},
         {"kv-f16", 0, false, NULL, "store the KV cache as f16", false, NULL},
     };
     const char *pos[4];
