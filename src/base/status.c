@@ -3,6 +3,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const status_names[] = {
@@ -94,4 +95,16 @@ kiln_status kiln_err_errno(kiln_err *err, int errno_value, const char *fmt, ...)
                        : errno_value == ENOMEM ? KILN_ERR_NOMEM
                                                : KILN_ERR_IO;
     return kiln_err_set(err, code, "%s: %s", m, strerror(errno_value));
+}
+
+/* The public API's error object (kiln.h): heap-allocated for callers that do not see
+ * the struct's size. */
+kiln_err *kiln_err_new(void) {
+    return calloc(1, sizeof(kiln_err));
+}
+void kiln_err_free(kiln_err *err) {
+    free(err);
+}
+const char *kiln_err_message(const kiln_err *err) {
+    return err ? err->msg : "";
 }

@@ -27,6 +27,7 @@ typedef struct chat_state {
     kiln_sampler *smp;
     json_t *msgs;
     int64_t n_predict;
+    const char *tpl; /* --chat-template text, or NULL for the model's */
 } chat_state;
 
 static kiln_status append_fed(kiln_tokens *t, int32_t id, kiln_err *err) {
@@ -49,7 +50,7 @@ static kiln_status turn(chat_state *c, char **reply, kiln_err *err) {
     kiln_detok_stream *ds = NULL;
     char *out = NULL;
     size_t out_len = 0, out_cap = 0;
-    kiln_status st = kiln_gen_render_chat(c->g.model, c->msgs, &text, err);
+    kiln_status st = kiln_gen_render_chat(c->g.model, c->tpl, c->msgs, &text, err);
     if (!st) st = kiln_gen_tokenize_chat(c->g.model, text, &toks, err);
     if (st) goto done;
     if ((int64_t)toks.n + 1 >= c->g.n_ctx) {
@@ -182,12 +183,12 @@ int kiln_cmd_chat(int argc, char **argv) {
     if (o_tpl->seen) {
         size_t tl;
         if (kiln_gen_read_file(o_tpl->value, &tpl, &tl, &err)) return kiln_cli_fail("chat", &err);
-        kiln_gen_template_override = tpl;
     }
     if (kiln_gen_open(&go, &c.g, &err)) {
         free(tpl);
         return kiln_cli_fail("chat", &err);
     }
+    c.tpl = tpl;
     int rc = 1;
     kiln_sampler_params sp;
     kiln_sampler_params_default(&sp);

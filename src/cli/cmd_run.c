@@ -134,7 +134,6 @@ int kiln_cmd_run(int argc, char **argv) {
             free(prompt_buf);
             return kiln_cli_fail("run", &err);
         }
-        kiln_gen_template_override = tpl;
         chat = true;
     }
     kiln_opt *o_pol = kiln_opt_find(opts, KILN_NOPTS(opts), "policy");
@@ -166,7 +165,7 @@ int kiln_cmd_run(int argc, char **argv) {
         goto done;
     }
     if (chat) {
-        if (kiln_gen_chat_prompt(g.model, prompt, &chat_text, &err)) goto done;
+        if (kiln_gen_chat_prompt(g.model, tpl, prompt, &chat_text, &err)) goto done;
         if (kiln_gen_tokenize_chat(g.model, chat_text, &toks, &err)) goto done;
     } else {
         if (kiln_tokenize(v, prompt, strlen(prompt), KILN_TOK_ADD_SPECIAL, &toks, &err)) goto done;

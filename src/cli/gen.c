@@ -80,12 +80,10 @@ static const char gemma_template[] =
     "}}{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
 
-const char *kiln_gen_template_override = NULL;
-
-kiln_status kiln_gen_render_chat(const kiln_model *m, const json_t *msgs, char **out,
-                                 kiln_err *err) {
-    const char *src = kiln_gen_template_override ? kiln_gen_template_override : m->chat_template;
-    const char *name = kiln_gen_template_override ? "--chat-template" : "tokenizer.chat_template";
+kiln_status kiln_gen_render_chat(const kiln_model *m, const char *tpl, const json_t *msgs,
+                                 char **out, kiln_err *err) {
+    const char *src = tpl ? tpl : m->chat_template;
+    const char *name = tpl ? "--chat-template" : "tokenizer.chat_template";
     if (!src && strncmp(m->cfg.arch, "gemma", 5) == 0) {
         src = gemma_template;
         name = "built-in gemma template";
@@ -124,14 +122,15 @@ kiln_status kiln_gen_tokenize_chat(const kiln_model *m, const char *text, kiln_t
     return kiln_tokenize(v, text, strlen(text), fl, out, err);
 }
 
-kiln_status kiln_gen_chat_prompt(const kiln_model *m, const char *user, char **out, kiln_err *err) {
+kiln_status kiln_gen_chat_prompt(const kiln_model *m, const char *tpl, const char *user, char **out,
+                                 kiln_err *err) {
     json_t *msgs = json_array();
     json_t *msg = json_pack("{s:s, s:s}", "role", "user", "content", user);
     if (!msgs || !msg || json_array_append_new(msgs, msg)) {
         json_decref(msgs);
         return kiln_err_set(err, KILN_ERR_NOMEM, "chat messages");
     }
-    kiln_status st = kiln_gen_render_chat(m, msgs, out, err);
+    kiln_status st = kiln_gen_render_chat(m, tpl, msgs, out, err);
     json_decref(msgs);
     return st;
 }

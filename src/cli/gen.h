@@ -43,13 +43,11 @@ kiln_status kiln_gen_prefill(kiln_gen_ctx *g, int32_t seq, const int32_t *ids, s
                              float *last_logits, kiln_err *err);
 
 struct json_t;
-/* Template text from --chat-template (NULL: the model's, or the built-in Gemma one for
- * gemma models without a template). Set once by the command before rendering. */
-extern const char *kiln_gen_template_override;
-/* Renders a conversation (JSON array of {role, content}) with the model's template and
- * the generation prompt. *out is malloc'ed. */
-kiln_status kiln_gen_render_chat(const kiln_model *m, const struct json_t *messages, char **out,
-                                 kiln_err *err);
+/* Renders a conversation (JSON array of {role, content}) with the generation prompt,
+ * using `tpl` (text of --chat-template) when not NULL, else the model's template, else
+ * the built-in Gemma one for gemma models without a template. *out is malloc'ed. */
+kiln_status kiln_gen_render_chat(const kiln_model *m, const char *tpl,
+                                 const struct json_t *messages, char **out, kiln_err *err);
 /* Tokenizes rendered chat text: special tokens parsed, BOS added unless the text
  * already starts with the BOS text. */
 kiln_status kiln_gen_tokenize_chat(const kiln_model *m, const char *text, kiln_tokens *out,
@@ -57,7 +55,8 @@ kiln_status kiln_gen_tokenize_chat(const kiln_model *m, const char *text, kiln_t
 
 /* Formats a chat prompt with the model's template: one user message, generation
  * prompt added. *out is malloc'ed. */
-kiln_status kiln_gen_chat_prompt(const kiln_model *m, const char *user, char **out, kiln_err *err);
+kiln_status kiln_gen_chat_prompt(const kiln_model *m, const char *tpl, const char *user, char **out,
+                                 kiln_err *err);
 
 /* Reads a whole file into a malloc'ed NUL-terminated buffer. */
 kiln_status kiln_gen_read_file(const char *path, char **out, size_t *len, kiln_err *err);

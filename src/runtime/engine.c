@@ -18,16 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-kiln_err *kiln_err_new(void) {
-    return calloc(1, sizeof(kiln_err));
-}
-void kiln_err_free(kiln_err *err) {
-    free(err);
-}
-const char *kiln_err_message(const kiln_err *err) {
-    return err ? err->msg : "";
-}
-
 void kiln_engine_opts_default(kiln_engine_opts *o) {
     memset(o, 0, sizeof(*o));
     o->backend = "ref";
