@@ -16,7 +16,8 @@
  *    in oneDNN 2.6, whose scales are per tensor or per output channel). Both steps lose
  *    precision (docs/CPU.md gives the measured error), so it is opt-in too (priority 30).
  *
- * Threads: kiln's pool does the threading. Output rows are cut into chunks of CHUNK rows
+ * Threads: kiln's pool does the threading. Output rows are cut into chunks (about four
+ * per thread, 64 to MAX_CHUNK rows, a multiple of 64: chunk_rows())
  * handed out dynamically (kiln_pool_for); each pool thread runs a single-threaded oneDNN
  * primitive on its chunk (omp_set_num_threads(1) on that thread before every call), so
  * oneDNN never starts an OpenMP team and kiln never has more busy threads than its pool.
@@ -71,7 +72,16 @@
 #include <string.h>
 
 enum { KIND_F32 = 0, KIND_BF16 = 1, KIND_S8 = 2 };
-enum { CHUNK = 256, PRIM_CACHE = 256, WCACHE = 1024 };
+enum { MAX_CHUNK = 512, PRIM_CACHE = 256, WCACHE = 1024 };
+
+/* Rows per chunk: about 4 chunks per thread (dynamic hand-out keeps both cores busy when
+ * one is slowed by another process), a multiple of 64, 64..MAX_CHUNK. A oneDNN call on
+ * 64 rows runs at the same rate per row as one on 1024 (measured: docs/CPU.md). */
+static int64_t chunk_rows(int64_t n, int nth) {
+    int64_t c = (n + 4 * nth - 1) / (4 * nth);
+    c = (c + 63) / 64 * 64;
+    return c < 64 ? 64 : c > MAX_CHUNK ? MAX_CHUNK : c;
+}
 
 typedef struct prim_key {
     int64_t kind, m, n, k, lda, ldb, ldc;
@@ -446,6 +456,7 @@ typedef struct mm_job {
     const kiln_matmul_args *a;
     int kind;
     const prim *full, *tail;
+    int64_t chunk;        /* rows per chunk (full's n) */
     const void *src;      /* activations as the primitive reads them */
     const float *x_scale; /* s8: per token */
     const wentry *wc;     /* s8: cached weights, or NULL */
@@ -476,7 +487,7 @@ static void act_rows(void *ctx, int64_t b, int64_t e, int ith) {
 
 static kiln_status chunk_run(mm_job *j, int64_t r0, int64_t rows, uint8_t *thr) {
     const kiln_matmul_args *a = j->a;
-    const prim *p = rows == CHUNK ? j->full : j->tail;
+    const prim *p = rows == j->chunk ? j->full : j->tail;
     const uint8_t *w = (const uint8_t *)a->w + (size_t)r0 * a->w_row_bytes;
     const void *wei = w;
     const float *wscale = NULL;
@@ -485,7 +496,7 @@ static kiln_status chunk_run(mm_job *j, int64_t r0, int64_t rows, uint8_t *thr) 
         wscale = j->wc->scale + r0;
     } else if (j->conv_bytes) {
         /* s8: the chunk's row scales follow its rows */
-        float *sc = (float *)(thr + align64((size_t)CHUNK * (size_t)a->k));
+        float *sc = (float *)(thr + align64((size_t)j->chunk * (size_t)a->k));
         for (int64_t r = 0; r < rows; r++) {
             const uint8_t *src = w + (size_t)r * a->w_row_bytes;
             if (j->kind == KIND_F32 && a->w_dtype == KILN_DTYPE_F16)
@@ -521,7 +532,7 @@ static void chunk_range(void *ctx, int64_t b, int64_t e, int ith) {
     mm_job *j = ctx;
     uint8_t *thr = j->thr + (size_t)ith * j->thr_stride;
     for (int64_t c = b; c < e && !atomic_load(&j->st); c++) {
-        int64_t r0 = c * CHUNK, rows = j->a->n - r0 < CHUNK ? j->a->n - r0 : CHUNK;
+        int64_t r0 = c * j->chunk, rows = j->a->n - r0 < j->chunk ? j->a->n - r0 : j->chunk;
         kiln_status st = chunk_run(j, r0, rows, thr);
         if (st) atomic_store(&j->st, (int)st);
     }
@@ -557,17 +568,17 @@ static kiln_status onednn_matmul(const kiln_kctx *c, const kiln_matmul_args *a, 
         ldb = (int64_t)(a->w_row_bytes / in_elt);
     }
     int64_t lda = kind == KIND_F32 ? a->x_stride : a->k;
-    int64_t tail = a->n % CHUNK;
-    prim_key kf = {kind, a->t, CHUNK, a->k, lda, ldb, a->y_stride}, kt = kf;
+    int64_t chunk = chunk_rows(a->n, nth), tail = a->n % chunk;
+    prim_key kf = {kind, a->t, chunk, a->k, lda, ldb, a->y_stride}, kt = kf;
     kt.n = tail;
     prim own_f = {0}, own_t = {0};
     const prim *pf = NULL, *pt = NULL;
     kiln_status st = KILN_OK;
-    if (a->n >= CHUNK) st = prim_get(&kf, &own_f, &pf);
+    if (a->n >= chunk) st = prim_get(&kf, &own_f, &pf);
     if (!st && tail) st = prim_get(&kt, &own_t, &pt);
 
-    size_t conv = elt ? align64((size_t)CHUNK * (size_t)a->k * elt) +
-                            (kind == KIND_S8 ? align64(CHUNK * sizeof(float)) : 0)
+    size_t conv = elt ? align64((size_t)chunk * (size_t)a->k * elt) +
+                            (kind == KIND_S8 ? align64((size_t)chunk * sizeof(float)) : 0)
                       : 0;
     size_t sp = 0;
     if (pf && pf->scratch_bytes > sp) sp = pf->scratch_bytes;
@@ -587,6 +598,7 @@ static kiln_status onednn_matmul(const kiln_kctx *c, const kiln_matmul_args *a, 
         mm_job j = {.a = a,
                     .kind = kind,
                     .full = pf,
+                    .chunk = chunk,
                     .tail = pt,
                     .src = a->x,
                     .wc = wc,
@@ -601,7 +613,7 @@ static kiln_status onednn_matmul(const kiln_kctx *c, const kiln_matmul_args *a, 
             j.src = ws;
             j.x_scale = aj.scale;
         }
-        kiln_pool_for(c ? c->pool : NULL, (a->n + CHUNK - 1) / CHUNK, 1, chunk_range, &j);
+        kiln_pool_for(c ? c->pool : NULL, (a->n + chunk - 1) / chunk, 1, chunk_range, &j);
         st = (kiln_status)atomic_load(&j.st);
     }
     kiln_free_aligned(own);
@@ -623,7 +635,8 @@ static kiln_status onednn_s8(const kiln_kctx *c, const kiln_matmul_args *a) {
 
 /* Workspace for the bucket's largest token count (capped: tune measures >512 at 1024),
  * one thread per online CPU (the pool kiln makes by default), and an upper estimate of
- * oneDNN's scratchpad (its copies of the A and B panels and the f32 accumulators). The
+ * oneDNN's scratchpad (its copies of A and B panels: 100-260 KiB measured for k = 2048,
+ * t = 128, against (MAX_CHUNK + 64) k 4 bytes here). The
  * kernel checks the real need and allocates its own when the scratch is smaller. */
 static size_t ws_for(const kiln_sel_ctx *c, int kind) {
     int64_t t = c->tokens_max < 1 ? 1 : c->tokens_max > 4096 ? 4096 : c->tokens_max;
@@ -633,9 +646,8 @@ static size_t ws_for(const kiln_sel_ctx *c, int kind) {
     if (nth < 1) nth = 1;
     size_t elt = chunk_elt(kind, c->w_dtype);
     size_t conv =
-        elt ? align64((size_t)CHUNK * (size_t)k * elt) + align64(CHUNK * sizeof(float)) : 0;
-    size_t sp = align64((size_t)CHUNK * (size_t)k * 4 + (size_t)t * (size_t)k * 4 +
-                        (size_t)t * CHUNK * 4 + (64u << 10));
+        elt ? align64((size_t)MAX_CHUNK * (size_t)k * elt) + align64(MAX_CHUNK * sizeof(float)) : 0;
+    size_t sp = align64((size_t)(MAX_CHUNK + 64) * (size_t)k * 4 + (64u << 10));
     return act_bytes(kind, t, k) + (size_t)nth * (conv + sp) + 64;
 }
 static size_t ws_f32(const kiln_sel_ctx *c) {
@@ -668,7 +680,7 @@ static const kiln_kernel_spec onednn_specs[] = {
      .workspace = ws_f32,
      .priority = 85,
      .fn.matmul = onednn_f32,
-     .summary = "oneDNN f32 matmul (f16/bf16 weights widened exactly per 256-row chunk)"},
+     .summary = "oneDNN f32 matmul (f16/bf16 weights widened exactly, per chunk of rows)"},
     {.id = "onednn.bf16.matmul",
      .op = KILN_KOP_MATMUL,
      .provider = "onednn",
