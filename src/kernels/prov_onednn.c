@@ -71,6 +71,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define ISA_AVX2 (KILN_ISA_AVX2 | KILN_ISA_FMA | KILN_ISA_F16C)
+
 enum { KIND_F32 = 0, KIND_BF16 = 1, KIND_S8 = 2 };
 enum { MAX_CHUNK = 512, PRIM_CACHE = 256, WCACHE = 1024 };
 
@@ -544,6 +546,8 @@ static bool fits_dim(int64_t v) {
 
 static kiln_status onednn_matmul(const kiln_kctx *c, const kiln_matmul_args *a, int kind) {
     if (!onednn_state.ok) return KILN_ERR_STATE;
+    /* the conversions use AVX2 / F16C (the specs require them; this guards direct calls) */
+    if ((kiln_cpu_info()->isa & ISA_AVX2) != ISA_AVX2) return KILN_ERR_UNSUPPORTED;
     if (a->w_layout != KILN_WLAYOUT_PLAIN) return KILN_ERR_UNSUPPORTED;
     if (a->t == 0 || a->n == 0) return KILN_OK;
     if (!fits_dim(a->n) || !fits_dim(a->k) || !fits_dim(a->t) || !fits_dim(a->x_stride) ||
@@ -568,6 +572,7 @@ static kiln_status onednn_matmul(const kiln_kctx *c, const kiln_matmul_args *a, 
         ldb = (int64_t)(a->w_row_bytes / in_elt);
     }
     int64_t lda = kind == KIND_F32 ? a->x_stride : a->k;
+    /* no size below can overflow: every factor is < 2^31 (checked above), chunk <= 512 */
     int64_t chunk = chunk_rows(a->n, nth), tail = a->n % chunk;
     prim_key kf = {kind, a->t, chunk, a->k, lda, ldb, a->y_stride}, kt = kf;
     kt.n = tail;
@@ -660,7 +665,6 @@ static size_t ws_s8(const kiln_sel_ctx *c) {
     return ws_for(c, KIND_S8);
 }
 
-#define ISA_AVX2 (KILN_ISA_AVX2 | KILN_ISA_FMA | KILN_ISA_F16C)
 #define ISA_BF16                                                                                   \
     (ISA_AVX2 | KILN_ISA_AVX512F | KILN_ISA_AVX512BW | KILN_ISA_AVX512VL | KILN_ISA_AVX512BF16)
 /* Prefill only: below this many tokens per call the score drops by 40 (select.h). */
