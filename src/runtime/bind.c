@@ -169,6 +169,10 @@ static size_t describe_sites(kiln_bound_insn *bi, const kiln_plan *p, uint32_t k
         return 0;
     case KILN_OP_LM_HEAD:
         site_mm(bi, KILN_SITE_LM_HEAD, "output", -1, &bi->w[KILN_W_LM_HEAD], NULL);
+        site(bi, KILN_SITE_LM_ARGMAX, KILN_KOP_MATMUL_ARGMAX, "output.argmax", -1);
+        bi->site[KILN_SITE_LM_ARGMAX].desc.w_dtype = bi->w[KILN_W_LM_HEAD].dtype;
+        bi->site[KILN_SITE_LM_ARGMAX].desc.n = bi->w[KILN_W_LM_HEAD].n;
+        bi->site[KILN_SITE_LM_ARGMAX].desc.k = bi->w[KILN_W_LM_HEAD].k;
         return (size_t)bi->w[KILN_W_LM_HEAD].k;
     case KILN_OP_ATTENTION: {
         const kiln_attn_params *a = &bi->prm.attn;
@@ -181,7 +185,14 @@ static size_t describe_sites(kiln_bound_insn *bi, const kiln_plan *p, uint32_t k
         site(bi, KILN_SITE_KV_WRITE, KILN_KOP_KV_WRITE, "attn.kv_write", l);
         site(bi, KILN_SITE_ATTN, KILN_KOP_ATTENTION, "attn.core", l);
         site_mm(bi, KILN_SITE_O, "attn.o", l, &bi->w[KILN_W_ATT_O], &bi->w[KILN_W_ATT_BO]);
-        for (int s = KILN_SITE_Q_NORM; s <= KILN_SITE_ATTN; s++) {
+        /* fused sites (kernel.h): the q/k/v group and rope + kv_write */
+        site(bi, KILN_SITE_QKV, KILN_KOP_MATMUL_GROUP, "attn.qkv", l);
+        bi->site[KILN_SITE_QKV].desc.n =
+            bi->w[KILN_W_ATT_Q].n + bi->w[KILN_W_ATT_K].n + bi->w[KILN_W_ATT_V].n;
+        bi->site[KILN_SITE_QKV].desc.k = bi->w[KILN_W_ATT_Q].k;
+        site(bi, KILN_SITE_ROPE_KV, KILN_KOP_ROPE_KV, "attn.rope_kv", l);
+        for (int s = KILN_SITE_Q_NORM; s <= KILN_SITE_ROPE_KV; s++) {
+            if (s == KILN_SITE_O || s == KILN_SITE_QKV) continue;
             kiln_callsite *cs = &bi->site[s].desc;
             cs->head_dim = a->head_dim;
             cs->n_head = a->n_head;
@@ -194,7 +205,9 @@ static size_t describe_sites(kiln_bound_insn *bi, const kiln_plan *p, uint32_t k
         bi->site[KILN_SITE_ROPE].desc.features |=
             (a->ext_factor != 0 ? KILN_CS_YARN : 0) |
             (bi->w[KILN_W_ATT_ROPE_FREQS].data ? KILN_CS_FREQ_FAC : 0);
+        bi->site[KILN_SITE_ROPE_KV].desc.features |= bi->site[KILN_SITE_ROPE].desc.features;
         bi->site[KILN_SITE_KV_WRITE].desc.features |= KILN_CS_PAGED;
+        bi->site[KILN_SITE_ROPE_KV].desc.features |= KILN_CS_PAGED;
         bi->site[KILN_SITE_ATTN].desc.features |= KILN_CS_PAGED | KILN_CS_CAUSAL |
                                                   (a->window > 0 ? KILN_CS_WINDOW : 0) |
                                                   (a->softcap > 0 ? KILN_CS_SOFTCAP : 0);
@@ -207,6 +220,9 @@ static size_t describe_sites(kiln_bound_insn *bi, const kiln_plan *p, uint32_t k
         site_mm(bi, KILN_SITE_UP, "ffn.up", l, &bi->w[KILN_W_FFN_UP], NULL);
         site(bi, KILN_SITE_GLU, KILN_KOP_GLU, "ffn.act", l);
         site_mm(bi, KILN_SITE_DOWN, "ffn.down", l, &bi->w[KILN_W_FFN_DOWN], NULL);
+        site(bi, KILN_SITE_GATE_UP, KILN_KOP_MATMUL_GROUP, "ffn.gate_up", l);
+        bi->site[KILN_SITE_GATE_UP].desc.n = 2 * bi->w[KILN_W_FFN_UP].n;
+        bi->site[KILN_SITE_GATE_UP].desc.k = bi->w[KILN_W_FFN_UP].k;
         bi->site[KILN_SITE_GLU].desc.n = bi->w[KILN_W_FFN_UP].n;
         return 2 * (size_t)bi->w[KILN_W_FFN_UP].n;
     default:
