@@ -33,12 +33,10 @@ static size_t cpu_matmul_ws(const kiln_sel_ctx *c) {
     return kiln_cpu_matmul_workspace(c->w_dtype, c->n, c->k, c->tokens_max, nth > 0 ? nth : 1);
 }
 
-#define R16_DTYPES                                                                                 \
-    (KILN_DT(KILN_DTYPE_Q4_0) | KILN_DT(KILN_DTYPE_Q5_0) | KILN_DT(KILN_DTYPE_Q8_0) |              \
-     KILN_DT(KILN_DTYPE_Q4_K) | KILN_DT(KILN_DTYPE_Q6_K))
-#define F32   KILN_DT(KILN_DTYPE_F32)
-#define KV_DT (KILN_DT(KILN_DTYPE_F32) | KILN_DT(KILN_DTYPE_F16))
-#define PROPS (KILN_KPROP_DETERMINISTIC | KILN_KPROP_BATCH_INVARIANT)
+#define R16_DTYPES (CPU_DTYPES & ~KILN_DT_FLOATS) /* every quantized type of the cpu kernels */
+#define F32        KILN_DT(KILN_DTYPE_F32)
+#define KV_DT      (KILN_DT(KILN_DTYPE_F32) | KILN_DT(KILN_DTYPE_F16))
+#define PROPS      (KILN_KPROP_DETERMINISTIC | KILN_KPROP_BATCH_INVARIANT)
 #define ATTN_FEATS                                                                                 \
     (KILN_KFEAT_GQA | KILN_KFEAT_SLIDING_WINDOW | KILN_KFEAT_SOFTCAP | KILN_KFEAT_PAGED_KV |       \
      KILN_KFEAT_CAUSAL)
@@ -95,6 +93,21 @@ static const kiln_kernel_spec cpu_specs[] = {
      .priority = 40,
      .fn.matmul = kiln_cpu_matmul_avx512_bf16,
      .summary = "AVX512-BF16 vdpbf16ps prefill for f16/bf16 weights (bf16-rounded: opt-in)"},
+    {.id = "cpu.avx2.matmul.r16",
+     .op = KILN_KOP_MATMUL,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .isa = ISA_AVX2,
+     .w_dtypes = R16_DTYPES,
+     .act_dtypes = KILN_DT(KILN_DTYPE_F32),
+     .k_multiple = 32,
+     .features = KILN_KFEAT_BIAS,
+     .props = PROPS,
+     .workspace = cpu_matmul_ws,
+     .priority = 85,
+     .w_layout = KILN_WLAYOUT_CPU_R16,
+     .fn.matmul = kiln_cpu_matmul_avx2,
+     .summary = "AVX2 maddubs on 16-row interleaved blocks (R16 repack): 8 rows per vpmaddubsw"},
     {.id = "cpu.avx2.matmul",
      .op = KILN_KOP_MATMUL,
      .provider = "cpu",

@@ -62,7 +62,8 @@ typedef struct isa_impl {
 
 static const isa_impl impl_avx512 = {kiln_cpu_q8act_avx512, kiln_cpu_mmq_avx512,
                                      kiln_cpu_mmf_avx512, kiln_cpu_mmr16_avx512};
-static const isa_impl impl_avx2 = {kiln_cpu_q8act_avx2, kiln_cpu_mmq_avx2, kiln_cpu_mmf_avx2, NULL};
+static const isa_impl impl_avx2 = {kiln_cpu_q8act_avx2, kiln_cpu_mmq_avx2, kiln_cpu_mmf_avx2,
+                                   kiln_cpu_mmr16_avx2};
 
 /* Scratch layout: [activations: t * act_stride][panels: nth * panel_bytes]. */
 static size_t panel_bytes(uint32_t dtype, int64_t k, int64_t t) {
