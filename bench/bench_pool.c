@@ -3,6 +3,7 @@
  * decode step pays per threaded kernel call.
  *
  *   bench_pool [-t THREADS] [-n DISPATCHES] [-g GAP_US,...] [-f 1]
+ *   bench_pool -m MODEL [-t THREADS] [-n TOKENS] [--logits 1]
  *
  * For each gap: the caller busy-works GAP microseconds (as the serial code between two
  * kernels of a decode step does), then dispatches a task whose every thread only
@@ -15,6 +16,8 @@
  */
 #include "base/pool.h"
 #include "base/timer.h"
+#include "model/model.h"
+#include "runtime/engine.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -59,8 +62,52 @@ static void report(const char *what, double gap, uint64_t *v, int n) {
            mean / 1e3);
 }
 
+static int decode(const char *path, int threads, int n, bool logits) {
+    kiln_err err;
+    kiln_model *m;
+    if (kiln_model_load(path, &m, &err)) {
+        fprintf(stderr, "bench_pool: %s\n", err.msg);
+        return 1;
+    }
+    kiln_engine_opts o;
+    kiln_engine_opts_default(&o);
+    o.backend = "cpu";
+    o.n_threads = threads;
+    o.n_ctx = n + 16;
+    o.max_seqs = 1;
+    o.kv_f16 = true;
+    kiln_engine *e;
+    if (kiln_engine_create(m, &o, &e, &err)) {
+        fprintf(stderr, "bench_pool: %s\n", err.msg);
+        kiln_model_free(m);
+        return 1;
+    }
+    float *lg = malloc(sizeof(float) * (size_t)m->cfg.n_vocab);
+    int32_t seq, tok = 1;
+    kiln_seq_create(e, &seq, &err);
+    uint64_t d0 = kiln_pool_dispatches(e->pool), t0 = kiln_now_ns();
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        kiln_batch_entry b = {seq, tok, i, 1};
+        rc = logits ? kiln_engine_step(e, &b, 1, lg, &err)
+                    : kiln_engine_step_greedy(e, &b, 1, 0, &tok, &err);
+        if (tok < 0) tok = 1;
+    }
+    double ms = (double)(kiln_now_ns() - t0) / 1e6;
+    if (rc)
+        fprintf(stderr, "bench_pool: %s\n", err.msg);
+    else
+        printf("%s: %d tokens, %.1f pool dispatches per token, %.2f ms per token\n", path, n,
+               (double)(kiln_pool_dispatches(e->pool) - d0) / n, ms / n);
+    free(lg);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
-    int threads = 2, n = 2000, use_for = 0;
+    int threads = 2, n = 2000, use_for = 0, logits = 0;
+    const char *model = NULL;
     char gaps_s[256] = "0,2,10,50,200,1000";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-t"))
@@ -71,12 +118,17 @@ int main(int argc, char **argv) {
             snprintf(gaps_s, sizeof gaps_s, "%s", argv[i + 1]);
         else if (!strcmp(argv[i], "-f"))
             use_for = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-m"))
+            model = argv[i + 1];
+        else if (!strcmp(argv[i], "--logits"))
+            logits = atoi(argv[i + 1]);
         else {
             fprintf(stderr,
                     "usage: bench_pool [-t THREADS] [-n DISPATCHES] [-g GAP_US,...] [-f 1]\n");
             return 2;
         }
     }
+    if (model) return decode(model, threads, n < 2000 ? n : 64, logits != 0);
     if (n < 10) n = 10;
     kiln_pool *pool;
     kiln_err err;
