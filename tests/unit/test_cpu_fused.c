@@ -51,7 +51,7 @@ static const isa isas[] = {
     {"avx512", kiln_cpu_avx512_ok, kiln_cpu_matmul_avx512, kiln_cpu_glu_avx512,
      kiln_cpu_matmul_group_avx512, kiln_cpu_matmul_argmax_avx512, true},
     {"avx2", kiln_cpu_avx2_ok, kiln_cpu_matmul_avx2, kiln_cpu_glu_avx2, kiln_cpu_matmul_group_avx2,
-     kiln_cpu_matmul_argmax_avx2, false},
+     kiln_cpu_matmul_argmax_avx2, true},
 };
 
 /* ---- random weights (as test_cpu_matmul: random bytes, sane block scales) ---- */
