@@ -1,6 +1,6 @@
 /*
  * compare_mm.c — op-by-op check of kiln's matmul arithmetic against llama.cpp's, on the
- * tensors llama_tensors.c dumped (docs/PLAN.md, "Why quantized models differ").
+ * tensors llama_tensors.c dumped (docs/PLAN.md, "Numerics").
  *
  * For every "<step>.mm_in.<weight>.f32" / "<step>.mm_out.<weight>.f32" pair in DIR it
  * takes llama.cpp's own input x of that matmul, computes y = W x with kiln's reference

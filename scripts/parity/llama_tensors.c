@@ -1,7 +1,7 @@
 /*
  * llama_tensors.c — dumps llama.cpp's intermediate tensors (f32, through the graph's
  * eval callback) so kiln's arithmetic can be compared with llama.cpp's op by op
- * (docs/PLAN.md, "Why quantized models differ"). Compiled against llama.cpp's libllama
+ * (docs/PLAN.md, "Numerics"). Compiled against llama.cpp's libllama
  * like llama_dump.c (this file only *uses* the library; see make_goldens.sh for the
  * compile line):
  *
@@ -13,7 +13,9 @@
  * one batch, then N_DECODE more tokens one at a time (teacher forced: the next tokens of
  * the text), with flash attention off and 2 threads. Every f32 tensor the graph computes
  * whose name is in the NAME list (every named tensor when the list is empty) is written
- * to OUTDIR/<step>.<name>.f32: a 16-byte header of four int32 ne[0..3] (ggml order:
+ * to OUTDIR/<step>.<name>.f32, and every matmul with a named weight as
+ * OUTDIR/<step>.mm_in.<weight>.f32 (its f32 input) and .mm_out.<weight>.f32 (its result),
+ * which scripts/parity/compare_mm.c reads: a 16-byte header of four int32 ne[0..3] (ggml order:
  * ne[0] is the row length), then the values, row-major over ne[0]. step is 0 for the
  * batch and 1.. for the single-token decodes. Non-contiguous tensors are skipped.
  */
@@ -75,9 +77,6 @@ static bool on_tensor(struct ggml_tensor *t, bool ask, void *ud) {
     bool mm = t->op == GGML_OP_MUL_MAT && t->src[0] && t->src[0]->name[0] &&
               strstr(t->src[0]->name, ".weight");
     if (!mm && (t->type != GGML_TYPE_F32 || !wanted(d, t->name))) return ask ? false : true;
-    if (getenv("LT_DEBUG") && ask)
-        fprintf(stderr, "%s op %s src0 %s\n", t->name, ggml_op_name(t->op),
-                t->src[0] ? t->src[0]->name : "-");
     if (ask) return true;
     if (mm) {
         char name[2 * GGML_MAX_NAME + 8];

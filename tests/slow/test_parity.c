@@ -13,8 +13,8 @@
  *   numerics MODE             kiln's numerics for this model (kiln_engine_opts.numerics,
  *                             `kiln perplexity --numerics`): exact (default) or ggml — the
  *                             quantized manifests use ggml, llama.cpp's own 8-bit activation
- *                             arithmetic (docs/PLAN.md "Why quantized models differ"); must
- *                             come before the checks
+ *                             arithmetic (docs/PLAN.md "Numerics"); must come before the
+ *                             checks. The float manifests run in exact numerics.
  *   expect TOP1 KL GREEDY PPL thresholds when they differ from the issue's (0.99 1e-3
  *                             0.9 0.005), with the reason in a comment line above
  * and the checks are those of issue #5:

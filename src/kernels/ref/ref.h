@@ -40,7 +40,7 @@ float kiln_ref_dot(const float *x, const float *y, int64_t n);
 /* Converts one weight row of k elements to f32 (F32 is copied). */
 kiln_status kiln_ref_row_to_f32(uint32_t dtype, const void *row, float *out, int64_t k);
 
-/* ---- "ggml numerics" (ref_ggml.c; docs/PLAN.md "Why quantized models differ") ----
+/* ---- "ggml numerics" (ref_ggml.c; docs/PLAN.md "Numerics") ----
  * llama.cpp's CPU backend quantizes each activation row to the weight type's vec_dot
  * type before a quantized matmul and computes integer block dot products. These
  * functions reproduce that arithmetic (ggml's x86 quantizers, its per-block formulas) so
@@ -64,7 +64,8 @@ void kiln_ggml_quantize_q8_K(const float *x, kiln_block_q8_K *y, int64_t k);
  * multiple of its block, KILN_ERR_UNSUPPORTED for another dtype. */
 kiln_status kiln_ggml_quantize_row(uint32_t act_dtype, const float *x, void *dst, int64_t k);
 /* One dot product of a weight row (k elements of w_dtype, plain layout) with an
- * activation row quantized to kiln_ggml_vec_dot_type(w_dtype); *out gets the f32 result.
+ * activation row quantized to kiln_ggml_vec_dot_type(w_dtype) (an array of those blocks,
+ * aligned as their struct); *out gets the f32 result.
  * KILN_ERR_UNSUPPORTED for a dtype without a vec_dot type, INVALID_ARG for a bad k. */
 kiln_status kiln_ggml_vec_dot(uint32_t w_dtype, const void *w_row, const void *act_row, int64_t k,
                               float *out);

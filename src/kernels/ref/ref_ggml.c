@@ -1,6 +1,6 @@
 /*
- * ref_ggml.c — the reference matmul in "ggml numerics" (ref.h, docs/PLAN.md "Why
- * quantized models differ"): llama.cpp's CPU backend does not multiply quantized weights
+ * ref_ggml.c — the reference matmul in "ggml numerics" (ref.h, docs/PLAN.md
+ * "Numerics"): llama.cpp's CPU backend does not multiply quantized weights
  * with f32 activations; it first quantizes each activation row to the weight type's
  * "vec_dot type" and computes integer dot products per block, scaled in f32. This file
  * does the same arithmetic, in plain C, so that kiln can be compared with llama.cpp
@@ -337,19 +337,17 @@ static int isum(const int8_t *q, const int8_t *a, int n) {
  *   q8_K: (d_a * d_w) * sum_g sc[g] sum_g(q_w q_a) - (d_a * dmin_w) * sum_g m[g] bsum_g
  * The integer sums are exact; d_a is the fp16 scale as f32 (q8_0 / q8_1) or the f32
  * scale (q8_K). */
-static float block_dot(uint32_t at, const ublock *u, const uint8_t *act, int64_t i) {
+static float block_dot(uint32_t at, const ublock *u, const void *act, int64_t i) {
     if (at == KILN_DTYPE_Q8_0) {
-        kiln_block_q8_0 a;
-        memcpy(&a, act + i * sizeof a, sizeof a);
-        return (u->d * kiln_fp16_to_f32(a.d)) * (float)isum(u->q, a.qs, 32);
+        const kiln_block_q8_0 *a = (const kiln_block_q8_0 *)act + i;
+        return (u->d * kiln_fp16_to_f32(a->d)) * (float)isum(u->q, a->qs, 32);
     }
     if (at == KILN_DTYPE_Q8_1) {
-        kiln_block_q8_1 a;
-        memcpy(&a, act + i * sizeof a, sizeof a);
-        return (u->d * kiln_fp16_to_f32(a.d)) * (float)isum(u->q, a.qs, 32) +
-               u->dmin * kiln_fp16_to_f32(a.s);
+        const kiln_block_q8_1 *a = (const kiln_block_q8_1 *)act + i;
+        return (u->d * kiln_fp16_to_f32(a->d)) * (float)isum(u->q, a->qs, 32) +
+               u->dmin * kiln_fp16_to_f32(a->s);
     }
-    const kiln_block_q8_K *a = (const kiln_block_q8_K *)(const void *)(act + i * sizeof *a);
+    const kiln_block_q8_K *a = (const kiln_block_q8_K *)act + i;
     int sum = 0, summs = 0;
     for (int g = 0; g < KILN_QK_K / u->sub; g++) {
         int bs = 0;
