@@ -291,7 +291,14 @@ static kiln_status relayout_weights(kiln_bound_plan *bp, kiln_err *err) {
 
 kiln_status kiln_bind_plan(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
                            kiln_bound_plan *out, kiln_plan_check *chk, kiln_err *err) {
+    return kiln_bind_plan_numerics(be, m, plan, false, out, chk, err);
+}
+
+kiln_status kiln_bind_plan_numerics(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
+                                    bool ggml_numerics, kiln_bound_plan *out, kiln_plan_check *chk,
+                                    kiln_err *err) {
     memset(out, 0, sizeof(*out));
+    out->ggml_numerics = ggml_numerics;
     out->plan = *plan;
     memset(plan, 0, sizeof(*plan));
     out->be = be;
@@ -328,6 +335,15 @@ kiln_status kiln_bind_plan(const kiln_backend *be, const kiln_model *m, kiln_pla
         if (in->opcode == KILN_OP_LM_HEAD) out->n_vocab = (int32_t)bi->w[KILN_W_LM_HEAD].n;
         size_t wpt = describe_sites(bi, p, kv_dtype);
         if (wpt > out->work_per_token) out->work_per_token = wpt;
+        /* ggml numerics: the call sites ask for the activation types llama.cpp computes
+         * with (kernels/ref/ref.h): q8 for quantized matmuls, f16 in attention and GeGLU */
+        for (int s = 0; s < bi->n_sites && ggml_numerics; s++) {
+            kiln_callsite *cs = &bi->site[s].desc;
+            if (cs->op == KILN_KOP_MATMUL)
+                cs->act_dtype = kiln_ggml_vec_dot_type(cs->w_dtype);
+            else if (cs->op == KILN_KOP_ATTENTION || cs->op == KILN_KOP_GLU)
+                cs->act_dtype = KILN_DTYPE_F16;
+        }
         for (int s = 0; s < bi->n_sites && !st; s++)
             for (int b = 0; b < KILN_BUCKETS && !st; b++) {
                 bi->site[s].desc.bucket = b;
