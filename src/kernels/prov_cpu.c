@@ -11,6 +11,7 @@
  * also accepts plain rows (w_layout 0), so a binding that cannot repack yet still runs.
  */
 #include "base/cpu.h"
+#include "kernels/cpu/cpu_fused.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/registry.h"
@@ -171,6 +172,66 @@ static const kiln_kernel_spec cpu_specs[] = {
             80, ATTN_FEATS,
             "AVX2 flash-style over paged KV: token tiles x KV head, online softmax, split-K "
             "decode"),
+    /* fused kernels (cpu_fused.h): members / the LM head this ISA's matmul would run are
+     * computed in one pass; anything else goes through the member's own kernel */
+    {.id = "cpu.avx512.matmul_group",
+     .op = KILN_KOP_MATMUL_GROUP,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .isa = ISA_AVX512,
+     .w_dtypes = KILN_DT_FLOATS | KILN_DT_QUANTS,
+     .act_dtypes = F32,
+     .features = KILN_KFEAT_BIAS | KILN_KFEAT_GEGLU,
+     .props = KILN_KPROP_DETERMINISTIC,
+     .priority = 90,
+     .fn.matmul_group = kiln_cpu_matmul_group_avx512,
+     .summary = "q/k/v or gate/up (+ glu) in one pool dispatch, activations quantized once"},
+    {.id = "cpu.avx2.matmul_group",
+     .op = KILN_KOP_MATMUL_GROUP,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .isa = ISA_AVX2,
+     .w_dtypes = KILN_DT_FLOATS | KILN_DT_QUANTS,
+     .act_dtypes = F32,
+     .features = KILN_KFEAT_BIAS | KILN_KFEAT_GEGLU,
+     .props = KILN_KPROP_DETERMINISTIC,
+     .priority = 80,
+     .fn.matmul_group = kiln_cpu_matmul_group_avx2,
+     .summary = "q/k/v or gate/up (+ glu) in one pool dispatch, activations quantized once"},
+    {.id = "cpu.avx512.matmul_argmax",
+     .op = KILN_KOP_MATMUL_ARGMAX,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .isa = ISA_AVX512,
+     .w_dtypes = KILN_DT_FLOATS | KILN_DT_QUANTS,
+     .act_dtypes = F32,
+     .props = KILN_KPROP_DETERMINISTIC,
+     .priority = 90,
+     .fn.matmul_argmax = kiln_cpu_matmul_argmax_avx512,
+     .summary = "LM head reduced to the greedy token per 256-row chunk (no logits stored)"},
+    {.id = "cpu.avx2.matmul_argmax",
+     .op = KILN_KOP_MATMUL_ARGMAX,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .isa = ISA_AVX2,
+     .w_dtypes = KILN_DT_FLOATS | KILN_DT_QUANTS,
+     .act_dtypes = F32,
+     .props = KILN_KPROP_DETERMINISTIC,
+     .priority = 80,
+     .fn.matmul_argmax = kiln_cpu_matmul_argmax_avx2,
+     .summary = "LM head reduced to the greedy token per 256-row chunk (no logits stored)"},
+    {.id = "cpu.rope_kv",
+     .op = KILN_KOP_ROPE_KV,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .act_dtypes = F32,
+     .kv_dtypes = KV_DT,
+     .features = KILN_KFEAT_ROPE_NEOX | KILN_KFEAT_ROPE_YARN | KILN_KFEAT_ROPE_FREQS |
+                 KILN_KFEAT_PARTIAL_ROT | KILN_KFEAT_PAGED_KV,
+     .props = PROPS,
+     .priority = 50,
+     .fn.rope_kv = kiln_cpu_rope_kv,
+     .summary = "rope of q and k with the k/v write into the paged cache in one pass"},
 };
 
 const kiln_provider kiln_provider_cpu = {

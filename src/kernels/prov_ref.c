@@ -8,6 +8,7 @@
  * (ref.h).
  */
 #include "kernels/ref/ref.h"
+#include "kernels/ref/ref_fused.h"
 #include "kernels/registry.h"
 
 #define REF_PROPS (KILN_KPROP_DETERMINISTIC | KILN_KPROP_BATCH_INVARIANT)
@@ -29,6 +30,22 @@ static const kiln_kernel_spec ref_specs[] = {
      .priority = 10,
      .fn.matmul = kiln_ref_matmul,
      .summary = "scalar: dequantize a row, dot in f32"},
+    /* "ggml numerics" (engine option numerics = "ggml"): valid only where the call site's
+     * activation dtype is a q8 vec_dot type, which kselect.c sets in that mode alone */
+    {.id = "ref.matmul_ggml",
+     .op = KILN_KOP_MATMUL,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .w_dtypes = KILN_DT(KILN_DTYPE_Q4_0) | KILN_DT(KILN_DTYPE_Q4_1) | KILN_DT(KILN_DTYPE_Q5_0) |
+                 KILN_DT(KILN_DTYPE_Q5_1) | KILN_DT(KILN_DTYPE_Q8_0) | KILN_DT(KILN_DTYPE_Q2_K) |
+                 KILN_DT(KILN_DTYPE_Q3_K) | KILN_DT(KILN_DTYPE_Q4_K) | KILN_DT(KILN_DTYPE_Q5_K) |
+                 KILN_DT(KILN_DTYPE_Q6_K),
+     .act_dtypes = KILN_DT(KILN_DTYPE_Q8_0) | KILN_DT(KILN_DTYPE_Q8_1) | KILN_DT(KILN_DTYPE_Q8_K),
+     .features = KILN_KFEAT_BIAS,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.matmul = kiln_ref_matmul_ggml,
+     .summary = "llama.cpp's arithmetic: q8 activations, integer block dots"},
     {.id = "ref.embed",
      .op = KILN_KOP_EMBED,
      .provider = "ref",
@@ -83,6 +100,17 @@ static const kiln_kernel_spec ref_specs[] = {
      .priority = 10,
      .fn.attention = kiln_ref_attention,
      .summary = "scalar two-pass softmax over the paged cache"},
+    {.id = "ref.attention_ggml", /* numerics "ggml": act f16 at the call site */
+     .op = KILN_KOP_ATTENTION,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .act_dtypes = KILN_DT(KILN_DTYPE_F16),
+     .kv_dtypes = KV_DT,
+     .features = ALL_ATTN_FEATS,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.attention = kiln_ref_attention_ggml,
+     .summary = "llama.cpp's arithmetic: f16 q, k, v and probabilities"},
     {.id = "ref.glu",
      .op = KILN_KOP_GLU,
      .provider = "ref",
@@ -93,6 +121,16 @@ static const kiln_kernel_spec ref_specs[] = {
      .priority = 10,
      .fn.glu = kiln_ref_glu,
      .summary = "scalar SwiGLU / GeGLU"},
+    {.id = "ref.glu_ggml", /* numerics "ggml": act f16 at the call site */
+     .op = KILN_KOP_GLU,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .act_dtypes = KILN_DT(KILN_DTYPE_F16),
+     .features = KILN_KFEAT_GEGLU,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.glu = kiln_ref_glu_ggml,
+     .summary = "llama.cpp's arithmetic: GELU from its f16 table"},
     {.id = "ref.add",
      .op = KILN_KOP_ADD,
      .provider = "ref",
@@ -102,6 +140,39 @@ static const kiln_kernel_spec ref_specs[] = {
      .priority = 10,
      .fn.add = kiln_ref_add,
      .summary = "scalar"},
+    {.id = "ref.matmul_group",
+     .op = KILN_KOP_MATMUL_GROUP,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .w_dtypes = KILN_DT_FLOATS | KILN_DT_QUANTS,
+     .act_dtypes = F32,
+     .features = KILN_KFEAT_BIAS | KILN_KFEAT_GEGLU,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.matmul_group = kiln_ref_matmul_group,
+     .summary = "each member's own matmul kernel, then the glu kernel"},
+    {.id = "ref.rope_kv",
+     .op = KILN_KOP_ROPE_KV,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .act_dtypes = F32,
+     .kv_dtypes = KV_DT,
+     .features = KILN_KFEAT_ROPE_NEOX | KILN_KFEAT_ROPE_YARN | KILN_KFEAT_ROPE_FREQS |
+                 KILN_KFEAT_PARTIAL_ROT | KILN_KFEAT_PAGED_KV,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.rope_kv = kiln_ref_rope_kv,
+     .summary = "ref.rope on q and k, then ref.kv_write"},
+    {.id = "ref.matmul_argmax",
+     .op = KILN_KOP_MATMUL_ARGMAX,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .w_dtypes = KILN_DT_FLOATS | KILN_DT_QUANTS,
+     .act_dtypes = F32,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.matmul_argmax = kiln_ref_matmul_argmax,
+     .summary = "the LM head's matmul into a buffer, softcap, argmax"},
 };
 
 const kiln_provider kiln_provider_ref = {

@@ -170,6 +170,10 @@ static size_t describe_sites(kiln_bound_insn *bi, const kiln_plan *p, uint32_t k
         return 0;
     case KILN_OP_LM_HEAD:
         site_mm(bi, KILN_SITE_LM_HEAD, "output", -1, &bi->w[KILN_W_LM_HEAD], NULL);
+        site(bi, KILN_SITE_LM_ARGMAX, KILN_KOP_MATMUL_ARGMAX, "output.argmax", -1);
+        bi->site[KILN_SITE_LM_ARGMAX].desc.w_dtype = bi->w[KILN_W_LM_HEAD].dtype;
+        bi->site[KILN_SITE_LM_ARGMAX].desc.n = bi->w[KILN_W_LM_HEAD].n;
+        bi->site[KILN_SITE_LM_ARGMAX].desc.k = bi->w[KILN_W_LM_HEAD].k;
         return (size_t)bi->w[KILN_W_LM_HEAD].k;
     case KILN_OP_ATTENTION: {
         const kiln_attn_params *a = &bi->prm.attn;
@@ -182,7 +186,14 @@ static size_t describe_sites(kiln_bound_insn *bi, const kiln_plan *p, uint32_t k
         site(bi, KILN_SITE_KV_WRITE, KILN_KOP_KV_WRITE, "attn.kv_write", l);
         site(bi, KILN_SITE_ATTN, KILN_KOP_ATTENTION, "attn.core", l);
         site_mm(bi, KILN_SITE_O, "attn.o", l, &bi->w[KILN_W_ATT_O], &bi->w[KILN_W_ATT_BO]);
-        for (int s = KILN_SITE_Q_NORM; s <= KILN_SITE_ATTN; s++) {
+        /* fused sites (kernel.h): the q/k/v group and rope + kv_write */
+        site(bi, KILN_SITE_QKV, KILN_KOP_MATMUL_GROUP, "attn.qkv", l);
+        bi->site[KILN_SITE_QKV].desc.n =
+            bi->w[KILN_W_ATT_Q].n + bi->w[KILN_W_ATT_K].n + bi->w[KILN_W_ATT_V].n;
+        bi->site[KILN_SITE_QKV].desc.k = bi->w[KILN_W_ATT_Q].k;
+        site(bi, KILN_SITE_ROPE_KV, KILN_KOP_ROPE_KV, "attn.rope_kv", l);
+        for (int s = KILN_SITE_Q_NORM; s <= KILN_SITE_ROPE_KV; s++) {
+            if (s == KILN_SITE_O || s == KILN_SITE_QKV) continue;
             kiln_callsite *cs = &bi->site[s].desc;
             cs->head_dim = a->head_dim;
             cs->n_head = a->n_head;
@@ -195,7 +206,9 @@ static size_t describe_sites(kiln_bound_insn *bi, const kiln_plan *p, uint32_t k
         bi->site[KILN_SITE_ROPE].desc.features |=
             (a->ext_factor != 0 ? KILN_CS_YARN : 0) |
             (bi->w[KILN_W_ATT_ROPE_FREQS].data ? KILN_CS_FREQ_FAC : 0);
+        bi->site[KILN_SITE_ROPE_KV].desc.features |= bi->site[KILN_SITE_ROPE].desc.features;
         bi->site[KILN_SITE_KV_WRITE].desc.features |= KILN_CS_PAGED;
+        bi->site[KILN_SITE_ROPE_KV].desc.features |= KILN_CS_PAGED;
         bi->site[KILN_SITE_ATTN].desc.features |= KILN_CS_PAGED | KILN_CS_CAUSAL |
                                                   (a->window > 0 ? KILN_CS_WINDOW : 0) |
                                                   (a->softcap > 0 ? KILN_CS_SOFTCAP : 0);
@@ -208,6 +221,9 @@ static size_t describe_sites(kiln_bound_insn *bi, const kiln_plan *p, uint32_t k
         site_mm(bi, KILN_SITE_UP, "ffn.up", l, &bi->w[KILN_W_FFN_UP], NULL);
         site(bi, KILN_SITE_GLU, KILN_KOP_GLU, "ffn.act", l);
         site_mm(bi, KILN_SITE_DOWN, "ffn.down", l, &bi->w[KILN_W_FFN_DOWN], NULL);
+        site(bi, KILN_SITE_GATE_UP, KILN_KOP_MATMUL_GROUP, "ffn.gate_up", l);
+        bi->site[KILN_SITE_GATE_UP].desc.n = 2 * bi->w[KILN_W_FFN_UP].n;
+        bi->site[KILN_SITE_GATE_UP].desc.k = bi->w[KILN_W_FFN_UP].k;
         bi->site[KILN_SITE_GLU].desc.n = bi->w[KILN_W_FFN_UP].n;
         return 2 * (size_t)bi->w[KILN_W_FFN_UP].n;
     default:
@@ -275,7 +291,14 @@ static kiln_status relayout_weights(kiln_bound_plan *bp, kiln_err *err) {
 
 kiln_status kiln_bind_plan(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
                            kiln_bound_plan *out, kiln_plan_check *chk, kiln_err *err) {
+    return kiln_bind_plan_numerics(be, m, plan, false, out, chk, err);
+}
+
+kiln_status kiln_bind_plan_numerics(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
+                                    bool ggml_numerics, kiln_bound_plan *out, kiln_plan_check *chk,
+                                    kiln_err *err) {
     memset(out, 0, sizeof(*out));
+    out->ggml_numerics = ggml_numerics;
     out->plan = *plan;
     memset(plan, 0, sizeof(*plan));
     out->be = be;
@@ -312,6 +335,15 @@ kiln_status kiln_bind_plan(const kiln_backend *be, const kiln_model *m, kiln_pla
         if (in->opcode == KILN_OP_LM_HEAD) out->n_vocab = (int32_t)bi->w[KILN_W_LM_HEAD].n;
         size_t wpt = describe_sites(bi, p, kv_dtype);
         if (wpt > out->work_per_token) out->work_per_token = wpt;
+        /* ggml numerics: the call sites ask for the activation types llama.cpp computes
+         * with (kernels/ref/ref.h): q8 for quantized matmuls, f16 in attention and GeGLU */
+        for (int s = 0; s < bi->n_sites && ggml_numerics; s++) {
+            kiln_callsite *cs = &bi->site[s].desc;
+            if (cs->op == KILN_KOP_MATMUL)
+                cs->act_dtype = kiln_ggml_vec_dot_type(cs->w_dtype);
+            else if (cs->op == KILN_KOP_ATTENTION || cs->op == KILN_KOP_GLU)
+                cs->act_dtype = KILN_DTYPE_F16;
+        }
         for (int s = 0; s < bi->n_sites && !st; s++)
             for (int b = 0; b < KILN_BUCKETS && !st; b++) {
                 bi->site[s].desc.bucket = b;

@@ -31,8 +31,12 @@ typedef struct kiln_exec {
     const int32_t *logit_rows; /* [n_logits] token rows that want logits */
     int32_t n_logits;
     float *logits; /* [n_logits][n_vocab] output */
-    float **bufs;  /* physical register buffers */
-    float *work;   /* adapter workspace, work_floats */
+    /* greedy steps (kiln_engine_step_greedy): instead of logits, the argmax token of
+     * each logits row over [0, greedy_limit); NULL = logits wanted */
+    int32_t *greedy_ids;
+    int32_t greedy_limit;
+    float **bufs; /* physical register buffers */
+    float *work;  /* adapter workspace, work_floats */
     size_t work_floats;
     kiln_kv_pool *kv;
     uint64_t *counters; /* [KILN_OP_LIMIT] dispatch counts, or NULL (off) */
@@ -44,7 +48,8 @@ typedef struct kiln_bound_plan {
     const kiln_backend *be;
     size_t work_per_token; /* floats of adapter workspace per token row */
     int32_t n_vocab;
-    kiln_arena arena; /* f32 copies of vector weights stored as f16/bf16 */
+    kiln_arena arena;   /* f32 copies of vector weights stored as f16/bf16 */
+    bool ggml_numerics; /* quantized matmuls in llama.cpp's arithmetic (ref.h) */
 } kiln_bound_plan;
 
 /* Takes ownership of *plan (the caller's copy is cleared, also on failure). On a
@@ -52,6 +57,13 @@ typedef struct kiln_bound_plan {
  * error. */
 kiln_status kiln_bind_plan(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
                            kiln_bound_plan *out, kiln_plan_check *chk, kiln_err *err);
+/* The same with ggml numerics on or off: when on, every call site asks for the
+ * activation dtype llama.cpp computes in (kiln_callsite.act_dtype): a quantized matmul
+ * its q8 vec_dot type, attention and glu f16; only the ggml-numerics reference kernels
+ * (kernels/ref/ref.h) accept those, so they are bound there. */
+kiln_status kiln_bind_plan_numerics(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
+                                    bool ggml_numerics, kiln_bound_plan *out, kiln_plan_check *chk,
+                                    kiln_err *err);
 void kiln_bound_plan_free(kiln_bound_plan *bp);
 
 kiln_status kiln_exec_run(const kiln_bound_plan *bp, kiln_exec *x, kiln_err *err);
@@ -81,12 +93,16 @@ enum {
     KILN_SITE_KV_WRITE,
     KILN_SITE_ATTN,
     KILN_SITE_O,
+    KILN_SITE_QKV,     /* matmul_group of q, k, v (members: the Q, K, V sites' kernels) */
+    KILN_SITE_ROPE_KV, /* rope(q), rope(k), kv_write in one kernel                     */
     KILN_SITE_ATT_COUNT,
     KILN_SITE_GATE = 0,
     KILN_SITE_UP,
     KILN_SITE_GLU,
     KILN_SITE_DOWN,
+    KILN_SITE_GATE_UP, /* matmul_group of gate, up (+ the GLU site's kernel)           */
     KILN_SITE_FFN_COUNT,
+    KILN_SITE_LM_ARGMAX = 1, /* the LM head for greedy steps (matmul_argmax)            */
 };
 
 #endif /* KILN_RUNTIME_EXEC_H */
