@@ -31,7 +31,7 @@ typedef struct kiln_cpu_mm {
     int64_t y_stride;
     const float *bias;
     bool bf16; /* float weights, t > 1: AVX512-BF16 dot products (see matmul_f_avx512.c) */
-    /* float weights, t > 1 (AVX-512, not bf16): the activations transposed, xt[i * xt_stride
+    /* float weights, t > 1 (not bf16): the activations transposed, xt[i * xt_stride
      * + t] = x[t][i], tokens zero padded to xt_stride (a multiple of 16); else NULL */
     const float *xt;
     int64_t xt_stride;
@@ -63,7 +63,7 @@ static inline size_t kiln_cpu_mmf_panel_bytes(int64_t k, int64_t t) {
     return (f32 > b16 ? f32 : b16) + 64;
 }
 void kiln_cpu_mmf_avx512(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
-/* The transposed activations kiln_cpu_mm.xt (AVX-512 float GEMM, t > 1): bytes, token
+/* The transposed activations kiln_cpu_mm.xt (float GEMM, t > 1, both ISAs): bytes, token
  * stride, and the fill (split over pool; xt 64-byte aligned). Callers that leave xt NULL
  * get the slower dot-product GEMM (different summation order). matmul.c. */
 int64_t kiln_cpu_xt_stride(int64_t t);

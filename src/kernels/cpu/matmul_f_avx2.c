@@ -1,7 +1,8 @@
 /*
  * matmul_f_avx2.c — float-weight matmul (f32, f16, bf16 weights; f32 activations) for
  * AVX2 + FMA + F16C. Same structure as matmul_f_avx512.c, 8 floats per register; the
- * GEMM micro-kernel is 2 rows x 4 tokens (8 ymm accumulators).
+ * prefill micro-kernel is 4 rows x 24 tokens on the transposed activations (12 ymm
+ * accumulators), or 2 rows x 4 tokens of dot products when the caller gives none.
  */
 #include "format/dtype.h"
 #include "kernels/cpu/cpu_impl.h"
@@ -173,12 +174,94 @@ static void gemm(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel_by
                 gemv_row(DT, p->w + r * p->w_row_bytes, p->k, p->x) + (p->bias ? p->bias[r] : 0);  \
         break
 
+/* ---- prefill on transposed activations (p->xt; as matmul_f_avx512.c) ----
+ * R (<= 4) widened rows x TV (<= 3) vectors of 8 tokens: 12 accumulators, per element
+ * 3 token-vector loads and 4 weight broadcasts for 12 FMAs. */
+INLINE void micro_xt(int R, int TV, const float *panel, int64_t pstride, int64_t k, const float *xt,
+                     int64_t ts, __m256 out[4][3]) {
+    __m256 acc[4][3];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 3
+        for (int v = 0; v < TV; v++) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < k; i++) {
+        __m256 xv[3];
+#pragma GCC unroll 3
+        for (int v = 0; v < TV; v++) xv[v] = _mm256_load_ps(xt + i * ts + 8 * v);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256 w = _mm256_broadcast_ss(panel + r * pstride + i);
+#pragma GCC unroll 3
+            for (int v = 0; v < TV; v++) acc[r][v] = _mm256_fmadd_ps(w, xv[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 3
+        for (int v = 0; v < TV; v++) out[r][v] = acc[r][v];
+}
+
+#define MICRO_XT_TV(R)                                                                             \
+    case R:                                                                                        \
+        if (TV == 3)                                                                               \
+            micro_xt(R, 3, panel, pstride, k, xt, ts, out);                                        \
+        else if (TV == 2)                                                                          \
+            micro_xt(R, 2, panel, pstride, k, xt, ts, out);                                        \
+        else                                                                                       \
+            micro_xt(R, 1, panel, pstride, k, xt, ts, out);                                        \
+        break
+
+static void micro_xt_dispatch(int R, int TV, const float *panel, int64_t pstride, int64_t k,
+                              const float *xt, int64_t ts, __m256 out[4][3]) {
+    switch (R) {
+        MICRO_XT_TV(4);
+        MICRO_XT_TV(3);
+        MICRO_XT_TV(2);
+    default:
+        if (TV == 3)
+            micro_xt(1, 3, panel, pstride, k, xt, ts, out);
+        else if (TV == 2)
+            micro_xt(1, 2, panel, pstride, k, xt, ts, out);
+        else
+            micro_xt(1, 1, panel, pstride, k, xt, ts, out);
+        break;
+    }
+}
+
+static void gemm_xt(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel_bytes) {
+    float *panel = (float *)panel_bytes;
+    const int64_t pstride = (p->k + 15) / 16 * 16, ts = p->xt_stride;
+    __m256 out[4][3];
+    _Alignas(32) float tmp[8];
+    for (int64_t r = r0; r < r1; r += 4) {
+        const int R = r1 - r >= 4 ? 4 : (int)(r1 - r);
+        for (int i = 0; i < R; i++)
+            widen_dispatch(p->dtype, p->w + (r + i) * p->w_row_bytes, p->k, panel + i * pstride);
+        for (int64_t t0 = 0; t0 < p->t; t0 += 24) {
+            const int64_t nt = p->t - t0 < 24 ? p->t - t0 : 24;
+            const int TV = (int)((nt + 7) / 8);
+            micro_xt_dispatch(R, TV, panel, pstride, p->k, p->xt + t0, ts, out);
+            for (int i = 0; i < R; i++) {
+                const float b = p->bias ? p->bias[r + i] : 0.0f;
+                for (int v = 0; v < TV; v++) {
+                    _mm256_store_ps(tmp, out[i][v]);
+                    for (int j = 0; j < 8 && 8 * v + j < nt; j++)
+                        p->y[(t0 + 8 * v + j) * p->y_stride + r + i] = tmp[j] + b;
+                }
+            }
+        }
+    }
+}
+
 void kiln_cpu_mmf_avx2(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t *panel) {
     /* a private copy: the caller's struct shares cache lines with its stack, and y
      * stores would otherwise force reloads of it (false sharing between threads) */
     const kiln_cpu_mm m = *pp, *p = &m;
     if (p->t > 1) {
-        gemm(p, r0, r1, panel);
+        if (p->xt)
+            gemm_xt(p, r0, r1, panel); /* matmul.c transposed the activations */
+        else
+            gemm(p, r0, r1, panel);
         return;
     }
     switch (p->dtype) {
