@@ -32,7 +32,10 @@ static struct llama_context *mkctx(struct llama_model *m, int n_ctx) {
     cp.n_ubatch = (uint32_t)n_ctx;
     cp.n_threads = 2;
     cp.n_threads_batch = 2;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    /* flash attention off (the goldens); LLAMA_DUMP_FA=1 turns it on, to measure how far
+     * llama.cpp moves from itself when only its attention kernel changes (docs/PLAN.md) */
+    cp.flash_attn_type =
+        getenv("LLAMA_DUMP_FA") ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.no_perf = true;
     return llama_init_from_model(m, cp);
 }

@@ -30,5 +30,9 @@ nch=$(sed -n 's/.*calculating perplexity over \([0-9]*\) chunks.*/\1/p' "$log")
 grep -o "\[$nch\][0-9.]*," "$log" | sed 's/.*\]\([0-9.]*\),/\1/' > "$out/ppl.txt"
 rm -f "$log"
 [ -s "$out/ppl.txt" ] || { echo "llama-perplexity gave no value for chunk $nch" >&2; exit 1; }
-echo "llama.cpp $(git -C "$LLAMA_DIR" rev-parse HEAD 2>/dev/null || echo unknown)" > "$out/SOURCE"
+# the commit: git's when the checkout has its metadata, else LLAMA_COMMIT (the commit the
+# committed data came from)
+commit=$(git -C "$LLAMA_DIR" rev-parse HEAD 2>/dev/null ||
+         echo "${LLAMA_COMMIT:-3f545beccee69d9975f466ec7e45fd9aacd8ba90}")
+echo "llama.cpp $commit" > "$out/SOURCE"
 echo "wrote $out (PPL $(cat "$out/ppl.txt"))"

@@ -17,10 +17,14 @@ for fam in llama qwen2 qwen3 gemma3; do
     {
       echo "# kiln-gen $gen (seed 7); goldens from llama.cpp, see SOURCE"
       case $ty in
-        q*) echo "# quantized weights: llama.cpp's quantized dot products differ from exact"
-            echo "# arithmetic on these weights (docs/PLAN.md); random tiny models have flat"
-            echo "# distributions, so top-1 is fragile: measured 93-98% top-1, KL < 1e-3."
-            echo "expect 0.93 0.001 0.0 0.005" ;;
+        q*) echo "# quantized weights: compared in ggml numerics (llama.cpp's 8-bit activation"
+            echo "# arithmetic, docs/PLAN.md \"Numerics\"). Quantization amplifies f32-order"
+            echo "# differences chaotically, so per-token agreement is bounded by llama.cpp's own"
+            echo "# reproducibility: llama.cpp with flash attention on vs off agrees 95.5-98.2%"
+            echo "# top-1 (KL 1e-4..5e-4) and 1-9 of 12 greedy prompts on these models. Thresholds"
+            echo "# at that level: top-1 >= 95%, the issue's KL < 1e-3 and PPL 0.5%, greedy reported."
+            echo "numerics ggml"
+            echo "expect 0.95 0.001 0.0 0.005" ;;
       esac
       echo "gen $gen"
       echo "model path:parity-models/$name.gguf"

@@ -48,6 +48,9 @@ int kiln_cmd_run(int argc, char **argv) {
         {"ids", 0, false, NULL, "print token ids instead of text", false, NULL},
         {"stop", 0, true, "TEXT", "stop when this text is generated", false, NULL},
         {"kv-f16", 0, false, NULL, "store the KV cache as f16", false, NULL},
+        {"numerics", 0, true, "MODE",
+         "exact (default) or ggml: quantized matmuls with llama.cpp's 8-bit activations", false,
+         NULL},
         {"policy", 0, true, "FILE", "kernel policy (kiln.yaml; docs/KERNELS.md)", false, NULL},
         {"dispatch", 0, true, "FILE", "baked dispatch table from kiln solve", false, NULL},
     };
@@ -125,7 +128,8 @@ int kiln_cmd_run(int argc, char **argv) {
                         .n_threads = (int32_t)threads,
                         .n_ctx = n_ctx,
                         .max_seqs = 1,
-                        .kv_f16 = kiln_opt_find(opts, KILN_NOPTS(opts), "kv-f16")->seen};
+                        .kv_f16 = kiln_opt_find(opts, KILN_NOPTS(opts), "kv-f16")->seen,
+                        .numerics = kiln_opt_find(opts, KILN_NOPTS(opts), "numerics")->value};
     kiln_opt *o_tpl = kiln_opt_find(opts, KILN_NOPTS(opts), "chat-template");
     char *tpl = NULL;
     if (o_tpl->seen) {

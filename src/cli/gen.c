@@ -33,6 +33,7 @@ kiln_status kiln_gen_open(const kiln_gen_opts *o, kiln_gen_ctx *g, kiln_err *err
     eo.max_step_tokens = g->max_step;
     eo.max_seqs = o->max_seqs > 0 ? o->max_seqs : 4;
     eo.kv_f16 = o->kv_f16;
+    eo.numerics = o->numerics;
     st = kiln_engine_create(g->model, &eo, &g->engine, err);
     if (!st) {
         g->logits = malloc((size_t)g->max_step * (size_t)g->n_vocab * sizeof(float));

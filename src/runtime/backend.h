@@ -48,10 +48,13 @@ enum {
 /* What the selection engine needs to know about one kernel call. */
 typedef struct kiln_callsite {
     kiln_kop op;
-    char name[64];     /* "blk.3.attention.q" (for explain and errors)         */
-    uint32_t w_dtype;  /* weight dtype (matmul, embed); KILN_DTYPE_F32 else    */
-    uint32_t kv_dtype; /* KV cache dtype (kv_write, attention)                 */
-    int64_t n, k;      /* matmul/embed: outputs and inputs; norms: n = width   */
+    char name[64];      /* "blk.3.attention.q" (for explain and errors)         */
+    uint32_t w_dtype;   /* weight dtype (matmul, embed); KILN_DTYPE_F32 else    */
+    uint32_t kv_dtype;  /* KV cache dtype (kv_write, attention)                 */
+    uint32_t act_dtype; /* KILN_DTYPE_F32 (0, exact); with numerics "ggml" the
+                           type llama.cpp computes in: a quantized matmul's q8
+                           vec_dot type, f16 for attention and glu (ref.h)        */
+    int64_t n, k;       /* matmul/embed: outputs and inputs; norms: n = width   */
     int32_t head_dim, n_head, n_kv_head;
     int32_t window;
     uint32_t features; /* KILN_CS_* */

@@ -66,6 +66,10 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     if (!m->family)
         return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: no model family for architecture '%s'",
                             m->path, m->cfg.arch);
+    bool ggml_numerics = o->numerics && strcmp(o->numerics, "ggml") == 0;
+    if (o->numerics && !ggml_numerics && strcmp(o->numerics, "exact") != 0)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "numerics '%s' is not 'exact' or 'ggml'",
+                            o->numerics);
     kiln_engine *e = calloc(1, sizeof(*e));
     if (!e) return kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     e->model = m;
@@ -81,7 +85,7 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
         free(e);
         return kiln_err_wrap(err, st, "compiling the %s plan", m->cfg.arch);
     }
-    st = kiln_bind_plan(be, m, &plan, &e->bp, NULL, err);
+    st = kiln_bind_plan_numerics(be, m, &plan, ggml_numerics, &e->bp, NULL, err);
     if (st) {
         free(e);
         return st;

@@ -48,7 +48,8 @@ typedef struct kiln_bound_plan {
     const kiln_backend *be;
     size_t work_per_token; /* floats of adapter workspace per token row */
     int32_t n_vocab;
-    kiln_arena arena; /* f32 copies of vector weights stored as f16/bf16 */
+    kiln_arena arena;   /* f32 copies of vector weights stored as f16/bf16 */
+    bool ggml_numerics; /* quantized matmuls in llama.cpp's arithmetic (ref.h) */
 } kiln_bound_plan;
 
 /* Takes ownership of *plan (the caller's copy is cleared, also on failure). On a
@@ -56,6 +57,13 @@ typedef struct kiln_bound_plan {
  * error. */
 kiln_status kiln_bind_plan(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
                            kiln_bound_plan *out, kiln_plan_check *chk, kiln_err *err);
+/* The same with ggml numerics on or off: when on, every call site asks for the
+ * activation dtype llama.cpp computes in (kiln_callsite.act_dtype): a quantized matmul
+ * its q8 vec_dot type, attention and glu f16; only the ggml-numerics reference kernels
+ * (kernels/ref/ref.h) accept those, so they are bound there. */
+kiln_status kiln_bind_plan_numerics(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
+                                    bool ggml_numerics, kiln_bound_plan *out, kiln_plan_check *chk,
+                                    kiln_err *err);
 void kiln_bound_plan_free(kiln_bound_plan *bp);
 
 kiln_status kiln_exec_run(const kiln_bound_plan *bp, kiln_exec *x, kiln_err *err);

@@ -116,6 +116,9 @@ void kiln_callsite_ctx(const kiln_backend *be, const kiln_callsite *cs, kiln_sel
     kiln_sel_ctx_init(c, cs->op, b);
     switch (cs->op) {
     case KILN_KOP_MATMUL:
+        c->w_dtype = cs->w_dtype;
+        c->act_dtype = cs->act_dtype; /* f32, or a q8 type under numerics "ggml" */
+        break;
     case KILN_KOP_EMBED:
         c->w_dtype = cs->w_dtype;
         break;
@@ -123,8 +126,14 @@ void kiln_callsite_ctx(const kiln_backend *be, const kiln_callsite *cs, kiln_sel
         c->w_dtype = KILN_DTYPE_F32;
         break;
     case KILN_KOP_KV_WRITE:
+        c->kv_dtype = cs->kv_dtype;
+        break;
     case KILN_KOP_ATTENTION:
         c->kv_dtype = cs->kv_dtype;
+        c->act_dtype = cs->act_dtype; /* f16 under numerics "ggml" */
+        break;
+    case KILN_KOP_GLU:
+        c->act_dtype = cs->act_dtype; /* f16 under numerics "ggml" */
         break;
     default:
         break;

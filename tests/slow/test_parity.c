@@ -10,6 +10,11 @@
  *   tf FILE                   "T ids" then "i id:logprob..." lines from llama_dump tf
  *   ppl FILE                  llama-perplexity's PPL of tests/data/parity/text.txt at -c 256;
  *                             `kiln perplexity` must be within 0.5% of it
+ *   numerics MODE             kiln's numerics for this model (kiln_engine_opts.numerics,
+ *                             `kiln perplexity --numerics`): exact (default) or ggml — the
+ *                             quantized manifests use ggml, llama.cpp's own 8-bit activation
+ *                             arithmetic (docs/PLAN.md "Numerics"); must come before the
+ *                             checks. The float manifests run in exact numerics.
  *   expect TOP1 KL GREEDY PPL thresholds when they differ from the issue's (0.99 1e-3
  *                             0.9 0.005), with the reason in a comment line above
  * and the checks are those of issue #5:
@@ -37,6 +42,7 @@
 static int failures = 0;
 static double want_top1 = 0.99, want_kl = 1e-3, want_greedy = 0.9, want_ppl = 0.005;
 static char model_path[4096];
+static char numerics[16] = "exact";
 
 static int parse_ids(char *s, int32_t *out, int cap) {
     int n = 0;
@@ -55,6 +61,7 @@ static kiln_engine *make_engine(kiln_model *m, int max_step) {
     o.max_step_tokens = max_step;
     o.max_seqs = 2;
     o.kv_f16 = getenv("KILN_PARITY_KV_F16") != NULL;
+    o.numerics = numerics;
     kiln_engine *e;
     kiln_err err;
     if (kiln_engine_create(m, &o, &e, &err)) {
@@ -251,8 +258,8 @@ static void check_ppl(const char *path) {
     char cmd[12288];
     snprintf(cmd, sizeof cmd,
              "%.4000s/kiln perplexity -m '%.4000s' -f %.3000s/tests/data/parity/text.txt -c 256 "
-             "2>/dev/null",
-             bd ? bd : ".", model_path, sd ? sd : ".");
+             "--numerics %s 2>/dev/null",
+             bd ? bd : ".", model_path, sd ? sd : ".", numerics);
     FILE *p = popen(cmd, "r");
     char line[4096];
     double got = 0;
@@ -273,6 +280,7 @@ static void check_dir(const char *dir) {
     if (!f) return;
     printf("%s\n", dir);
     want_top1 = 0.99, want_kl = 1e-3, want_greedy = 0.9, want_ppl = 0.005;
+    snprintf(numerics, sizeof numerics, "exact");
     kiln_model *m = NULL;
     char gen_args[2048] = "";
     while (fgets(line, sizeof line, f)) {
@@ -283,6 +291,18 @@ static void check_dir(const char *dir) {
         }
         char key[64], val[2048];
         if (sscanf(line, "%63s %2047s", key, val) != 2 || key[0] == '#') continue;
+        if (strcmp(key, "numerics") == 0) {
+            if (strcmp(val, "exact") != 0 && strcmp(val, "ggml") != 0) {
+                printf("  bad numerics line: %s", line);
+                failures++;
+            }
+            snprintf(numerics, sizeof numerics, "%.15s", val);
+            printf("  numerics: %s%s\n", numerics,
+                   strcmp(numerics, "ggml") == 0
+                       ? " (quantized matmuls with llama.cpp's 8-bit activation arithmetic)"
+                       : "");
+            continue;
+        }
         if (strcmp(key, "expect") == 0) {
             if (sscanf(line, "%*s %lf %lf %lf %lf", &want_top1, &want_kl, &want_greedy,
                        &want_ppl) != 4) {

@@ -31,6 +31,10 @@ typedef struct kiln_cpu_mm {
     int64_t y_stride;
     const float *bias;
     bool bf16; /* float weights, t > 1: AVX512-BF16 dot products (see matmul_f_avx512.c) */
+    /* float weights, t > 1 (AVX-512, not bf16): the activations transposed, xt[i * xt_stride
+     * + t] = x[t][i], tokens zero padded to xt_stride (a multiple of 16); else NULL */
+    const float *xt;
+    int64_t xt_stride;
 } kiln_cpu_mm;
 
 /* Rows per unpacked GEMM panel (the scratch a thread needs: kiln_cpu_mm_panel_bytes). */
@@ -52,8 +56,9 @@ bool kiln_cpu_mmq_supports(uint32_t dtype);
 /* Float weights (f32, f16, bf16) with f32 activations. panel: scratch of
  * kiln_cpu_mmf_panel_bytes(k, t), used when t > 1: an f32 panel of 4 rows, or with
  * bf16 the t activation rows and 4 weight rows as bf16 (k padded to 32). */
+#define KILN_CPU_MMF_ROWS 8 /* rows of the AVX-512 float GEMM panel (matmul_f_avx512.c) */
 static inline size_t kiln_cpu_mmf_panel_bytes(int64_t k, int64_t t) {
-    size_t f32 = (size_t)KILN_CPU_MM_ROWS * (size_t)((k + 15) / 16 * 16) * sizeof(float);
+    size_t f32 = (size_t)KILN_CPU_MMF_ROWS * (size_t)((k + 15) / 16 * 16) * sizeof(float);
     size_t b16 = (size_t)(t + KILN_CPU_MM_ROWS) * (size_t)((k + 31) / 32 * 32) * 2;
     return (f32 > b16 ? f32 : b16) + 64;
 }

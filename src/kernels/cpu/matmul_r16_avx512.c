@@ -212,7 +212,7 @@ INLINE void store_rows(float *y, int64_t rows, __m512 v, const float *bias) {
 /* Software prefetch distance for the decode stream, bytes ahead of the unit being read
  * (docs/CPU.md: measured). 0 disables it. */
 #ifndef KILN_R16_PF
-#define KILN_R16_PF 0
+#define KILN_R16_PF 2048
 #endif
 size_t kiln_r16_pf = KILN_R16_PF;
 

@@ -228,8 +228,13 @@ kiln_status kiln_ref_kv_write(const kiln_kctx *c, const kiln_kv_write_args *a) {
 
 typedef struct attn_job {
     const kiln_attention_args *a;
+    bool ggml; /* ggml numerics: f16 q, k, v and probabilities (kiln_ref_attention_ggml) */
     atomic_int failed;
 } attn_job;
+
+static inline float f16_round(float v) {
+    return kiln_fp16_to_f32(kiln_f32_to_fp16(v));
+}
 
 static void kv_load(const kiln_kv_layer *kv, const void *base, size_t off, float *dst) {
     const uint8_t *src = (const uint8_t *)base + off;
@@ -246,14 +251,14 @@ static void attn_range(void *ctx, int64_t r0, int64_t r1, int ith) {
     const kiln_attention_args *a = j->a;
     const int hd = a->kv.head_dim;
     const int group = a->n_head / a->kv.n_kv_head;
-    float *tmp = malloc((size_t)hd * 2 * sizeof(float));
+    float *tmp = malloc((size_t)hd * 3 * sizeof(float));
     float *scores = NULL;
     size_t scores_cap = 0;
     if (!tmp) {
         atomic_store(&j->failed, KILN_ERR_NOMEM);
         return;
     }
-    float *kv = tmp, *acc = tmp + hd;
+    float *kv = tmp, *acc = tmp + hd, *q16 = tmp + 2 * hd;
     for (int64_t r = r0; r < r1; r++) {
         int64_t t = r / a->n_head;
         int h = (int)(r % a->n_head), kvh = h / group;
@@ -276,10 +281,16 @@ static void attn_range(void *ctx, int64_t r0, int64_t r1, int ith) {
             }
         }
         const float *q = a->q + t * a->q_stride + (int64_t)h * hd;
+        if (j->ggml) { /* ggml converts q to K's f16 type before the dot */
+            for (int d = 0; d < hd; d++) q16[d] = f16_round(q[d]);
+            q = q16;
+        }
         float mx = -INFINITY;
         for (int32_t p = p0; p <= pos; p++) {
             int32_t b = s->block_table[p / KILN_KV_BLOCK];
             kv_load(&a->kv, a->kv.k, kv_off(&a->kv, b, p % KILN_KV_BLOCK, kvh), kv);
+            if (j->ggml)
+                for (int d = 0; d < hd; d++) kv[d] = f16_round(kv[d]);
             float sc = kiln_ref_dot(q, kv, hd) * a->scale;
             if (a->softcap > 0) sc = a->softcap * tanhf(sc / a->softcap);
             scores[p - p0] = sc;
@@ -295,7 +306,11 @@ static void attn_range(void *ctx, int64_t r0, int64_t r1, int ith) {
         for (int32_t p = p0; p <= pos; p++) {
             int32_t b = s->block_table[p / KILN_KV_BLOCK];
             kv_load(&a->kv, a->kv.v, kv_off(&a->kv, b, p % KILN_KV_BLOCK, kvh), kv);
-            const float w = scores[p - p0] * inv;
+            float w = scores[p - p0] * inv;
+            if (j->ggml) { /* the probabilities go to the f16 P x V product */
+                w = f16_round(w);
+                for (int d = 0; d < hd; d++) kv[d] = f16_round(kv[d]);
+            }
             for (int d = 0; d < hd; d++) acc[d] += w * kv[d];
         }
         memcpy(a->out + t * a->out_stride + (int64_t)h * hd, acc, (size_t)hd * sizeof(float));
@@ -304,18 +319,39 @@ static void attn_range(void *ctx, int64_t r0, int64_t r1, int ith) {
     free(tmp);
 }
 
-kiln_status kiln_ref_attention(const kiln_kctx *c, const kiln_attention_args *a) {
+static kiln_status attention(const kiln_kctx *c, const kiln_attention_args *a, bool ggml) {
     if (a->t == 0) return KILN_OK;
     if (a->kv.n_kv_head <= 0 || a->n_head % a->kv.n_kv_head) return KILN_ERR_INVALID_ARG;
-    attn_job j = {a, 0};
+    attn_job j = {a, ggml, 0};
     kiln_pool_for(c ? c->pool : NULL, a->t * a->n_head, 1, attn_range, &j);
     int f = atomic_load(&j.failed);
     return f ? (kiln_status)f : KILN_OK;
 }
 
-kiln_status kiln_ref_glu(const kiln_kctx *c, const kiln_glu_args *a) {
-    (void)c;
+kiln_status kiln_ref_attention(const kiln_kctx *c, const kiln_attention_args *a) {
+    return attention(c, a, false);
+}
+
+kiln_status kiln_ref_attention_ggml(const kiln_kctx *c, const kiln_attention_args *a) {
+    return attention(c, a, true);
+}
+
+/* GELU (tanh form) in ggml's association: 0.5f*x*(1 + tanh(s*x*(1 + a*x*x))) */
+static float gelu_tanh(float x) {
     static const float sqrt_2_over_pi = 0.79788456080286535587989211986876f;
+    return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + 0.044715f * x * x)));
+}
+
+/* ggml's GELU on x86 builds (GGML_GELU_FP16): a table over f16 inputs of f16 results,
+ * exact outside (-10, 10) */
+static float gelu_tanh_f16_table(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    return f16_round(gelu_tanh(f16_round(x)));
+}
+
+static kiln_status glu(const kiln_kctx *c, const kiln_glu_args *a, bool ggml) {
+    (void)c;
     for (int64_t t = 0; t < a->t; t++) {
         const float *g = a->gate + t * a->gate_stride, *u = a->up + t * a->up_stride;
         float *y = a->y + t * a->y_stride;
@@ -326,7 +362,7 @@ kiln_status kiln_ref_glu(const kiln_kctx *c, const kiln_glu_args *a) {
                 v = x / (1.0f + expf(-x));
                 break;
             case KILN_GLU_GEGLU_TANH:
-                v = 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + 0.044715f * x * x)));
+                v = ggml ? gelu_tanh_f16_table(x) : gelu_tanh(x);
                 break;
             case KILN_GLU_GEGLU_ERF:
                 v = 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
@@ -338,6 +374,14 @@ kiln_status kiln_ref_glu(const kiln_kctx *c, const kiln_glu_args *a) {
         }
     }
     return KILN_OK;
+}
+
+kiln_status kiln_ref_glu(const kiln_kctx *c, const kiln_glu_args *a) {
+    return glu(c, a, false);
+}
+
+kiln_status kiln_ref_glu_ggml(const kiln_kctx *c, const kiln_glu_args *a) {
+    return glu(c, a, true);
 }
 
 kiln_status kiln_ref_add(const kiln_kctx *c, const kiln_add_args *a) {
