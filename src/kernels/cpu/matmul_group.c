@@ -42,10 +42,6 @@ static bool fusable(const isa_impl *isa, kiln_matmul_fn fn, const kiln_matmul_ar
     if (fn != isa->own || a->n <= 0 || a->t <= 0) return false;
     const bool quant = kiln_cpu_mmq_supports(a->w_dtype);
     if (!quant && !is_float_type(a->w_dtype)) return false;
-    /* float weights with t > 1 use the driver's transposed activations (kiln_cpu_mm.xt,
-     * matmul.c) on AVX-512: prefill of float weights is compute-bound, fusing saves
-     * nothing there, so those calls stay separate */
-    if (!quant && a->t > 1) return false;
     if (quant && a->k % 32) return false;
     if (a->w_layout == 0) return true;
     return a->w_layout == KILN_CPU_WLAYOUT_R16 && isa->mmr16 && kiln_cpu_r16_supports(a->w_dtype);
