@@ -31,8 +31,9 @@
  * Waiting (workers for a job, the caller for workers) spins 10 us, then yields the CPU
  * in a loop up to a time budget, then sleeps on a futex. The budget is
  * KILN_POOL_SPIN_US (default 1000 us; decode steps dispatch every few to few hundred
- * microseconds, so workers stay hot within a step); KILN_POOL_PAUSE=0 spins without the
- * PAUSE instruction (under KVM a PAUSE loop can trigger pause-loop exits).
+ * microseconds, so workers stay hot within a step); KILN_POOL_YIELD=0 spins without
+ * yielding, KILN_POOL_PAUSE=0 without the PAUSE instruction (under KVM a PAUSE loop can
+ * trigger pause-loop exits).
  */
 #define JOB_SHIFT   32
 #define CLOSED      (1ull << 31)
@@ -53,7 +54,7 @@ struct kiln_pool {
     kiln_pool_task fn;
     void *ctx;
     uint64_t spin_ns;
-    bool pause;
+    bool pause, yield;
     uint64_t dispatches;
 };
 
@@ -106,7 +107,7 @@ static bool spin_more(const kiln_pool *pool, spin *s) {
     uint64_t t = now_ns();
     if (s->start == 0) s->start = t;
     if (t - s->start >= pool->spin_ns) return false;
-    if (t - s->start >= HOT_NS) {
+    if (pool->yield && t - s->start >= HOT_NS) {
         s->yielding = true;
         sched_yield();
     }
@@ -172,6 +173,8 @@ kiln_status kiln_pool_create(int n_threads, kiln_pool **out, kiln_err *err) {
     long v = us && *us ? strtol(us, NULL, 10) : 1000;
     pool->spin_ns = (uint64_t)(v < 0 ? 0 : v > 1000000 ? 1000000 : v) * 1000u;
     pool->pause = !(pz && strcmp(pz, "0") == 0);
+    const char *yz = getenv("KILN_POOL_YIELD");
+    pool->yield = !(yz && strcmp(yz, "0") == 0);
     pool->threads = calloc((size_t)n_threads, sizeof *pool->threads);
     pool->args = calloc((size_t)n_threads, sizeof *pool->args);
     if (!pool->threads || !pool->args) {
