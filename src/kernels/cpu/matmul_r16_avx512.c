@@ -225,12 +225,17 @@ INLINE void gemv_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, size_t pf) 
     const int8_t *aq = kiln_q8act_qs(p->act, k), *aq2 = kiln_q8act_qs2(p->act, k);
     const float *dl = kiln_q8act_dl(p->act, k), *gs = kiln_q8act_gs(p->act, k);
     __m512 acc = _mm512_setzero_ps();
-    const uint8_t *pfc = gp + pf; /* next line to prefetch */
+    /* bytes of a unit: a compile-time constant per type, so the prefetches unroll (a
+     * running cursor cost a mispredicted loop exit per unit for the 256-block types) */
+    const size_t ub = kiln_r16_is256(dt) ? kiln_r16_sb(dt) / 4 : kiln_r16_unit_off(dt, 1);
     for (int64_t c = 0; c < kc; c++) {
         unit U;
         if (pf) {
-            const uint8_t *end = gp + (c + 1 < kc ? kiln_r16_unit_off(dt, c + 1) : gb) + pf;
-            for (; pfc < end; pfc += 64) _mm_prefetch((const char *)pfc, _MM_HINT_T0);
+            const bool k256 = kiln_r16_is256(dt); /* units of 592 / 720 / 848 bytes */
+            const char *a = (const char *)gp + kiln_r16_unit_off(dt, c) +
+                            (k256 ? (size_t)(c & 3) * ub : 0) + pf;
+            const size_t span = k256 ? ub + 63 : ub;
+            for (size_t o = 0; o < span; o += 64) _mm_prefetch(a + o, _MM_HINT_T0);
         }
         unpack(dt, gp, c, !(odd && c == kc - 1), &U);
         acc = unit_dot(dt, &U, aq + 64 * c, aq2 + 64 * c, dl + 16 * c, gs + 4 * c, acc);
