@@ -271,10 +271,14 @@ INLINE void gemv_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *bu
     const int8_t *aq = kiln_q8act_qs(p->act, k), *aq2 = kiln_q8act_qs2(p->act, k);
     const float *dl = kiln_q8act_dl(p->act, k), *gs = kiln_q8act_gs(p->act, k);
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-    const uint8_t *pfc = gp + PF; /* next line to prefetch */
+    /* a compile-time count of prefetches per unit (as matmul_r16_avx512.c) */
+    const bool k256 = kiln_r16_is256(dt);
+    const size_t ub = k256 ? kiln_r16_sb(dt) / 4 : kiln_r16_unit_off(dt, 1),
+                 span = k256 ? ub + 63 : ub;
     for (int64_t c = 0; c < kc; c++) {
-        const uint8_t *end = gp + (c + 1 < kc ? kiln_r16_unit_off(dt, c + 1) : gb) + PF;
-        for (; pfc < end; pfc += 64) _mm_prefetch((const char *)pfc, _MM_HINT_T0);
+        const char *pa =
+            (const char *)gp + kiln_r16_unit_off(dt, c) + (k256 ? (size_t)(c & 3) * ub : 0) + PF;
+        for (size_t o = 0; o < span; o += 64) _mm_prefetch(pa + o, _MM_HINT_T0);
         unpack(dt, gp, c, !(odd && c == kc - 1), buf);
         lo = unit_dot(dt, buf, 0, aq + 64 * c, aq2 + 64 * c, dl + 16 * c, gs + 4 * c, lo);
         hi = unit_dot(dt, buf, 1, aq + 64 * c, aq2 + 64 * c, dl + 16 * c, gs + 4 * c, hi);
