@@ -123,6 +123,15 @@ typedef struct kiln_batch_entry {
  * run, sequences are unchanged), others from kernels. */
 kiln_status kiln_engine_step(kiln_engine *e, const kiln_batch_entry *entries, int32_t n,
                              float *logits, kiln_err *err);
+/* As kiln_engine_step, for greedy decoding: instead of a logits row, every entry with
+ * want_logits gets one token id in ids (entry order): the lowest id < n_vocab_limit
+ * with the largest logit (after the model's final softcap; ids whose logit is NaN or
+ * -inf are never chosen; -1 when none is left), i.e. what a temperature-0 sampler
+ * without penalties picks from the logits kiln_engine_step would return. The backend
+ * may fuse the pick into the LM head so the logits are never stored. n_vocab_limit <= 0
+ * means the model's whole vocabulary. Errors as kiln_engine_step. */
+kiln_status kiln_engine_step_greedy(kiln_engine *e, const kiln_batch_entry *entries, int32_t n,
+                                    int32_t n_vocab_limit, int32_t *ids, kiln_err *err);
 /* Dispatch counts per opcode since creation (NULL when counters are off). */
 const uint64_t *kiln_engine_counters(const kiln_engine *e);
 

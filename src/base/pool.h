@@ -3,8 +3,11 @@
  *
  * n_threads - 1 worker threads are created once; the calling thread is thread 0 of
  * every job, so a pool of 1 runs everything inline. Dispatch is a generation counter:
- * workers spin briefly on it (low latency between back-to-back ops), then sleep on a
- * futex; the caller wakes sleepers only when there are any.
+ * workers spin on it for a time budget (KILN_POOL_SPIN_US, default 1000 us: low latency
+ * between the back-to-back ops of a decode step), then sleep on a futex; the caller
+ * wakes sleepers only when there are any. In kiln_pool_for a worker that has not joined
+ * by the time the caller has handed out every chunk is left out of that job (the caller
+ * never waits for a thread that is descheduled before it started: pool.c explains).
  *
  * Jobs must not call back into the same pool (no nesting). One job at a time per
  * pool: the pool belongs to one executor thread. A NULL pool means "run inline".
@@ -33,7 +36,8 @@ int kiln_pool_size(const kiln_pool *pool);
 /* Runs fn on every thread and returns when all are done. */
 void kiln_pool_run(kiln_pool *pool, kiln_pool_task fn, void *ctx);
 
-/* Splits [0, n) into chunks of `grain` (>= 1) handed out dynamically. */
+/* Splits [0, n) into chunks of `grain` (>= 1) handed out dynamically; any subset of
+ * the threads may take part (fn must not assume every ith runs). */
 void kiln_pool_for(kiln_pool *pool, int64_t n, int64_t grain, kiln_pool_range fn, void *ctx);
 
 /* Static split helper: the [begin, end) share of thread ith out of nth over n items. */
@@ -42,6 +46,10 @@ static inline void kiln_split_range(int64_t n, int ith, int nth, int64_t *begin,
     *begin = ith * per + (ith < rem ? ith : rem);
     *end = *begin + per + (ith < rem ? 1 : 0);
 }
+
+/* Threaded dispatches (kiln_pool_run / kiln_pool_for calls that woke the workers) since
+ * creation; read by the thread that dispatches. */
+uint64_t kiln_pool_dispatches(const kiln_pool *pool);
 
 /* Number of online CPUs (>= 1). */
 int kiln_cpu_count(void);

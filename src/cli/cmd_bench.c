@@ -3,13 +3,16 @@
  * llama-bench, so the two can be compared side by side (scripts/bench-vs-llama.sh).
  *
  *   kiln bench -m MODEL[,MODEL...] [-t N] [-p N] [-n N] [-r REPS] [-o md|json]
- *              [--backend cpu|ref] [--kv-f32]
+ *              [--backend cpu|ref] [--kv-f32] [--logits]
  *
  * Tests, as llama-bench defines them:
  *  - ppN: one step with N prompt tokens (pseudo-random valid ids) into an empty
  *    sequence, logits for the last one; t/s = N / time of the step.
- *  - tgN: N steps of one token each from an empty sequence (positions 0..N-1), logits
- *    for every token; t/s = N / total time.
+ *  - tgN: N steps of one token each from an empty sequence (positions 0..N-1), each
+ *    fed the previous step's greedy token; t/s = N / total time. The greedy token comes
+ *    from kiln_engine_step_greedy (the LM head fused with the argmax, as `kiln run
+ *    --temp 0` decodes), or with --logits from kiln_engine_step's full logits row and an
+ *    argmax here (what llama-bench's tg measures: logits produced every step).
  * Each test runs once as a warm-up, then REPS times (default 5) with a fresh sequence;
  * the table shows the mean and standard deviation of t/s over the repetitions. The KV
  * cache is f16 by default (llama.cpp's default cache type). `-o json` prints a JSON array
@@ -44,7 +47,7 @@ static const char *base_name(const char *p) {
 
 /* One run of a test: returns the seconds it took, < 0 on error (message in err). */
 static double run_once(kiln_engine *e, int32_t n_vocab, int64_t n_prompt, int64_t n_gen,
-                       kiln_batch_entry *entries, float *logits, kiln_err *err) {
+                       bool want_logits, kiln_batch_entry *entries, float *logits, kiln_err *err) {
     int32_t seq;
     if (kiln_seq_create(e, &seq, err)) return -1;
     uint32_t lcg = 12345;
@@ -69,15 +72,18 @@ static double run_once(kiln_engine *e, int32_t n_vocab, int64_t n_prompt, int64_
         uint64_t t0 = kiln_now_ns();
         for (int64_t i = 0; i < n_gen; i++) {
             kiln_batch_entry b = {.seq = seq, .token = tok, .pos = (int32_t)i, .want_logits = 1};
-            if (kiln_engine_step(e, &b, 1, logits, err)) {
+            int32_t best = 0;
+            kiln_status st = want_logits ? kiln_engine_step(e, &b, 1, logits, err)
+                                         : kiln_engine_step_greedy(e, &b, 1, 0, &best, err);
+            if (st) {
                 kiln_seq_free(e, seq);
                 return -1;
             }
             /* next token: greedy, so the run resembles generation */
-            int32_t best = 0;
-            for (int32_t v = 1; v < n_vocab; v++)
-                if (logits[v] > logits[best]) best = v;
-            tok = best;
+            if (want_logits)
+                for (int32_t v = 1; v < n_vocab; v++)
+                    if (logits[v] > logits[best]) best = v;
+            tok = best >= 0 ? best : 1;
         }
         t = (double)(kiln_now_ns() - t0) * 1e-9;
     }
@@ -86,7 +92,8 @@ static double run_once(kiln_engine *e, int32_t n_vocab, int64_t n_prompt, int64_
 }
 
 static int bench_model(const char *path, const char *backend, int threads, int64_t n_prompt,
-                       int64_t n_gen, int reps, bool kv_f16, bench_result *out, int *n_out) {
+                       int64_t n_gen, int reps, bool kv_f16, bool want_logits, bench_result *out,
+                       int *n_out) {
     kiln_err err;
     kiln_err_clear(&err);
     kiln_model *m = NULL;
@@ -120,9 +127,10 @@ static int bench_model(const char *path, const char *backend, int threads, int64
         snprintf(r->test, sizeof r->test, "%s%lld", p ? "pp" : "tg", (long long)(p ? p : g));
         r->n_prompt = p;
         r->n_gen = g;
-        if (run_once(e, n_vocab, p, g, entries, logits, &err) < 0) goto fail; /* warm-up */
+        if (run_once(e, n_vocab, p, g, want_logits, entries, logits, &err) < 0)
+            goto fail; /* warm-up */
         for (int i = 0; i < reps; i++) {
-            double s = run_once(e, n_vocab, p, g, entries, logits, &err);
+            double s = run_once(e, n_vocab, p, g, want_logits, entries, logits, &err);
             if (s < 0) goto fail;
             r->ts[r->n++] = (double)(p ? p : g) / s;
         }
@@ -164,6 +172,10 @@ int kiln_cmd_bench(int argc, char **argv) {
         {"output", 'o', true, "FMT", "md (default) or json", false, NULL},
         {"backend", 0, true, "NAME", "cpu (default) or ref", false, NULL},
         {"kv-f32", 0, false, NULL, "store the KV cache as f32 (default f16)", false, NULL},
+        {"logits", 0, false, NULL,
+         "tg: materialize every step's logits and pick the token here (default: the engine's "
+         "fused greedy LM head)",
+         false, NULL},
     };
     const char *pos[4];
     int n_pos;
@@ -191,6 +203,7 @@ int kiln_cmd_bench(int argc, char **argv) {
     const char *backend = kiln_opt_find(opts, KILN_NOPTS(opts), "backend")->value;
     if (!backend) backend = "cpu";
     const bool kv_f16 = !kiln_opt_find(opts, KILN_NOPTS(opts), "kv-f32")->seen;
+    const bool want_logits = kiln_opt_find(opts, KILN_NOPTS(opts), "logits")->seen;
     if (threads == 0) threads = kiln_cpu_count();
 
     char models[4096];
@@ -201,7 +214,8 @@ int kiln_cmd_bench(int argc, char **argv) {
     char *save = NULL;
     for (char *p = strtok_r(models, ",", &save); p && n_res + 2 <= 64;
          p = strtok_r(NULL, ",", &save)) {
-        if (bench_model(p, backend, (int)threads, n_prompt, n_gen, (int)reps, kv_f16, res, &n_res))
+        if (bench_model(p, backend, (int)threads, n_prompt, n_gen, (int)reps, kv_f16, want_logits,
+                        res, &n_res))
             rc = 1;
     }
     if (json) {

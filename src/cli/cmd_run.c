@@ -211,8 +211,12 @@ int kiln_cmd_run(int argc, char **argv) {
     uint64_t t1 = kiln_now_ns();
     int64_t n_gen = 0;
     bool stopped = false;
+    /* greedy without penalties: the engine picks the token inside the LM head (no logits
+     * are materialized; the same token the sampler would pick from them) */
+    const bool fused_greedy = temp <= 0 && rep == 1.0 && freq == 0 && pres == 0;
+    int32_t fused_id = -2; /* -2: none yet (the first token comes from the prefill logits) */
     while (n_gen < n_predict && !stopped) {
-        int32_t id = kiln_sampler_sample(smp, logits, g.n_vocab_tok);
+        int32_t id = fused_id != -2 ? fused_id : kiln_sampler_sample(smp, logits, g.n_vocab_tok);
         if (id < 0) {
             kiln_err_set(&err, KILN_ERR_INTERNAL,
                          "no token could be sampled (all logits NaN or -inf)");
@@ -233,7 +237,11 @@ int kiln_cmd_run(int argc, char **argv) {
         fflush(stdout);
         if (n_gen == n_predict || stopped) break;
         kiln_batch_entry b = {seq, id, kiln_seq_len(g.engine, seq), 1};
-        if (kiln_engine_step(g.engine, &b, 1, logits, &err)) goto done;
+        if (fused_greedy) {
+            if (kiln_engine_step_greedy(g.engine, &b, 1, g.n_vocab_tok, &fused_id, &err)) goto done;
+        } else if (kiln_engine_step(g.engine, &b, 1, logits, &err)) {
+            goto done;
+        }
     }
     if (!print_ids && !stopped) {
         const char *txt, *emit;

@@ -3,10 +3,17 @@
 #include <assert.h>
 
 static const char *const kop_names[] = {
-    [KILN_KOP_MATMUL] = "matmul",     [KILN_KOP_EMBED] = "embed",
-    [KILN_KOP_RMS_NORM] = "rms_norm", [KILN_KOP_ROPE] = "rope",
-    [KILN_KOP_KV_WRITE] = "kv_write", [KILN_KOP_ATTENTION] = "attention",
-    [KILN_KOP_GLU] = "glu",           [KILN_KOP_ADD] = "add",
+    [KILN_KOP_MATMUL] = "matmul",
+    [KILN_KOP_EMBED] = "embed",
+    [KILN_KOP_RMS_NORM] = "rms_norm",
+    [KILN_KOP_ROPE] = "rope",
+    [KILN_KOP_KV_WRITE] = "kv_write",
+    [KILN_KOP_ATTENTION] = "attention",
+    [KILN_KOP_GLU] = "glu",
+    [KILN_KOP_ADD] = "add",
+    [KILN_KOP_MATMUL_GROUP] = "matmul_group",
+    [KILN_KOP_ROPE_KV] = "rope_kv",
+    [KILN_KOP_MATMUL_ARGMAX] = "matmul_argmax",
 };
 static_assert(sizeof(kop_names) / sizeof(kop_names[0]) == KILN_KOP_COUNT,
               "kop_names must name every kiln_kop");

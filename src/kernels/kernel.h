@@ -37,14 +37,17 @@
 
 /* Kernel-level ops (call-site kinds). Keep kiln_kop_name() in sync. */
 typedef enum kiln_kop {
-    KILN_KOP_MATMUL = 0, /* y[t, n] = sum_k x[t, k] * W[n, k] (+ bias[n])          */
-    KILN_KOP_EMBED,      /* y[t, :] = W[ids[t], :] * scale                          */
-    KILN_KOP_RMS_NORM,   /* y = (x (+ r)) * rsqrt(mean((x (+ r))^2) + eps) * (w + w_offset) */
-    KILN_KOP_ROPE,       /* rotate q/k head vectors in place by position            */
-    KILN_KOP_KV_WRITE,   /* store k, v rows of the step into the paged cache        */
-    KILN_KOP_ATTENTION,  /* softmax(q K^T * scale (softcap)) V over the paged cache */
-    KILN_KOP_GLU,        /* y = act(gate) * up  (SwiGLU / GeGLU)                    */
-    KILN_KOP_ADD,        /* y = a + b                                               */
+    KILN_KOP_MATMUL = 0,    /* y[t, n] = sum_k x[t, k] * W[n, k] (+ bias[n])          */
+    KILN_KOP_EMBED,         /* y[t, :] = W[ids[t], :] * scale                          */
+    KILN_KOP_RMS_NORM,      /* y = (x (+ r)) * rsqrt(mean((x (+ r))^2) + eps) * (w + w_offset) */
+    KILN_KOP_ROPE,          /* rotate q/k head vectors in place by position            */
+    KILN_KOP_KV_WRITE,      /* store k, v rows of the step into the paged cache        */
+    KILN_KOP_ATTENTION,     /* softmax(q K^T * scale (softcap)) V over the paged cache */
+    KILN_KOP_GLU,           /* y = act(gate) * up  (SwiGLU / GeGLU)                    */
+    KILN_KOP_ADD,           /* y = a + b                                               */
+    KILN_KOP_MATMUL_GROUP,  /* several matmuls over the same x in one call (q/k/v, gate/up) */
+    KILN_KOP_ROPE_KV,       /* rope(q), rope(k) and the k, v write into the paged cache   */
+    KILN_KOP_MATMUL_ARGMAX, /* LM head + greedy pick: argmax_n (x W^T) without the logits */
     KILN_KOP_COUNT
 } kiln_kop;
 
@@ -188,14 +191,66 @@ typedef struct kiln_add_args {
     int64_t t, n, a_stride, b_stride, y_stride;
 } kiln_add_args;
 
+/* ---- fused kernels (the fused ops of the issue: fewer passes and pool dispatches) ---- */
+
+/* A grouped matmul: n members y_m = x W_m^T over the same x and t (each member's x, t
+ * are equal; w, dtype, layout, n, y, bias are its own). fn[m] is the kernel chosen for
+ * member m's own call site: a group kernel computes in one pass (activations quantized
+ * once, the rows of all members handed out in one pool dispatch) the members whose
+ * kernel it can reproduce exactly, and calls fn[m] for the others, so the result is
+ * always what the separate calls would give.
+ * glu (optional, glu_fn != NULL, n == 2, member 0 the gate and member 1 the up
+ * projection of equal n): afterwards glu_y[t, i] = act(gate[t, i]) * up[t, i], as
+ * glu_fn would compute it (a fusing kernel applies it to each row chunk right after
+ * computing it; glu_y may alias up's y). */
+#define KILN_MATMUL_GROUP_MAX 4
 typedef kiln_status (*kiln_matmul_fn)(const kiln_kctx *c, const kiln_matmul_args *a);
+typedef kiln_status (*kiln_glu_fn)(const kiln_kctx *c, const kiln_glu_args *a);
+typedef struct kiln_matmul_group_args {
+    int n;
+    kiln_matmul_args m[KILN_MATMUL_GROUP_MAX];
+    kiln_matmul_fn fn[KILN_MATMUL_GROUP_MAX];
+    kiln_glu_fn glu_fn; /* NULL: no activation                                 */
+    kiln_glu_act act;
+    float *glu_y;
+    int64_t glu_y_stride;
+} kiln_matmul_group_args;
+
+/* RoPE of q and k (rope semantics: q rotated in place) fused with the kv_write of the
+ * rotated k and of v (kv_write semantics). rope.x / x_stride / n_head describe q;
+ * k / k_stride / n_kv_head = kv.n_kv_head describe k, whose contents are unspecified
+ * afterwards (a kernel may rotate it in place or write the rotation straight into the
+ * cache); v and rows = kv.t are read only. rope.rows == kv.t, rope.pos == kv.tok_pos. */
+typedef struct kiln_rope_kv_args {
+    kiln_rope_args rope; /* q                                                    */
+    kiln_kv_write_args kv;
+} kiln_rope_kv_args;
+
+/* The LM head for greedy sampling: for each of t rows, ids[t] = the lowest i < n_limit
+ * maximizing f(y[t, i]), y = the logits fn would compute for mm, f(v) = softcap
+ * tanh(v / softcap) when softcap > 0, else v (the same f32 expressions as the matmul +
+ * softcap it replaces); i with f = NaN or -inf is never picked; -1 when none is left.
+ * vals[t] (optional) gets f of the winner. A fusing kernel never stores the logits (it
+ * reduces each row chunk as it is computed) when it can reproduce fn; otherwise it
+ * calls fn into a temporary. mm.y / y_stride are ignored. */
+typedef struct kiln_matmul_argmax_args {
+    kiln_matmul_args mm;
+    kiln_matmul_fn fn; /* the LM head's matmul kernel (NULL: the reference)    */
+    int64_t n_limit;   /* rows considered: [0, n_limit), n_limit <= mm.n          */
+    float softcap;
+    int32_t *ids; /* [t]                                                      */
+    float *vals;  /* [t] or NULL                                              */
+} kiln_matmul_argmax_args;
+
 typedef kiln_status (*kiln_embed_fn)(const kiln_kctx *c, const kiln_embed_args *a);
 typedef kiln_status (*kiln_rms_norm_fn)(const kiln_kctx *c, const kiln_rms_norm_args *a);
 typedef kiln_status (*kiln_rope_fn)(const kiln_kctx *c, const kiln_rope_args *a);
 typedef kiln_status (*kiln_kv_write_fn)(const kiln_kctx *c, const kiln_kv_write_args *a);
 typedef kiln_status (*kiln_attention_fn)(const kiln_kctx *c, const kiln_attention_args *a);
-typedef kiln_status (*kiln_glu_fn)(const kiln_kctx *c, const kiln_glu_args *a);
 typedef kiln_status (*kiln_add_fn)(const kiln_kctx *c, const kiln_add_args *a);
+typedef kiln_status (*kiln_matmul_group_fn)(const kiln_kctx *c, const kiln_matmul_group_args *a);
+typedef kiln_status (*kiln_rope_kv_fn)(const kiln_kctx *c, const kiln_rope_kv_args *a);
+typedef kiln_status (*kiln_matmul_argmax_fn)(const kiln_kctx *c, const kiln_matmul_argmax_args *a);
 
 /* A kernel's entry point, typed by its op. */
 typedef union kiln_kernel_fn {
@@ -207,6 +262,9 @@ typedef union kiln_kernel_fn {
     kiln_attention_fn attention;
     kiln_glu_fn glu;
     kiln_add_fn add;
+    kiln_matmul_group_fn matmul_group;
+    kiln_rope_kv_fn rope_kv;
+    kiln_matmul_argmax_fn matmul_argmax;
     void (*any)(void);
 } kiln_kernel_fn;
 

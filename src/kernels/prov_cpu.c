@@ -6,11 +6,13 @@
  * matmul: quantized types quantize the activations per 32 to int8 on the fly
  * (cpu_kernels.h), float types widen exactly; deterministic for a given thread count.
  * The plain-layout kernels are not batch-invariant (decode and prefill sum in different
- * orders); the R16 kernel is (a token's row is computed the same way for any t).
- * cpu.avx512.matmul.r16 asks for the R16 layout (KILN_WLAYOUT_CPU_R16): its entry point
- * also accepts plain rows (w_layout 0), so a binding that cannot repack yet still runs.
+ * orders); the R16 kernels are (a token's row is computed the same way for any t).
+ * cpu.avx512.matmul.r16 and cpu.avx2.matmul.r16 ask for the R16 layout
+ * (KILN_WLAYOUT_CPU_R16; every quantized type): their entry points also accept plain rows
+ * (w_layout 0), so a binding that cannot repack yet still runs.
  */
 #include "base/cpu.h"
+#include "kernels/cpu/cpu_fused.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/registry.h"
@@ -32,12 +34,10 @@ static size_t cpu_matmul_ws(const kiln_sel_ctx *c) {
     return kiln_cpu_matmul_workspace(c->w_dtype, c->n, c->k, c->tokens_max, nth > 0 ? nth : 1);
 }
 
-#define R16_DTYPES                                                                                 \
-    (KILN_DT(KILN_DTYPE_Q4_0) | KILN_DT(KILN_DTYPE_Q5_0) | KILN_DT(KILN_DTYPE_Q8_0) |              \
-     KILN_DT(KILN_DTYPE_Q4_K) | KILN_DT(KILN_DTYPE_Q6_K))
-#define F32   KILN_DT(KILN_DTYPE_F32)
-#define KV_DT (KILN_DT(KILN_DTYPE_F32) | KILN_DT(KILN_DTYPE_F16))
-#define PROPS (KILN_KPROP_DETERMINISTIC | KILN_KPROP_BATCH_INVARIANT)
+#define R16_DTYPES (CPU_DTYPES & ~KILN_DT_FLOATS) /* every quantized type of the cpu kernels */
+#define F32        KILN_DT(KILN_DTYPE_F32)
+#define KV_DT      (KILN_DT(KILN_DTYPE_F32) | KILN_DT(KILN_DTYPE_F16))
+#define PROPS      (KILN_KPROP_DETERMINISTIC | KILN_KPROP_BATCH_INVARIANT)
 #define ATTN_FEATS                                                                                 \
     (KILN_KFEAT_GQA | KILN_KFEAT_SLIDING_WINDOW | KILN_KFEAT_SOFTCAP | KILN_KFEAT_PAGED_KV |       \
      KILN_KFEAT_CAUSAL)
@@ -94,6 +94,21 @@ static const kiln_kernel_spec cpu_specs[] = {
      .priority = 40,
      .fn.matmul = kiln_cpu_matmul_avx512_bf16,
      .summary = "AVX512-BF16 vdpbf16ps prefill for f16/bf16 weights (bf16-rounded: opt-in)"},
+    {.id = "cpu.avx2.matmul.r16",
+     .op = KILN_KOP_MATMUL,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .isa = ISA_AVX2,
+     .w_dtypes = R16_DTYPES,
+     .act_dtypes = KILN_DT(KILN_DTYPE_F32),
+     .k_multiple = 32,
+     .features = KILN_KFEAT_BIAS,
+     .props = PROPS,
+     .workspace = cpu_matmul_ws,
+     .priority = 85,
+     .w_layout = KILN_WLAYOUT_CPU_R16,
+     .fn.matmul = kiln_cpu_matmul_avx2,
+     .summary = "AVX2 maddubs on 16-row interleaved blocks (R16 repack): 8 rows per vpmaddubsw"},
     {.id = "cpu.avx2.matmul",
      .op = KILN_KOP_MATMUL,
      .provider = "cpu",
@@ -158,6 +173,66 @@ static const kiln_kernel_spec cpu_specs[] = {
             80, ATTN_FEATS,
             "AVX2 flash-style over paged KV: token tiles x KV head, online softmax, split-K "
             "decode"),
+    /* fused kernels (cpu_fused.h): members / the LM head this ISA's matmul would run are
+     * computed in one pass; anything else goes through the member's own kernel */
+    {.id = "cpu.avx512.matmul_group",
+     .op = KILN_KOP_MATMUL_GROUP,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .isa = ISA_AVX512,
+     .w_dtypes = KILN_DT_FLOATS | KILN_DT_QUANTS,
+     .act_dtypes = F32,
+     .features = KILN_KFEAT_BIAS | KILN_KFEAT_GEGLU,
+     .props = KILN_KPROP_DETERMINISTIC,
+     .priority = 90,
+     .fn.matmul_group = kiln_cpu_matmul_group_avx512,
+     .summary = "q/k/v or gate/up (+ glu) in one pool dispatch, activations quantized once"},
+    {.id = "cpu.avx2.matmul_group",
+     .op = KILN_KOP_MATMUL_GROUP,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .isa = ISA_AVX2,
+     .w_dtypes = KILN_DT_FLOATS | KILN_DT_QUANTS,
+     .act_dtypes = F32,
+     .features = KILN_KFEAT_BIAS | KILN_KFEAT_GEGLU,
+     .props = KILN_KPROP_DETERMINISTIC,
+     .priority = 80,
+     .fn.matmul_group = kiln_cpu_matmul_group_avx2,
+     .summary = "q/k/v or gate/up (+ glu) in one pool dispatch, activations quantized once"},
+    {.id = "cpu.avx512.matmul_argmax",
+     .op = KILN_KOP_MATMUL_ARGMAX,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .isa = ISA_AVX512,
+     .w_dtypes = KILN_DT_FLOATS | KILN_DT_QUANTS,
+     .act_dtypes = F32,
+     .props = KILN_KPROP_DETERMINISTIC,
+     .priority = 90,
+     .fn.matmul_argmax = kiln_cpu_matmul_argmax_avx512,
+     .summary = "LM head reduced to the greedy token per 256-row chunk (no logits stored)"},
+    {.id = "cpu.avx2.matmul_argmax",
+     .op = KILN_KOP_MATMUL_ARGMAX,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .isa = ISA_AVX2,
+     .w_dtypes = KILN_DT_FLOATS | KILN_DT_QUANTS,
+     .act_dtypes = F32,
+     .props = KILN_KPROP_DETERMINISTIC,
+     .priority = 80,
+     .fn.matmul_argmax = kiln_cpu_matmul_argmax_avx2,
+     .summary = "LM head reduced to the greedy token per 256-row chunk (no logits stored)"},
+    {.id = "cpu.rope_kv",
+     .op = KILN_KOP_ROPE_KV,
+     .provider = "cpu",
+     .platform = KILN_PLATFORM_HOST,
+     .act_dtypes = F32,
+     .kv_dtypes = KV_DT,
+     .features = KILN_KFEAT_ROPE_NEOX | KILN_KFEAT_ROPE_YARN | KILN_KFEAT_ROPE_FREQS |
+                 KILN_KFEAT_PARTIAL_ROT | KILN_KFEAT_PAGED_KV,
+     .props = PROPS,
+     .priority = 50,
+     .fn.rope_kv = kiln_cpu_rope_kv,
+     .summary = "rope of q and k with the k/v write into the paged cache in one pass"},
 };
 
 const kiln_provider kiln_provider_cpu = {

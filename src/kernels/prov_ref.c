@@ -8,6 +8,7 @@
  * (ref.h).
  */
 #include "kernels/ref/ref.h"
+#include "kernels/ref/ref_fused.h"
 #include "kernels/registry.h"
 
 #define REF_PROPS (KILN_KPROP_DETERMINISTIC | KILN_KPROP_BATCH_INVARIANT)
@@ -139,6 +140,39 @@ static const kiln_kernel_spec ref_specs[] = {
      .priority = 10,
      .fn.add = kiln_ref_add,
      .summary = "scalar"},
+    {.id = "ref.matmul_group",
+     .op = KILN_KOP_MATMUL_GROUP,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .w_dtypes = KILN_DT_FLOATS | KILN_DT_QUANTS,
+     .act_dtypes = F32,
+     .features = KILN_KFEAT_BIAS | KILN_KFEAT_GEGLU,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.matmul_group = kiln_ref_matmul_group,
+     .summary = "each member's own matmul kernel, then the glu kernel"},
+    {.id = "ref.rope_kv",
+     .op = KILN_KOP_ROPE_KV,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .act_dtypes = F32,
+     .kv_dtypes = KV_DT,
+     .features = KILN_KFEAT_ROPE_NEOX | KILN_KFEAT_ROPE_YARN | KILN_KFEAT_ROPE_FREQS |
+                 KILN_KFEAT_PARTIAL_ROT | KILN_KFEAT_PAGED_KV,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.rope_kv = kiln_ref_rope_kv,
+     .summary = "ref.rope on q and k, then ref.kv_write"},
+    {.id = "ref.matmul_argmax",
+     .op = KILN_KOP_MATMUL_ARGMAX,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .w_dtypes = KILN_DT_FLOATS | KILN_DT_QUANTS,
+     .act_dtypes = F32,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.matmul_argmax = kiln_ref_matmul_argmax,
+     .summary = "the LM head's matmul into a buffer, softcap, argmax"},
 };
 
 const kiln_provider kiln_provider_ref = {

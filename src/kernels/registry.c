@@ -24,6 +24,7 @@ static const kiln_provider *const builtin_providers[] = {
     &kiln_provider_ref,
     &kiln_provider_cpu,
     &kiln_provider_openblas,
+    &kiln_provider_onednn,
 };
 
 static int cmp_priority(const kiln_registry *r, int a, int b) {

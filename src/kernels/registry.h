@@ -47,6 +47,7 @@ typedef struct kiln_provider {
 extern const kiln_provider kiln_provider_ref;
 extern const kiln_provider kiln_provider_openblas;
 extern const kiln_provider kiln_provider_cpu;
+extern const kiln_provider kiln_provider_onednn; /* no kernels when built without oneDNN */
 
 #define KILN_REG_MAX_PROVIDERS 16
 #define KILN_REG_MAX_KERNELS   512

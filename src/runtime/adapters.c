@@ -54,24 +54,33 @@ static kiln_status norm_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
     return FN(bi, KILN_SITE_NORM, x).rms_norm(&x->kctx, &a);
 }
 
+static kiln_matmul_args mm_args(const kiln_bound_weight *w, const kiln_bound_weight *bias,
+                                const float *in, int64_t in_stride, float *out, int64_t out_stride,
+                                int64_t t) {
+    return (kiln_matmul_args){.w = w->data,
+                              .w_dtype = w->dtype,
+                              .w_layout = w->layout,
+                              .w_row_bytes = w->row_bytes,
+                              .n = w->n,
+                              .k = w->k,
+                              .x = in,
+                              .x_stride = in_stride,
+                              .y = out,
+                              .y_stride = out_stride,
+                              .t = t,
+                              .bias = bias ? bias->data : NULL};
+}
+
 static kiln_status matmul(kiln_exec *x, const kiln_bound_insn *bi, int s,
                           const kiln_bound_weight *w, const kiln_bound_weight *bias,
                           const float *in, int64_t in_stride, float *out, int64_t out_stride,
                           int64_t t) {
-    kiln_matmul_args a = {.w = w->data,
-                          .w_dtype = w->dtype,
-                          .w_layout = w->layout,
-                          .w_row_bytes = w->row_bytes,
-                          .n = w->n,
-                          .k = w->k,
-                          .x = in,
-                          .x_stride = in_stride,
-                          .y = out,
-                          .y_stride = out_stride,
-                          .t = t,
-                          .bias = bias ? bias->data : NULL};
+    kiln_matmul_args a = mm_args(w, bias, in, in_stride, out, out_stride, t);
     return FN(bi, s, x).matmul(&x->kctx, &a);
 }
+
+/* the kernel bound to call site s, without making s the current site */
+#define SITE_FN(bi, s, x) ((bi)->site[s].fn[(x)->bucket])
 
 static kiln_status attention_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
     const kiln_attn_params *p = &bi->prm.attn;
@@ -79,12 +88,16 @@ static kiln_status attention_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
     const int64_t qd = (int64_t)p->n_head * p->head_dim, kvd = (int64_t)p->n_kv_head * p->head_dim;
     float *h = kiln_reg_in(x, bi, 0), *out = kiln_reg_out(x, bi, 0);
     float *q = x->work, *k = q + t * qd, *v = k + t * kvd, *o = v + t * kvd;
-    KILN_TRY(
-        matmul(x, bi, KILN_SITE_Q, &bi->w[KILN_W_ATT_Q], &bi->w[KILN_W_ATT_BQ], h, E, q, qd, t));
-    KILN_TRY(
-        matmul(x, bi, KILN_SITE_K, &bi->w[KILN_W_ATT_K], &bi->w[KILN_W_ATT_BK], h, E, k, kvd, t));
-    KILN_TRY(
-        matmul(x, bi, KILN_SITE_V, &bi->w[KILN_W_ATT_V], &bi->w[KILN_W_ATT_BV], h, E, v, kvd, t));
+    /* q, k, v: one grouped call (the group kernel runs each member with the kernel bound
+     * to that member's own site, fused where it can) */
+    kiln_matmul_group_args g = {.n = 3};
+    g.m[0] = mm_args(&bi->w[KILN_W_ATT_Q], &bi->w[KILN_W_ATT_BQ], h, E, q, qd, t);
+    g.m[1] = mm_args(&bi->w[KILN_W_ATT_K], &bi->w[KILN_W_ATT_BK], h, E, k, kvd, t);
+    g.m[2] = mm_args(&bi->w[KILN_W_ATT_V], &bi->w[KILN_W_ATT_BV], h, E, v, kvd, t);
+    g.fn[0] = SITE_FN(bi, KILN_SITE_Q, x).matmul;
+    g.fn[1] = SITE_FN(bi, KILN_SITE_K, x).matmul;
+    g.fn[2] = SITE_FN(bi, KILN_SITE_V, x).matmul;
+    KILN_TRY(FN(bi, KILN_SITE_QKV, x).matmul_group(&x->kctx, &g));
     if (bi->w[KILN_W_ATT_Q_NORM].data) {
         /* per-head RMS norm: rows are (token, head) vectors of head_dim */
         kiln_rms_norm_args a = {.x = q,
@@ -102,29 +115,6 @@ static kiln_status attention_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
         a.rows = t * p->n_kv_head;
         KILN_TRY(FN(bi, KILN_SITE_K_NORM, x).rms_norm(&x->kctx, &a));
     }
-    if (p->n_rot > 0) {
-        kiln_rope_args r = {.x = q,
-                            .rows = t,
-                            .x_stride = qd,
-                            .n_head = p->n_head,
-                            .head_dim = p->head_dim,
-                            .n_rot = p->n_rot,
-                            .pos = x->tok_pos,
-                            .mode = (kiln_rope_mode)p->rope_mode,
-                            .base = p->rope_base,
-                            .freq_scale = p->rope_freq_scale,
-                            .freq_factors = bi->w[KILN_W_ATT_ROPE_FREQS].data,
-                            .ext_factor = p->ext_factor,
-                            .attn_factor = p->attn_factor,
-                            .beta_fast = p->beta_fast,
-                            .beta_slow = p->beta_slow,
-                            .n_ctx_orig = p->n_ctx_orig};
-        KILN_TRY(FN(bi, KILN_SITE_ROPE, x).rope(&x->kctx, &r));
-        r.x = k;
-        r.x_stride = kvd;
-        r.n_head = p->n_kv_head;
-        KILN_TRY(FN(bi, KILN_SITE_ROPE, x).rope(&x->kctx, &r));
-    }
     kiln_kv_layer kv = kiln_kv_pool_layer(x->kv, bi->kv_layer);
     kiln_kv_write_args w = {.kv = kv,
                             .k = k,
@@ -135,7 +125,29 @@ static kiln_status attention_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
                             .tok_seq = x->tok_seq,
                             .tok_pos = x->tok_pos,
                             .seqs = x->seqs};
-    KILN_TRY(FN(bi, KILN_SITE_KV_WRITE, x).kv_write(&x->kctx, &w));
+    if (p->n_rot > 0) {
+        /* rope(q), rope(k) and the k/v write: one kernel */
+        kiln_rope_kv_args r = {.rope = {.x = q,
+                                        .rows = t,
+                                        .x_stride = qd,
+                                        .n_head = p->n_head,
+                                        .head_dim = p->head_dim,
+                                        .n_rot = p->n_rot,
+                                        .pos = x->tok_pos,
+                                        .mode = (kiln_rope_mode)p->rope_mode,
+                                        .base = p->rope_base,
+                                        .freq_scale = p->rope_freq_scale,
+                                        .freq_factors = bi->w[KILN_W_ATT_ROPE_FREQS].data,
+                                        .ext_factor = p->ext_factor,
+                                        .attn_factor = p->attn_factor,
+                                        .beta_fast = p->beta_fast,
+                                        .beta_slow = p->beta_slow,
+                                        .n_ctx_orig = p->n_ctx_orig},
+                               .kv = w};
+        KILN_TRY(FN(bi, KILN_SITE_ROPE_KV, x).rope_kv(&x->kctx, &r));
+    } else {
+        KILN_TRY(FN(bi, KILN_SITE_KV_WRITE, x).kv_write(&x->kctx, &w));
+    }
     kiln_attention_args at = {.kv = kv,
                               .q = q,
                               .q_stride = qd,
@@ -158,19 +170,20 @@ static kiln_status ffn_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
     const int64_t t = x->t, E = bi->width_in[0], ff = bi->w[KILN_W_FFN_UP].n;
     float *h = kiln_reg_in(x, bi, 0), *out = kiln_reg_out(x, bi, 0);
     float *g = x->work, *u = g + t * ff;
-    KILN_TRY(matmul(x, bi, KILN_SITE_UP, &bi->w[KILN_W_FFN_UP], NULL, h, E, u, ff, t));
     if (bi->w[KILN_W_FFN_GATE].data) {
-        KILN_TRY(matmul(x, bi, KILN_SITE_GATE, &bi->w[KILN_W_FFN_GATE], NULL, h, E, g, ff, t));
-        kiln_glu_args a = {.gate = g,
-                           .up = u,
-                           .y = u,
-                           .t = t,
-                           .n = ff,
-                           .gate_stride = ff,
-                           .up_stride = ff,
-                           .y_stride = ff,
-                           .act = (kiln_glu_act)bi->prm.ffn.act};
-        KILN_TRY(FN(bi, KILN_SITE_GLU, x).glu(&x->kctx, &a));
+        /* gate and up: one grouped call, the activation fused into it where it can be */
+        kiln_matmul_group_args a = {.n = 2,
+                                    .glu_fn = SITE_FN(bi, KILN_SITE_GLU, x).glu,
+                                    .act = (kiln_glu_act)bi->prm.ffn.act,
+                                    .glu_y = u,
+                                    .glu_y_stride = ff};
+        a.m[0] = mm_args(&bi->w[KILN_W_FFN_GATE], NULL, h, E, g, ff, t);
+        a.m[1] = mm_args(&bi->w[KILN_W_FFN_UP], NULL, h, E, u, ff, t);
+        a.fn[0] = SITE_FN(bi, KILN_SITE_GATE, x).matmul;
+        a.fn[1] = SITE_FN(bi, KILN_SITE_UP, x).matmul;
+        KILN_TRY(FN(bi, KILN_SITE_GATE_UP, x).matmul_group(&x->kctx, &a));
+    } else {
+        KILN_TRY(matmul(x, bi, KILN_SITE_UP, &bi->w[KILN_W_FFN_UP], NULL, h, E, u, ff, t));
     }
     return matmul(x, bi, KILN_SITE_DOWN, &bi->w[KILN_W_FFN_DOWN], NULL, u, ff, out,
                   bi->width_out[0], t);
@@ -185,6 +198,17 @@ static kiln_status lm_head_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
     float *rows = x->work;
     for (int32_t i = 0; i < x->n_logits; i++)
         memcpy(rows + (int64_t)i * E, h + (int64_t)x->logit_rows[i] * E, (size_t)E * sizeof(float));
+    if (x->greedy_ids) {
+        /* greedy step: the argmax per row, fused into the LM head where the kernel can
+         * (same logits as the matmul below, same pick as softcap + greedy sampling) */
+        kiln_matmul_argmax_args a = {
+            .mm = mm_args(w, NULL, rows, E, NULL, 0, x->n_logits),
+            .fn = SITE_FN(bi, KILN_SITE_LM_HEAD, x).matmul,
+            .n_limit = x->greedy_limit > 0 && x->greedy_limit < w->n ? x->greedy_limit : w->n,
+            .softcap = bi->prm.lm_head.softcap,
+            .ids = x->greedy_ids};
+        return FN(bi, KILN_SITE_LM_ARGMAX, x).matmul_argmax(&x->kctx, &a);
+    }
     KILN_TRY(matmul(x, bi, KILN_SITE_LM_HEAD, w, NULL, rows, E, x->logits, w->n, x->n_logits));
     const float cap = bi->prm.lm_head.softcap;
     if (cap > 0) {

@@ -76,7 +76,7 @@ typedef struct kiln_bound_weight {
     int64_t n, k; /* rows, elements per row */
 } kiln_bound_weight;
 
-#define KILN_MAX_SITES 10
+#define KILN_MAX_SITES 12
 
 /* One instruction bound to weights, decoded params, buffers and kernels. */
 typedef struct kiln_bound_insn {

@@ -234,8 +234,8 @@ kiln_status kiln_seq_fork(kiln_engine *e, int32_t parent, int32_t *child, kiln_e
     return st;
 }
 
-kiln_status kiln_engine_step(kiln_engine *e, const kiln_batch_entry *en, int32_t n, float *logits,
-                             kiln_err *err) {
+static kiln_status step(kiln_engine *e, const kiln_batch_entry *en, int32_t n, float *logits,
+                        int32_t *greedy_ids, int32_t greedy_limit, kiln_err *err) {
     if (n <= 0) return KILN_OK;
     if (n > e->max_step)
         return kiln_err_set(err, KILN_ERR_INVALID_ARG,
@@ -275,7 +275,7 @@ kiln_status kiln_engine_step(kiln_engine *e, const kiln_batch_entry *en, int32_t
         e->tok_pos[i] = b->pos;
         if (b->want_logits) e->logit_rows[n_logits++] = i;
     }
-    if (n_logits > 0 && !logits)
+    if (n_logits > 0 && !logits && !greedy_ids)
         return kiln_err_set(err, KILN_ERR_INVALID_ARG,
                             "%d entries want logits but no buffer was given", (int)n_logits);
     /* reserve KV: all or nothing */
@@ -311,6 +311,8 @@ kiln_status kiln_engine_step(kiln_engine *e, const kiln_batch_entry *en, int32_t
     x.logit_rows = e->logit_rows;
     x.n_logits = n_logits;
     x.logits = logits;
+    x.greedy_ids = greedy_ids;
+    x.greedy_limit = greedy_limit;
     x.bufs = e->mode[mode].bufs;
     x.work = e->work;
     x.work_floats = e->work_floats;
@@ -326,4 +328,20 @@ kiln_status kiln_engine_step(kiln_engine *e, const kiln_batch_entry *en, int32_t
     }
     for (int32_t si = 0; si < n_seqs; si++) e->seqs[e->step_seq[si]].kv.len += e->step_count[si];
     return KILN_OK;
+}
+
+kiln_status kiln_engine_step(kiln_engine *e, const kiln_batch_entry *en, int32_t n, float *logits,
+                             kiln_err *err) {
+    return step(e, en, n, logits, NULL, 0, err);
+}
+
+kiln_status kiln_engine_step_greedy(kiln_engine *e, const kiln_batch_entry *en, int32_t n,
+                                    int32_t n_vocab_limit, int32_t *ids, kiln_err *err) {
+    if (!ids) {
+        for (int32_t i = 0; i < n; i++)
+            if (en[i].want_logits)
+                return kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                                    "entry %d wants a token but no ids buffer was given", (int)i);
+    }
+    return step(e, en, n, NULL, ids, n_vocab_limit, err);
 }

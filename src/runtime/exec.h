@@ -31,8 +31,12 @@ typedef struct kiln_exec {
     const int32_t *logit_rows; /* [n_logits] token rows that want logits */
     int32_t n_logits;
     float *logits; /* [n_logits][n_vocab] output */
-    float **bufs;  /* physical register buffers */
-    float *work;   /* adapter workspace, work_floats */
+    /* greedy steps (kiln_engine_step_greedy): instead of logits, the argmax token of
+     * each logits row over [0, greedy_limit); NULL = logits wanted */
+    int32_t *greedy_ids;
+    int32_t greedy_limit;
+    float **bufs; /* physical register buffers */
+    float *work;  /* adapter workspace, work_floats */
     size_t work_floats;
     kiln_kv_pool *kv;
     uint64_t *counters; /* [KILN_OP_LIMIT] dispatch counts, or NULL (off) */
@@ -89,12 +93,16 @@ enum {
     KILN_SITE_KV_WRITE,
     KILN_SITE_ATTN,
     KILN_SITE_O,
+    KILN_SITE_QKV,     /* matmul_group of q, k, v (members: the Q, K, V sites' kernels) */
+    KILN_SITE_ROPE_KV, /* rope(q), rope(k), kv_write in one kernel                     */
     KILN_SITE_ATT_COUNT,
     KILN_SITE_GATE = 0,
     KILN_SITE_UP,
     KILN_SITE_GLU,
     KILN_SITE_DOWN,
+    KILN_SITE_GATE_UP, /* matmul_group of gate, up (+ the GLU site's kernel)           */
     KILN_SITE_FFN_COUNT,
+    KILN_SITE_LM_ARGMAX = 1, /* the LM head for greedy steps (matmul_argmax)            */
 };
 
 #endif /* KILN_RUNTIME_EXEC_H */

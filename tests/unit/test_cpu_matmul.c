@@ -381,7 +381,8 @@ static void test_r16_errors(void **state) {
     (void)state;
     size_t sz;
     kiln_err err;
-    assert_int_equal(kiln_cpu_r16_size(KILN_DTYPE_Q4_1, 16, 64, &sz, &err), KILN_ERR_UNSUPPORTED);
+    assert_int_equal(kiln_cpu_r16_size(KILN_DTYPE_F16, 16, 64, &sz, &err), KILN_ERR_UNSUPPORTED);
+    assert_int_equal(kiln_cpu_r16_size(KILN_DTYPE_Q2_K, 16, 256, &sz, &err), KILN_ERR_UNSUPPORTED);
     assert_int_equal(kiln_cpu_r16_size(KILN_DTYPE_Q4_K, 16, 300, &sz, &err), KILN_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "k=300"));
     assert_int_equal(kiln_cpu_r16_size(KILN_DTYPE_Q4_0, 17, 64, &sz, &err), KILN_OK);
@@ -399,7 +400,9 @@ static void test_r16_errors(void **state) {
                           .y = y,
                           .y_stride = 1,
                           .t = 1};
+    a.w_dtype = KILN_DTYPE_F16; /* no R16 layout for float weights */
     assert_int_equal(kiln_cpu_matmul_avx2(NULL, &a), KILN_ERR_UNSUPPORTED);
+    a.w_dtype = KILN_DTYPE_Q4_0;
     a.w_layout = 7;
     assert_int_equal(kiln_cpu_matmul_avx2(NULL, &a), KILN_ERR_UNSUPPORTED);
 }
@@ -408,6 +411,12 @@ static void test_avx2(void **state) {
     (void)state;
     if (!kiln_cpu_avx2_ok()) skip(); /* CPU lacks AVX2 + FMA + F16C */
     run_all(kiln_cpu_matmul_avx2, "avx2", 0);
+}
+
+static void test_avx2_r16(void **state) {
+    (void)state;
+    if (!kiln_cpu_avx2_ok()) skip(); /* CPU lacks AVX2 + FMA + F16C */
+    run_all(kiln_cpu_matmul_avx2, "avx2 R16", KILN_CPU_WLAYOUT_R16);
 }
 
 static void test_dtype_table(void **state) {
@@ -423,6 +432,7 @@ int main(void) {
         cmocka_unit_test(test_dtype_table), cmocka_unit_test(test_avx512),
         cmocka_unit_test(test_avx512_r16),  cmocka_unit_test(test_avx512_bf16),
         cmocka_unit_test(test_r16_errors),  cmocka_unit_test(test_avx2),
+        cmocka_unit_test(test_avx2_r16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

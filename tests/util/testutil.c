@@ -43,6 +43,29 @@ const char *kt_shared_dir(void) {
     return s ? s : "../shared";
 }
 
+/* every file kt_write_temp made, unlinked at exit (tests must not litter $TMPDIR) */
+static char **g_temp_files;
+static size_t g_n_temp_files;
+
+static void unlink_temp_files(void) {
+    for (size_t i = 0; i < g_n_temp_files; i++) {
+        unlink(g_temp_files[i]);
+        free(g_temp_files[i]);
+    }
+    free(g_temp_files);
+    g_temp_files = NULL;
+    g_n_temp_files = 0;
+}
+
+static void remember_temp_file(const char *path) {
+    if (g_n_temp_files == 0 && atexit(unlink_temp_files) != 0) return;
+    char **grown = realloc(g_temp_files, (g_n_temp_files + 1) * sizeof *grown);
+    if (!grown) return;
+    g_temp_files = grown;
+    char *copy = strdup(path);
+    if (copy) g_temp_files[g_n_temp_files++] = copy;
+}
+
 const char *kt_write_temp(const void *data, size_t len, const char *suffix) {
     static char paths[8][256];
     static int slot;
@@ -51,6 +74,7 @@ const char *kt_write_temp(const void *data, size_t len, const char *suffix) {
     snprintf(p, 256, "%s/kiln-test-XXXXXX%s", tmp && *tmp ? tmp : "/tmp", suffix ? suffix : "");
     int fd = mkstemps(p, suffix ? (int)strlen(suffix) : 0);
     if (fd < 0) return NULL;
+    remember_temp_file(p);
     const char *b = data;
     size_t off = 0;
     while (off < len) {

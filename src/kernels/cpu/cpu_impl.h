@@ -7,6 +7,7 @@
 #ifndef KILN_KERNELS_CPU_CPU_IMPL_H
 #define KILN_KERNELS_CPU_CPU_IMPL_H
 
+#include "format/dtype.h"
 #include "kernels/cpu/qblocks.h"
 
 #include <stdbool.h>
@@ -30,6 +31,10 @@ typedef struct kiln_cpu_mm {
     int64_t y_stride;
     const float *bias;
     bool bf16; /* float weights, t > 1: AVX512-BF16 dot products (see matmul_f_avx512.c) */
+    /* float weights, t > 1 (AVX-512, not bf16): the activations transposed, xt[i * xt_stride
+     * + t] = x[t][i], tokens zero padded to xt_stride (a multiple of 16); else NULL */
+    const float *xt;
+    int64_t xt_stride;
 } kiln_cpu_mm;
 
 /* Rows per unpacked GEMM panel (the scratch a thread needs: kiln_cpu_mm_panel_bytes). */
@@ -51,19 +56,76 @@ bool kiln_cpu_mmq_supports(uint32_t dtype);
 /* Float weights (f32, f16, bf16) with f32 activations. panel: scratch of
  * kiln_cpu_mmf_panel_bytes(k, t), used when t > 1: an f32 panel of 4 rows, or with
  * bf16 the t activation rows and 4 weight rows as bf16 (k padded to 32). */
+#define KILN_CPU_MMF_ROWS 8 /* rows of the AVX-512 float GEMM panel (matmul_f_avx512.c) */
 static inline size_t kiln_cpu_mmf_panel_bytes(int64_t k, int64_t t) {
-    size_t f32 = (size_t)KILN_CPU_MM_ROWS * (size_t)((k + 15) / 16 * 16) * sizeof(float);
+    size_t f32 = (size_t)KILN_CPU_MMF_ROWS * (size_t)((k + 15) / 16 * 16) * sizeof(float);
     size_t b16 = (size_t)(t + KILN_CPU_MM_ROWS) * (size_t)((k + 31) / 32 * 32) * 2;
     return (f32 > b16 ? f32 : b16) + 64;
 }
 void kiln_cpu_mmf_avx512(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
+/* The transposed activations kiln_cpu_mm.xt (AVX-512 float GEMM, t > 1): bytes, token
+ * stride, and the fill (split over pool; xt 64-byte aligned). Callers that leave xt NULL
+ * get the slower dot-product GEMM (different summation order). matmul.c. */
+int64_t kiln_cpu_xt_stride(int64_t t);
+size_t kiln_cpu_xt_bytes(int64_t k, int64_t t);
+struct kiln_pool;
+void kiln_cpu_xt_fill(struct kiln_pool *pool, const float *x, int64_t x_stride, int64_t k,
+                      int64_t t, float *xt);
 void kiln_cpu_mmf_avx2(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
 
+/* ---- R16 layout geometry (byte layouts: cpu_kernels.h) ----
+ * A group of 16 rows is a stream of 64-byte aligned pieces: for 32-block types one
+ * "unit" per 64 elements (a header of 64-byte lines with the 16 rows' f16 scales / mins
+ * of its two blocks, then each block's bits), the last one a half unit when k % 64 ==
+ * 32; for 256-block types one super-block per 256 elements (4 units). */
+static inline bool kiln_r16_is256(uint32_t dt) {
+    return dt == KILN_DTYPE_Q4_K || dt == KILN_DTYPE_Q5_K || dt == KILN_DTYPE_Q6_K;
+}
+/* 32-block types: header bytes of a unit (d line, plus an m line for q4_1 / q5_1). */
+static inline size_t kiln_r16_hdr(uint32_t dt) {
+    return dt == KILN_DTYPE_Q4_1 || dt == KILN_DTYPE_Q5_1 ? 128 : 64;
+}
+/* 32-block types: bytes of one block's bits in a unit (q5 high-bit masks, then quants). */
+static inline size_t kiln_r16_blk(uint32_t dt) {
+    switch (dt) {
+    case KILN_DTYPE_Q5_0:
+    case KILN_DTYPE_Q5_1:
+        return 64 + 256;
+    case KILN_DTYPE_Q8_0:
+        return 512;
+    default:
+        return 256;
+    }
+}
+/* 256-block types: bytes of one super-block of 16 rows. */
+static inline size_t kiln_r16_sb(uint32_t dt) {
+    switch (dt) {
+    case KILN_DTYPE_Q4_K:
+        return 2368;
+    case KILN_DTYPE_Q5_K:
+        return 2880;
+    default: /* q6_K */
+        return 3392;
+    }
+}
+/* Offset of unit c (elements [64c, 64c + 64)) in a group's stream. */
+static inline size_t kiln_r16_unit_off(uint32_t dt, int64_t c) {
+    if (kiln_r16_is256(dt)) return (size_t)(c >> 2) * kiln_r16_sb(dt);
+    return (size_t)c * (kiln_r16_hdr(dt) + 2 * kiln_r16_blk(dt));
+}
+/* Bytes of one group (16 rows x k). */
+static inline size_t kiln_r16_gbytes(uint32_t dt, int64_t k) {
+    if (kiln_r16_is256(dt)) return (size_t)(k / 256) * kiln_r16_sb(dt);
+    return kiln_r16_unit_off(dt, k / 64) + (k % 64 ? kiln_r16_hdr(dt) + kiln_r16_blk(dt) : 0);
+}
+
 /* R16 layout (cpu_kernels.h): rows [r0, r1) (multiples of 16 except at n) x all tokens.
- * panel: kiln_cpu_r16_panel_bytes(k) of scratch, used when t > 1. */
+ * panel: kiln_cpu_r16_panel_bytes(k) of scratch, used when t > 1: the group's units
+ * unpacked (kiln_r16 unit: 16 x 64 bytes u, 4 x 16 floats s, 4 x 16 floats o). */
 static inline size_t kiln_cpu_r16_panel_bytes(int64_t k) {
     return (size_t)((k + 63) / 64) * 24 * 64 + 64;
 }
 void kiln_cpu_mmr16_avx512(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
+void kiln_cpu_mmr16_avx2(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
 
 #endif /* KILN_KERNELS_CPU_CPU_IMPL_H */

@@ -14,7 +14,7 @@
  * matmul: w_dtype f32, f16, bf16 (f32 activations, exact widening) or q4_0, q4_1,
  * q5_0, q5_1, q8_0, q4_K, q5_K, q6_K (activations quantized per 32 to int8 on the fly,
  * integer dot products; see qblocks.h). w_layout 0 (plain ggml rows), or
- * KILN_CPU_WLAYOUT_R16 (AVX-512 only; q4_0, q5_0, q8_0, q4_K, q6_K; see below).
+ * KILN_CPU_WLAYOUT_R16 (every quantized type, both ISAs; see below).
  */
 #ifndef KILN_KERNELS_CPU_CPU_KERNELS_H
 #define KILN_KERNELS_CPU_CPU_KERNELS_H
@@ -43,27 +43,37 @@ kiln_status kiln_cpu_matmul_avx2(const kiln_kctx *c, const kiln_matmul_args *a);
  * above the backend's 1e-4 bar; a policy can prefer it (KILN_PREFER=cpu.avx512bf16.*). */
 kiln_status kiln_cpu_matmul_avx512_bf16(const kiln_kctx *c, const kiln_matmul_args *a);
 
-/* ---- the R16 weight layout (w_layout = KILN_CPU_WLAYOUT_R16, AVX-512 kernels) ----
- * Rows are taken in groups of 16 (the last group zero-padded); for each group, each
- * block of the row (32 or 256 elements) becomes one "group-block" of 16 x block bytes
- * in which the quants are interleaved 4 bytes per row: 64-byte vector i holds bytes
- * [4i, 4i + 4) of the 16 rows. Scales of the 16 rows are stored side by side (f16).
- * Same size as the plain layout except q4_K (148 bytes per 256 instead of 144: its
- * 6-bit scales and mins are stored as bytes). Why: a GEMV reads 16 rows with one
+/* ---- the R16 weight layout (w_layout = KILN_CPU_WLAYOUT_R16; AVX-512 and AVX2) ----
+ * Rows are taken in groups of 16 (the last group zero-padded); a group is one stream of
+ * 64-byte aligned pieces (every vector load of the kernels is a whole cache line): for
+ * the 32-block types one "unit" per 64 elements (blocks 2c and 2c + 1; when k % 64 == 32
+ * the last unit is a half unit with block 2c only), for the 256-block types one
+ * super-block per 256 elements. The quants are interleaved 4 bytes per row: a 64-byte
+ * vector holds 4 consecutive elements of the 16 rows (byte 4r + e = row r, element e).
+ * Scales of the 16 rows are stored side by side. Why: a GEMV reads 16 rows with one
  * broadcast activation per 4 elements (vpdpbusd), ~8x fewer instructions per weight
  * byte than unpacking row by row, which makes decode memory-bound instead of
  * compute-bound; a GEMM reuses each unpacked 16-row panel across 8 tokens.
- * Group-block layouts (offsets in bytes, r = row in group, e = 0..3):
- *   q4_0 (288): f16 d[16] | qs: 4 x 64 (vector i, byte 4r+e = qs_r[4i+e])
- *   q5_0 (352): f16 d[16] | qh: 8 x u64 (mask j bit 4r+e = qh_r bit 4j+e) | qs as q4_0
- *   q8_0 (544): f16 d[16] | qs: 8 x 64 (vector j, byte 4r+e = qs_r[4j+e])
+ * Units of the 32-block types (offsets in bytes; h = block 0 / 1 of the unit):
+ *   header: f16 d[2][16] (one 64-byte line; d[1] zero in a half unit)
+ *           q4_1 / q5_1: then f16 m[2][16] (a second line)
+ *   block h at header + h * B:
+ *     q4_0, q4_1 (B 256): qs 4 x 64 (vector i, byte 4r+e = qs_r[4i+e]: low nibble =
+ *                         element 4i+e, high nibble = element 16+4i+e)
+ *     q5_0, q5_1 (B 320): qh 8 x u64 (mask j bit 4r+e = qh_r bit 4j+e) | qs as q4_0
+ *     q8_0       (B 512): qs 8 x 64 (vector j, byte 4r+e = qs_r[4j+e])
+ *   unit bytes: q4_0 576, q4_1 640, q5_0 704, q5_1 768, q8_0 1088 (= the plain rows)
+ * Super-blocks of the 256-block types (unit c = elements [64c, 64c + 64) of it):
  *   q4_K (2368): f16 d[16] | f16 dmin[16] | u8 sc[8][16] | u8 m[8][16] |
  *                qs: 32 x 64 (vector 8c+i, byte 4r+e = qs_r[32c+4i+e])
- *   q6_K (3360): f16 d[16] | i8 sc[16][16] | lo: 32 x 64 (vector 8c+i, byte 4r+e = low
- *                nibbles of elements 64c+4i+e and 64c+32+4i+e) | hi: 16 x 64 (vector
- *                4c+i, byte 4r+e = 2-bit highs of elements 64c+16q+4i+e at bits 2q)
- * A group-block's rows are consecutive groups of the tensor: group g's blocks start at
- * g * kiln_cpu_r16_group_bytes(dtype, k). */
+ *   q5_K (2880): as q4_K up to m | qh: per unit c 16 x u64 at 320 + 128c (mask i < 8:
+ *                bit 4r+e = bit 2c of qh_r[4i+e]; mask 8+i: bit 2c+1) | qs at 832 as q4_K
+ *   q6_K (3392): f32 d[16] | i8 sc[16][16] | lo: 32 x 64 (vector 8c+i, byte 4r+e = low
+ *                nibbles of elements 64c+4i+e and 64c+32+4i+e) | hi: 16 x 64 at 2368
+ *                (vector 4c+i, byte 4r+e = 2-bit highs of elements 64c+16q+4i+e at bits 2q)
+ * Sizes: as the plain layout except q4_K / q5_K (+4 bytes per row and 256: 6-bit scales
+ * and mins stored as bytes), q6_K (+2: d as f32) and the half unit's zero line.
+ * Group g's stream starts at g * kiln_cpu_r16_group_bytes(dtype, k). */
 #define KILN_CPU_WLAYOUT_R16 2u /* = KILN_WLAYOUT_CPU_R16 of kernels/spec.h */
 
 bool kiln_cpu_r16_supports(uint32_t dtype);

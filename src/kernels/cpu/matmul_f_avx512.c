@@ -4,8 +4,12 @@
  * shift), so results match an f32 dot product up to summation order.
  *
  *  - t == 1: one row at a time, two accumulators, masked tail for k % 16.
- *  - t > 1: 4 rows are widened once into an f32 panel (zero padded to 16) and reused by
- *    a 4-row x 4-token micro-kernel (16 zmm accumulators).
+ *  - t > 1: the driver (matmul.c) transposes the activations once per call (xt: for each
+ *    element, the t tokens side by side); 8 rows are widened once into an f32 panel and
+ *    an 8-row x 48-token micro-kernel (24 zmm accumulators) broadcasts each weight over
+ *    3 vectors of 16 tokens: no horizontal sums, one vector load per 8 FMAs. Measured
+ *    (one core, t 128): 93-100 GFLOP/s on tinyllama shapes, the 4-row x 4-token dot-
+ *    product kernel it replaced 82-84 (OpenBLAS sgemm on f32 weights: 79).
  *  - t > 1 with f16 / bf16 weights on a CPU with AVX512-BF16 (p->bf16): the activations
  *    and a 4-row panel are rounded to bf16 (round to nearest even) and multiplied with
  *    vdpbf16ps, 32 multiply-adds per instruction instead of 16, accumulated in f32.
@@ -54,6 +58,8 @@ INLINE void widen_row(uint32_t dt, const uint8_t *row, int64_t k, float *p) {
     }
 }
 
+/* ---- prefill without transposed activations (p->xt NULL: callers other than matmul.c)
+ * 4 rows x 4 tokens of dot products, horizontal sums at the end. */
 INLINE void micro(int R, int T, const float *panel, int64_t pstride, int64_t k, const float *x,
                   int64_t xs, float *out) {
     __m512 acc[4][4];
@@ -144,6 +150,92 @@ static void gemm(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel_by
                         out[i * 4 + j] + (p->bias ? p->bias[r + i] : 0.0f);
         }
         r += R;
+    }
+}
+
+/* ---- prefill on transposed activations (p->xt) ----
+ * R (<= 8) widened weight rows x TV (<= 3) vectors of 16 tokens: per element i, TV
+ * token vectors are loaded from xt and each row's weight is broadcast from the panel
+ * (folded into the FMA), 24 accumulators: 24 FMAs per 3 vector loads + 8 broadcasts,
+ * no horizontal sums. Each weight row is summed over i in order (per token), exactly
+ * as f32 FMAs. */
+INLINE void micro_xt(int R, int TV, const float *panel, int64_t pstride, int64_t k, const float *xt,
+                     int64_t ts, __m512 out[8][3]) {
+    __m512 acc[8][3];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 3
+        for (int v = 0; v < TV; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < k; i++) {
+        __m512 xv[3];
+#pragma GCC unroll 3
+        for (int v = 0; v < TV; v++) xv[v] = _mm512_load_ps(xt + i * ts + 16 * v);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512 w = _mm512_set1_ps(panel[r * pstride + i]);
+#pragma GCC unroll 3
+            for (int v = 0; v < TV; v++) acc[r][v] = _mm512_fmadd_ps(w, xv[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 3
+        for (int v = 0; v < TV; v++) out[r][v] = acc[r][v];
+}
+
+#define MICRO_XT_TV(R)                                                                             \
+    case R:                                                                                        \
+        if (TV == 3)                                                                               \
+            micro_xt(R, 3, panel, pstride, k, xt, ts, out);                                        \
+        else if (TV == 2)                                                                          \
+            micro_xt(R, 2, panel, pstride, k, xt, ts, out);                                        \
+        else                                                                                       \
+            micro_xt(R, 1, panel, pstride, k, xt, ts, out);                                        \
+        break
+
+static void micro_xt_dispatch(int R, int TV, const float *panel, int64_t pstride, int64_t k,
+                              const float *xt, int64_t ts, __m512 out[8][3]) {
+    switch (R) {
+        MICRO_XT_TV(8);
+        MICRO_XT_TV(7);
+        MICRO_XT_TV(6);
+        MICRO_XT_TV(5);
+        MICRO_XT_TV(4);
+        MICRO_XT_TV(3);
+        MICRO_XT_TV(2);
+    default:
+        if (TV == 3)
+            micro_xt(1, 3, panel, pstride, k, xt, ts, out);
+        else if (TV == 2)
+            micro_xt(1, 2, panel, pstride, k, xt, ts, out);
+        else
+            micro_xt(1, 1, panel, pstride, k, xt, ts, out);
+        break;
+    }
+}
+
+static void gemm_xt(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel_bytes) {
+    float *panel = (float *)panel_bytes;
+    const int64_t pstride = (p->k + 15) / 16 * 16, ts = p->xt_stride;
+    __m512 out[8][3];
+    _Alignas(64) float tmp[16];
+    for (int64_t r = r0; r < r1; r += KILN_CPU_MMF_ROWS) {
+        const int R = r1 - r >= KILN_CPU_MMF_ROWS ? KILN_CPU_MMF_ROWS : (int)(r1 - r);
+        for (int i = 0; i < R; i++)
+            widen_dispatch(p->dtype, p->w + (r + i) * p->w_row_bytes, p->k, panel + i * pstride);
+        for (int64_t t0 = 0; t0 < p->t; t0 += 48) {
+            const int64_t nt = p->t - t0 < 48 ? p->t - t0 : 48;
+            const int TV = (int)((nt + 15) / 16);
+            micro_xt_dispatch(R, TV, panel, pstride, p->k, p->xt + t0, ts, out);
+            for (int i = 0; i < R; i++) {
+                const float b = p->bias ? p->bias[r + i] : 0.0f;
+                for (int v = 0; v < TV; v++) {
+                    _mm512_store_ps(tmp, out[i][v]);
+                    for (int j = 0; j < 16 && 16 * v + j < nt; j++)
+                        p->y[(t0 + 16 * v + j) * p->y_stride + r + i] = tmp[j] + b;
+                }
+            }
+        }
     }
 }
 
@@ -264,6 +356,8 @@ void kiln_cpu_mmf_avx512(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t 
     if (p->t > 1) {
         if (p->bf16)
             gemm_bf16(p, r0, r1, panel);
+        else if (p->xt)
+            gemm_xt(p, r0, r1, panel); /* matmul.c transposed the activations */
         else
             gemm(p, r0, r1, panel);
         return;

@@ -44,116 +44,110 @@ INLINE bool per32(uint32_t dt) {
     return dt != KILN_DTYPE_Q6_K;
 }
 
-/* Group-block bytes (per 32 or 256 elements). */
-INLINE size_t gbb(uint32_t dt) {
-    switch (dt) {
-    case KILN_DTYPE_Q4_0:
-        return 288;
-    case KILN_DTYPE_Q5_0:
-        return 352;
-    case KILN_DTYPE_Q8_0:
-        return 544;
-    case KILN_DTYPE_Q4_K:
-        return 2368;
-    default:
-        return 3360;
-    }
+/* 0x10 in every byte whose bit is set in the 64-bit mask at p (q5 high bits). */
+INLINE __m512i hibits(const uint8_t *p) {
+    uint64_t m;
+    memcpy(&m, p, 8);
+    return _mm512_maskz_set1_epi8(m, 0x10);
 }
 
-/* Half unit h (block 2c + h) of a 32-block type. */
-INLINE void unpack32(uint32_t dt, const uint8_t *b, unit *U, int h) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 d = ld_h16(b);
-    float off;
-    switch (dt) {
-    case KILN_DTYPE_Q4_0:
-#pragma GCC unroll 16
-        for (int i = 0; i < 4; i++) {
-            __m512i v = ld(b + 32 + 64 * i);
-            U->u[8 * h + i] = _mm512_and_si512(v, m4);
-            U->u[8 * h + 4 + i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        }
-        off = -8.0f;
-        break;
-    case KILN_DTYPE_Q5_0: {
-        uint64_t mk[8];
-        memcpy(mk, b + 32, 64);
-#pragma GCC unroll 16
-        for (int i = 0; i < 4; i++) {
-            __m512i v = ld(b + 96 + 64 * i);
-            U->u[8 * h + i] =
-                _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_maskz_set1_epi8(mk[i], 0x10));
-            U->u[8 * h + 4 + i] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
-                                                  _mm512_maskz_set1_epi8(mk[4 + i], 0x10));
-        }
-        off = -16.0f;
-        break;
-    }
-    default: /* q8_0 */
-#pragma GCC unroll 16
-        for (int j = 0; j < 8; j++)
-            U->u[8 * h + j] = _mm512_xor_si512(ld(b + 32 + 64 * j), _mm512_set1_epi8(-128));
-        off = -128.0f;
-        break;
-    }
-    U->s[2 * h] = U->s[2 * h + 1] = d;
-    U->o[2 * h] = U->o[2 * h + 1] = _mm512_mul_ps(d, _mm512_set1_ps(off));
-}
-
-/* Unit c of a group whose group-blocks start at g. two: the unit's second 32-block
- * exists (32-block types with k % 64 == 32 end on a half unit). */
+/* Unit c (elements [64c, 64c + 64)) of the group whose stream starts at g, unpacked
+ * into U. two: the unit's second 32-block exists (32-block types with k % 64 == 32 end
+ * on a half unit). Layouts: cpu_kernels.h; offsets: cpu_impl.h. */
 INLINE void unpack(uint32_t dt, const uint8_t *g, int64_t c, bool two, unit *U) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const uint8_t *b = g + kiln_r16_unit_off(dt, c);
     switch (dt) {
     case KILN_DTYPE_Q4_0:
+    case KILN_DTYPE_Q4_1:
     case KILN_DTYPE_Q5_0:
+    case KILN_DTYPE_Q5_1:
     case KILN_DTYPE_Q8_0: {
-        const uint8_t *b = g + 2 * c * gbb(dt);
-        unpack32(dt, b, U, 0);
-        if (two) {
-            unpack32(dt, b + gbb(dt), U, 1);
-        } else {
+        const size_t hdr = kiln_r16_hdr(dt), bl = kiln_r16_blk(dt);
+        const bool five = dt == KILN_DTYPE_Q5_0 || dt == KILN_DTYPE_Q5_1;
+        const bool min = dt == KILN_DTYPE_Q4_1 || dt == KILN_DTYPE_Q5_1;
+        const float off = dt == KILN_DTYPE_Q4_0 ? -8.0f : dt == KILN_DTYPE_Q5_0 ? -16.0f : -128.0f;
+        /* the d line holds both blocks' scales (zero for a missing second block) */
+        const __m512 dd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)b));
+        const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + 32)));
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            if (h == 1 && !two) {
 #pragma GCC unroll 16
-            for (int j = 8; j < 16; j++) U->u[j] = _mm512_setzero_si512();
-            U->s[2] = U->s[3] = U->o[2] = U->o[3] = _mm512_setzero_ps();
+                for (int j = 8; j < 16; j++) U->u[j] = _mm512_setzero_si512();
+                U->s[2] = U->s[3] = U->o[2] = U->o[3] = _mm512_setzero_ps();
+                break;
+            }
+            const uint8_t *q = b + hdr + (size_t)h * bl;
+            const __m512 d = h ? d1 : dd;
+            if (dt == KILN_DTYPE_Q8_0) {
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++)
+                    U->u[8 * h + j] = _mm512_xor_si512(ld(q + 64 * j), _mm512_set1_epi8(-128));
+            } else {
+                const uint8_t *qs = five ? q + 64 : q;
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    __m512i v = ld(qs + 64 * i);
+                    __m512i lo = _mm512_and_si512(v, m4);
+                    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    if (five) {
+                        lo = _mm512_or_si512(lo, hibits(q + 8 * i));
+                        hi = _mm512_or_si512(hi, hibits(q + 32 + 8 * i));
+                    }
+                    U->u[8 * h + i] = lo;
+                    U->u[8 * h + 4 + i] = hi;
+                }
+            }
+            U->s[2 * h] = U->s[2 * h + 1] = d;
+            U->o[2 * h] = U->o[2 * h + 1] =
+                min ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + 64 + 32 * h)))
+                    : _mm512_mul_ps(d, _mm512_set1_ps(off));
         }
         break;
     }
-    case KILN_DTYPE_Q4_K: {
-        const uint8_t *b = g + (c >> 2) * gbb(dt);
+    case KILN_DTYPE_Q4_K:
+    case KILN_DTYPE_Q5_K: {
         const int cc = (int)(c & 3);
+        const bool five = dt == KILN_DTYPE_Q5_K;
         __m512 d = ld_h16(b), dmin = ld_h16(b + 32);
-#pragma GCC unroll 16
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m512 s = _mm512_mul_ps(ld_u8f(b + 64 + 16 * (2 * cc + h)), d);
             __m512 o = _mm512_mul_ps(ld_u8f(b + 192 + 16 * (2 * cc + h)), dmin);
             U->s[2 * h] = U->s[2 * h + 1] = s;
             U->o[2 * h] = U->o[2 * h + 1] = _mm512_sub_ps(_mm512_setzero_ps(), o);
         }
-#pragma GCC unroll 16
+        const uint8_t *qs = b + (five ? 832 : 320) + 512 * cc, *qh = b + 320 + 128 * cc;
+#pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
-            __m512i v = ld(b + 320 + 64 * (8 * cc + i));
-            U->u[i] = _mm512_and_si512(v, m4);
-            U->u[8 + i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            __m512i v = ld(qs + 64 * i);
+            __m512i lo = _mm512_and_si512(v, m4);
+            __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            if (five) {
+                lo = _mm512_or_si512(lo, hibits(qh + 8 * i));
+                hi = _mm512_or_si512(hi, hibits(qh + 64 + 8 * i));
+            }
+            U->u[i] = lo;
+            U->u[8 + i] = hi;
         }
         break;
     }
     default: { /* q6_K */
-        const uint8_t *b = g + (c >> 2) * gbb(dt);
         const int cc = (int)(c & 3);
-        __m512 d = ld_h16(b);
-#pragma GCC unroll 16
+        __m512 d = _mm512_loadu_ps((const float *)b);
+#pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
-            U->s[q] = _mm512_mul_ps(ld_i8f(b + 32 + 16 * (4 * cc + q)), d);
+            U->s[q] = _mm512_mul_ps(ld_i8f(b + 64 + 16 * (4 * cc + q)), d);
             U->o[q] = _mm512_mul_ps(U->s[q], _mm512_set1_ps(-32.0f));
         }
         const __m512i m3 = _mm512_set1_epi8(0x30);
         __m512i hi[4];
-#pragma GCC unroll 16
-        for (int i = 0; i < 4; i++) hi[i] = ld(b + 2336 + 64 * (4 * cc + i));
-#pragma GCC unroll 16
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) hi[i] = ld(b + 2368 + 64 * (4 * cc + i));
+#pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
-            __m512i v = ld(b + 288 + 64 * (8 * cc + i));
+            __m512i v = ld(b + 320 + 64 * (8 * cc + i));
             __m512i lo_a = _mm512_and_si512(v, m4);
             __m512i lo_b = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
             /* element group j = i (q = i / 4) and j = 8 + i (q = 2 + i / 4) */
@@ -215,15 +209,29 @@ INLINE void store_rows(float *y, int64_t rows, __m512 v, const float *bias) {
 
 /* ---- decode ---- */
 
-INLINE void gemv_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g) {
+/* Software prefetch distance for the decode stream, bytes ahead of the unit being read;
+ * 0 disables it. Measured (bench on 64 MB of tinyllama-shaped weights, 2 threads,
+ * prefetch 0 / 2 KiB alternating, 5 runs): 2 KiB ahead won 12 of 15 pairs, +5-15 % for
+ * q4_0; 4-8 KiB were no better (docs/CPU.md). */
+#ifndef KILN_R16_PF
+#define KILN_R16_PF 2048
+#endif
+
+INLINE void gemv_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, size_t pf) {
     const int64_t k = p->k, kc = kiln_q8act_chunks(k);
     const bool odd = (k % 64) != 0;
-    const uint8_t *gp = p->w + (size_t)g * kiln_cpu_r16_group_bytes(dt, k);
+    const size_t gb = kiln_r16_gbytes(dt, k);
+    const uint8_t *gp = p->w + (size_t)g * gb;
     const int8_t *aq = kiln_q8act_qs(p->act, k), *aq2 = kiln_q8act_qs2(p->act, k);
     const float *dl = kiln_q8act_dl(p->act, k), *gs = kiln_q8act_gs(p->act, k);
     __m512 acc = _mm512_setzero_ps();
+    const uint8_t *pfc = gp + pf; /* next line to prefetch */
     for (int64_t c = 0; c < kc; c++) {
         unit U;
+        if (pf) {
+            const uint8_t *end = gp + (c + 1 < kc ? kiln_r16_unit_off(dt, c + 1) : gb) + pf;
+            for (; pfc < end; pfc += 64) _mm_prefetch((const char *)pfc, _MM_HINT_T0);
+        }
         unpack(dt, gp, c, !(odd && c == kc - 1), &U);
         acc = unit_dot(dt, &U, aq + 64 * c, aq2 + 64 * c, dl + 16 * c, gs + 4 * c, acc);
     }
@@ -297,7 +305,7 @@ INLINE void micro(uint32_t dt, int T, const uint8_t *panel, int64_t k, const uin
 }
 
 INLINE void gemm_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *panel) {
-    unpack_panel(dt, p->w + (size_t)g * kiln_cpu_r16_group_bytes(dt, p->k), p->k, panel);
+    unpack_panel(dt, p->w + (size_t)g * kiln_r16_gbytes(dt, p->k), p->k, panel);
     __m512 out[8];
     for (int t = 0; t < 8; t++) out[t] = _mm512_setzero_ps(); /* -Wmaybe-uninitialized */
     const int64_t rows = p->n - 16 * g;
@@ -341,7 +349,7 @@ INLINE void gemm_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *pa
     case DT:                                                                                       \
         for (int64_t g = g0; g < g1; g++) {                                                        \
             if (p->t == 1)                                                                         \
-                gemv_group(DT, p, g);                                                              \
+                gemv_group(DT, p, g, pf);                                                          \
             else                                                                                   \
                 gemm_group(DT, p, g, panel);                                                       \
         }                                                                                          \
@@ -350,11 +358,15 @@ INLINE void gemm_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *pa
 void kiln_cpu_mmr16_avx512(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t *panel) {
     const kiln_cpu_mm m = *pp, *p = &m; /* private copy: see matmul_q_avx512.c */
     const int64_t g0 = r0 / 16, g1 = (r1 + 15) / 16;
+    const size_t pf = KILN_R16_PF;
     switch (p->dtype) {
         R16_CASE(KILN_DTYPE_Q4_0);
+        R16_CASE(KILN_DTYPE_Q4_1);
         R16_CASE(KILN_DTYPE_Q5_0);
+        R16_CASE(KILN_DTYPE_Q5_1);
         R16_CASE(KILN_DTYPE_Q8_0);
         R16_CASE(KILN_DTYPE_Q4_K);
+        R16_CASE(KILN_DTYPE_Q5_K);
         R16_CASE(KILN_DTYPE_Q6_K);
     default:
         break;

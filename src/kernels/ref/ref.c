@@ -1,5 +1,6 @@
 /* ref.c — reference kernels (see ref.h for the rules they follow). */
 #include "kernels/ref/ref.h"
+#include "kernels/ref/ref_fused.h"
 
 #include "format/dtype.h"
 
@@ -419,6 +420,15 @@ kiln_kernel_fn kiln_ref_kernel(kiln_kop op) {
         break;
     case KILN_KOP_ADD:
         f.add = kiln_ref_add;
+        break;
+    case KILN_KOP_MATMUL_GROUP:
+        f.matmul_group = kiln_ref_matmul_group;
+        break;
+    case KILN_KOP_ROPE_KV:
+        f.rope_kv = kiln_ref_rope_kv;
+        break;
+    case KILN_KOP_MATMUL_ARGMAX:
+        f.matmul_argmax = kiln_ref_matmul_argmax;
         break;
     default:
         break;

@@ -1,0 +1,335 @@
+/*
+ * matmul_r16_avx2.c — quantized matmul on the R16 layout (cpu_kernels.h) for AVX2 + FMA
+ * + F16C, so CPUs without AVX-512 get the interleaved fast path too. Same layout and the
+ * same arithmetic as matmul_r16_avx512.c (read that first); what differs:
+ *
+ *  - A 64-byte vector of the layout (4 elements x 16 rows) is two ymm halves, rows 0-7
+ *    and 8-15; the kernels run the halves one after the other (16 ymm registers do not
+ *    hold a unpacked unit).
+ *  - The u8 x s8 dot is vpmaddubsw (pairs -> saturating s16) + vpmaddwd (-> s32). The s16
+ *    pair sums of L element groups are added in 16 bits before one vpmaddwd, with L
+ *    chosen so they cannot overflow: u <= 15 (4-bit types): pair <= 2 * 15 * 127 = 3810,
+ *    L = 8; u <= 31 (5-bit): L = 4; u <= 63 (q6_K): L = 2.
+ *  - q8_0 keeps its signed quants (u = q, offset 0) and uses the sign trick
+ *    maddubs(|q|, sign(a, q)) (|q| <= 128: pair <= 32512, L = 1): q + 128 would saturate.
+ *  - Every unit is unpacked into the kiln_r16 panel format (16 x 64 bytes u, 4 x 16
+ *    floats s and o) first, also for decode (a one-unit buffer in L1), and one dot
+ *    routine serves decode and prefill: batch invariant like the AVX-512 kernel.
+ */
+#include "format/dtype.h"
+#include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* Unpacked unit: u[16][64] | s[4][16] floats | o[4][16] floats (1536 bytes). */
+#define UNIT_BYTES (24 * 64)
+
+INLINE bool per32(uint32_t dt) {
+    return dt != KILN_DTYPE_Q6_K;
+}
+
+INLINE __m256i ld(const uint8_t *p) {
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+/* 8 f16 -> 8 floats */
+INLINE __m256 ld_h8(const uint8_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+INLINE __m256 ld_u8x8(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+INLINE __m256 ld_i8x8(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* 0x10 in byte i where bit i of the 32-bit word is set. */
+INLINE __m256i bits_to_0x10(uint32_t bits) {
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                          2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+/* Half hh (rows 8hh..8hh+7) of the q5 high bits of a 64-bit mask at p. */
+INLINE __m256i hibits(const uint8_t *p, int hh) {
+    uint32_t m;
+    memcpy(&m, p + 4 * hh, 4);
+    return bits_to_0x10(m);
+}
+
+INLINE void st_u(uint8_t *dst, int j, int hh, __m256i v) {
+    _mm256_store_si256((__m256i *)(dst + 64 * j + 32 * hh), v);
+}
+INLINE void st_f(uint8_t *dst, int which, int q, int hh, __m256 v) { /* which: 0 s, 1 o */
+    _mm256_store_ps((float *)(dst + 1024 + 256 * which + 64 * q) + 8 * hh, v);
+}
+
+/* Unit c of the group stream g, unpacked into dst (64-byte aligned, UNIT_BYTES). */
+INLINE void unpack(uint32_t dt, const uint8_t *g, int64_t c, bool two, uint8_t *dst) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const uint8_t *b = g + kiln_r16_unit_off(dt, c);
+    switch (dt) {
+    case KILN_DTYPE_Q4_0:
+    case KILN_DTYPE_Q4_1:
+    case KILN_DTYPE_Q5_0:
+    case KILN_DTYPE_Q5_1:
+    case KILN_DTYPE_Q8_0: {
+        const size_t hdr = kiln_r16_hdr(dt), bl = kiln_r16_blk(dt);
+        const bool five = dt == KILN_DTYPE_Q5_0 || dt == KILN_DTYPE_Q5_1;
+        const bool min = dt == KILN_DTYPE_Q4_1 || dt == KILN_DTYPE_Q5_1;
+        const float off = dt == KILN_DTYPE_Q4_0 ? -8.0f : dt == KILN_DTYPE_Q5_0 ? -16.0f : 0.0f;
+        for (int h = 0; h < 2; h++) {
+            if (h == 1 && !two) {
+                memset(dst + 8 * 64, 0, 8 * 64);
+                for (int w = 0; w < 2; w++)
+                    for (int hh = 0; hh < 2; hh++)
+                        for (int q = 2; q < 4; q++) st_f(dst, w, q, hh, _mm256_setzero_ps());
+                break;
+            }
+            const uint8_t *q = b + hdr + (size_t)h * bl;
+            for (int hh = 0; hh < 2; hh++) {
+                if (dt == KILN_DTYPE_Q8_0) { /* signed quants, see the file comment */
+#pragma GCC unroll 8
+                    for (int j = 0; j < 8; j++) st_u(dst, 8 * h + j, hh, ld(q + 64 * j + 32 * hh));
+                } else {
+                    const uint8_t *qs = five ? q + 64 : q;
+#pragma GCC unroll 4
+                    for (int i = 0; i < 4; i++) {
+                        __m256i v = ld(qs + 64 * i + 32 * hh);
+                        __m256i lo = _mm256_and_si256(v, m4);
+                        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                        if (five) {
+                            lo = _mm256_or_si256(lo, hibits(q + 8 * i, hh));
+                            hi = _mm256_or_si256(hi, hibits(q + 32 + 8 * i, hh));
+                        }
+                        st_u(dst, 8 * h + i, hh, lo);
+                        st_u(dst, 8 * h + 4 + i, hh, hi);
+                    }
+                }
+                __m256 d = ld_h8(b + 32 * h + 16 * hh);
+                __m256 o =
+                    min ? ld_h8(b + 64 + 32 * h + 16 * hh) : _mm256_mul_ps(d, _mm256_set1_ps(off));
+                for (int q2 = 2 * h; q2 < 2 * h + 2; q2++) {
+                    st_f(dst, 0, q2, hh, d);
+                    st_f(dst, 1, q2, hh, o);
+                }
+            }
+        }
+        break;
+    }
+    case KILN_DTYPE_Q4_K:
+    case KILN_DTYPE_Q5_K: {
+        const int cc = (int)(c & 3);
+        const bool five = dt == KILN_DTYPE_Q5_K;
+        const uint8_t *qs = b + (five ? 832 : 320) + 512 * cc, *qh = b + 320 + 128 * cc;
+        for (int hh = 0; hh < 2; hh++) {
+            __m256 d = ld_h8(b + 16 * hh), dmin = ld_h8(b + 32 + 16 * hh);
+            for (int h = 0; h < 2; h++) {
+                __m256 s = _mm256_mul_ps(ld_u8x8(b + 64 + 16 * (2 * cc + h) + 8 * hh), d);
+                __m256 o = _mm256_mul_ps(ld_u8x8(b + 192 + 16 * (2 * cc + h) + 8 * hh), dmin);
+                o = _mm256_sub_ps(_mm256_setzero_ps(), o);
+                st_f(dst, 0, 2 * h, hh, s), st_f(dst, 0, 2 * h + 1, hh, s);
+                st_f(dst, 1, 2 * h, hh, o), st_f(dst, 1, 2 * h + 1, hh, o);
+            }
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                __m256i v = ld(qs + 64 * i + 32 * hh);
+                __m256i lo = _mm256_and_si256(v, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                if (five) {
+                    lo = _mm256_or_si256(lo, hibits(qh + 8 * i, hh));
+                    hi = _mm256_or_si256(hi, hibits(qh + 64 + 8 * i, hh));
+                }
+                st_u(dst, i, hh, lo);
+                st_u(dst, 8 + i, hh, hi);
+            }
+        }
+        break;
+    }
+    default: { /* q6_K */
+        const int cc = (int)(c & 3);
+        const __m256i m3 = _mm256_set1_epi8(0x30);
+        for (int hh = 0; hh < 2; hh++) {
+            __m256 d = _mm256_loadu_ps((const float *)b + 8 * hh);
+            for (int q = 0; q < 4; q++) {
+                __m256 s = _mm256_mul_ps(ld_i8x8(b + 64 + 16 * (4 * cc + q) + 8 * hh), d);
+                st_f(dst, 0, q, hh, s);
+                st_f(dst, 1, q, hh, _mm256_mul_ps(s, _mm256_set1_ps(-32.0f)));
+            }
+            __m256i hi[4];
+            for (int i = 0; i < 4; i++) hi[i] = ld(b + 2368 + 64 * (4 * cc + i) + 32 * hh);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                __m256i v = ld(b + 320 + 64 * (8 * cc + i) + 32 * hh);
+                __m256i lo_a = _mm256_and_si256(v, m4);
+                __m256i lo_b = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                const int i4 = i & 3, qa = i >> 2, qb = 2 + (i >> 2);
+                __m256i ha = qa == 0 ? _mm256_slli_epi16(hi[i4], 4) : _mm256_slli_epi16(hi[i4], 2);
+                __m256i hb = qb == 2 ? hi[i4] : _mm256_srli_epi16(hi[i4], 2);
+                st_u(dst, i, hh, _mm256_or_si256(lo_a, _mm256_and_si256(ha, m3)));
+                st_u(dst, 8 + i, hh, _mm256_or_si256(lo_b, _mm256_and_si256(hb, m3)));
+            }
+        }
+        break;
+    }
+    }
+}
+
+/* Element groups whose s16 pair sums may be added before vpmaddwd (file comment). */
+INLINE int lanes16(uint32_t dt) {
+    switch (dt) {
+    case KILN_DTYPE_Q8_0:
+        return 1;
+    case KILN_DTYPE_Q6_K:
+        return 2;
+    case KILN_DTYPE_Q5_0:
+    case KILN_DTYPE_Q5_1:
+    case KILN_DTYPE_Q5_K:
+        return 4;
+    default:
+        return 8;
+    }
+}
+
+INLINE __m256i bcast(const int8_t *a) {
+    int32_t v;
+    memcpy(&v, a, 4);
+    return _mm256_set1_epi32(v);
+}
+
+INLINE __m256i mul8(uint32_t dt, __m256i u, __m256i a) {
+    if (dt == KILN_DTYPE_Q8_0)
+        return _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(a, u));
+    return _mm256_maddubs_epi16(u, a);
+}
+
+/* acc (rows 8hh..8hh+7) += one unpacked unit x one token's activations (chunk c). */
+INLINE __m256 unit_dot(uint32_t dt, const uint8_t *U, int hh, const int8_t *aq, const int8_t *aq2,
+                       const float *dl, const float *gs, __m256 acc) {
+    const int G = per32(dt) ? 2 : 4, J = 16 / G, L = lanes16(dt);
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 4
+    for (int q = 0; q < G; q++) {
+        __m256i p1 = _mm256_setzero_si256(), p2 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int j0 = 0; j0 < J; j0 += L) {
+            __m256i s1 = _mm256_setzero_si256(), s2 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int l = 0; l < L; l++) {
+                const int j = q * J + j0 + l;
+                __m256i u = _mm256_load_si256((const __m256i *)(U + 64 * j + 32 * hh));
+                s1 = _mm256_add_epi16(s1, mul8(dt, u, bcast(aq + 4 * j)));
+                s2 = _mm256_add_epi16(s2, mul8(dt, u, bcast(aq2 + 4 * j)));
+            }
+            p1 = _mm256_add_epi32(p1, _mm256_madd_epi16(s1, ones));
+            p2 = _mm256_add_epi32(p2, _mm256_madd_epi16(s2, ones));
+        }
+        __m256i d = _mm256_add_epi32(_mm256_slli_epi32(p1, 8), p2);
+        const int sq = per32(dt) ? 2 * q : q;
+        float gsum = per32(dt) ? gs[2 * q] + gs[2 * q + 1] : gs[q];
+        const float *s = (const float *)(U + 1024 + 64 * sq) + 8 * hh;
+        const float *o = (const float *)(U + 1280 + 64 * sq) + 8 * hh;
+        __m256 sc = _mm256_mul_ps(_mm256_load_ps(s), _mm256_set1_ps(dl[8 * (sq >> 1)]));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sc, acc);
+        acc = _mm256_fmadd_ps(_mm256_load_ps(o), _mm256_set1_ps(gsum), acc);
+    }
+    return acc;
+}
+
+/* y[rows of group g] (+ bias) for one token; rows: valid rows of the group (<= 16). */
+INLINE void store_rows(float *y, int64_t rows, __m256 lo, __m256 hi, const float *bias) {
+    float v[16];
+    _mm256_storeu_ps(v, lo);
+    _mm256_storeu_ps(v + 8, hi);
+    if (rows >= 16) {
+        if (bias) {
+            lo = _mm256_add_ps(lo, _mm256_loadu_ps(bias));
+            hi = _mm256_add_ps(hi, _mm256_loadu_ps(bias + 8));
+        }
+        _mm256_storeu_ps(y, lo);
+        _mm256_storeu_ps(y + 8, hi);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) y[r] = v[r] + (bias ? bias[r] : 0.0f);
+}
+
+/* Software prefetch distance of the decode stream (as matmul_r16_avx512.c). */
+#define PF 2048
+
+INLINE void gemv_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *buf) {
+    const int64_t k = p->k, kc = kiln_q8act_chunks(k);
+    const bool odd = (k % 64) != 0;
+    const size_t gb = kiln_r16_gbytes(dt, k);
+    const uint8_t *gp = p->w + (size_t)g * gb;
+    const int8_t *aq = kiln_q8act_qs(p->act, k), *aq2 = kiln_q8act_qs2(p->act, k);
+    const float *dl = kiln_q8act_dl(p->act, k), *gs = kiln_q8act_gs(p->act, k);
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    const uint8_t *pfc = gp + PF; /* next line to prefetch */
+    for (int64_t c = 0; c < kc; c++) {
+        const uint8_t *end = gp + (c + 1 < kc ? kiln_r16_unit_off(dt, c + 1) : gb) + PF;
+        for (; pfc < end; pfc += 64) _mm_prefetch((const char *)pfc, _MM_HINT_T0);
+        unpack(dt, gp, c, !(odd && c == kc - 1), buf);
+        lo = unit_dot(dt, buf, 0, aq + 64 * c, aq2 + 64 * c, dl + 16 * c, gs + 4 * c, lo);
+        hi = unit_dot(dt, buf, 1, aq + 64 * c, aq2 + 64 * c, dl + 16 * c, gs + 4 * c, hi);
+    }
+    store_rows(p->y + 16 * g, p->n - 16 * g, lo, hi, p->bias ? p->bias + 16 * g : NULL);
+}
+
+/* Prefill: the group's units unpacked once into the panel, then for each token the same
+ * unit_dot as decode (the panel stays in L1/L2 while the tokens stream over it). */
+INLINE void gemm_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *panel) {
+    const int64_t k = p->k, kc = kiln_q8act_chunks(k);
+    const bool odd = (k % 64) != 0;
+    const uint8_t *gp = p->w + (size_t)g * kiln_r16_gbytes(dt, k);
+    for (int64_t c = 0; c < kc; c++)
+        unpack(dt, gp, c, !(odd && c == kc - 1), panel + (size_t)c * UNIT_BYTES);
+    const int64_t rows = p->n - 16 * g;
+    const float *bias = p->bias ? p->bias + 16 * g : NULL;
+    for (int64_t t = 0; t < p->t; t++) {
+        const uint8_t *a = p->act + t * p->act_stride;
+        const int8_t *aq = kiln_q8act_qs(a, k), *aq2 = kiln_q8act_qs2(a, k);
+        const float *dl = kiln_q8act_dl(a, k), *gs = kiln_q8act_gs(a, k);
+        __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+        for (int64_t c = 0; c < kc; c++) {
+            const uint8_t *U = panel + (size_t)c * UNIT_BYTES;
+            lo = unit_dot(dt, U, 0, aq + 64 * c, aq2 + 64 * c, dl + 16 * c, gs + 4 * c, lo);
+            hi = unit_dot(dt, U, 1, aq + 64 * c, aq2 + 64 * c, dl + 16 * c, gs + 4 * c, hi);
+        }
+        store_rows(p->y + t * p->y_stride + 16 * g, rows, lo, hi, bias);
+    }
+}
+
+#define R16_CASE(DT)                                                                               \
+    case DT:                                                                                       \
+        for (int64_t g = g0; g < g1; g++) {                                                        \
+            if (p->t == 1)                                                                         \
+                gemv_group(DT, p, g, buf);                                                         \
+            else                                                                                   \
+                gemm_group(DT, p, g, panel);                                                       \
+        }                                                                                          \
+        break
+
+void kiln_cpu_mmr16_avx2(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t *panel) {
+    const kiln_cpu_mm m = *pp, *p = &m; /* private copy: see matmul_q_avx512.c */
+    const int64_t g0 = r0 / 16, g1 = (r1 + 15) / 16;
+    _Alignas(64) uint8_t buf[UNIT_BYTES];
+    switch (p->dtype) {
+        R16_CASE(KILN_DTYPE_Q4_0);
+        R16_CASE(KILN_DTYPE_Q4_1);
+        R16_CASE(KILN_DTYPE_Q5_0);
+        R16_CASE(KILN_DTYPE_Q5_1);
+        R16_CASE(KILN_DTYPE_Q8_0);
+        R16_CASE(KILN_DTYPE_Q4_K);
+        R16_CASE(KILN_DTYPE_Q5_K);
+        R16_CASE(KILN_DTYPE_Q6_K);
+    default:
+        break;
+    }
+}
