@@ -2,10 +2,13 @@
  * bench_cpu_matmul.c — microbenchmarks of the CPU backend's matmul kernels against the
  * machine's measured limits.
  *
- *   bench_cpu_matmul [-t THREADS] [-r REPS] [-i avx512|avx2] [-d DTYPE,...] [-m MB]
+ *   bench_cpu_matmul [-t THREADS] [-r REPS] [-i avx512|avx2] [-d DTYPE,...] [-m MB] [-H 0|1]
  *
  * 1. Memory read bandwidth: THREADS threads sum disjoint halves of a 1 GiB buffer
- *    (AVX2 loads, 8 accumulators); best and median of REPS passes.
+ *    (AVX2 loads, 8 accumulators); best and median of REPS passes, with 4 KiB pages and
+ *    with 2 MiB pages (madvise(MADV_HUGEPAGE); the machine's THP setting decides).
+ *    -H 1 (default) puts the weights in huge pages too, as the binding does for the
+ *    R16 repack (runtime/bind.c); "of bw" is against the huge-page bandwidth then.
  * 2. Decode (GEMV, t = 1): tinyllama-1.1b shaped matrices (2048x2048, 256x2048 k/v,
  *    5632x2048, 2048x5632) repeated until the set is MB megabytes (default 256, far
  *    above the 32 MiB L3), one pass = one matmul per matrix: weight GB/s and its
@@ -21,6 +24,7 @@
 
 #include <immintrin.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,9 +59,36 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static double measure_bw(kiln_pool *pool, int reps) {
+/* Buffers: 64-byte aligned heap memory, or (huge) a 2 MiB aligned mapping advised
+ * MADV_HUGEPAGE before first touch. The mapping's size is kept in front of the data. */
+#define HUGE ((size_t)2 << 20)
+static void *buf_alloc(size_t size, bool huge) {
+    if (!huge) return kiln_alloc_aligned(size);
+    size_t n = (size + HUGE - 1) / HUGE * HUGE + HUGE;
+    uint8_t *m = mmap(NULL, n + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    uint8_t *p = (uint8_t *)(((uintptr_t)m + 2 * HUGE - 1) & ~(uintptr_t)(HUGE - 1));
+    madvise(p, n - HUGE, MADV_HUGEPAGE);
+    memcpy(p - 64, &m, sizeof m);
+    memcpy(p - 64 + sizeof m, &n, sizeof n);
+    return p;
+}
+static void buf_free(void *p, bool huge) {
+    if (!p) return;
+    if (!huge) {
+        kiln_free_aligned(p);
+        return;
+    }
+    uint8_t *m;
+    size_t n;
+    memcpy(&m, (uint8_t *)p - 64, sizeof m);
+    memcpy(&n, (uint8_t *)p - 64 + sizeof m, sizeof n);
+    munmap(m, n + HUGE);
+}
+
+static double measure_bw(kiln_pool *pool, int reps, bool huge) {
     const size_t size = (size_t)1 << 30;
-    uint8_t *buf = kiln_alloc_aligned(size);
+    uint8_t *buf = buf_alloc(size, huge);
     if (!buf) return 0;
     for (size_t i = 0; i < size; i += 64) buf[i] = (uint8_t)i;
     bw_job j = {.buf = buf, .size = size};
@@ -68,9 +99,10 @@ static double measure_bw(kiln_pool *pool, int reps) {
         g[r] = (double)size / (double)(kiln_now_ns() - t0);
     }
     qsort(g, (size_t)reps, sizeof g[0], cmp_d);
-    printf("memory read bandwidth (%d threads, 1 GiB): best %.1f GB/s, median %.1f GB/s\n",
-           kiln_pool_size(pool), g[reps - 1], g[reps / 2]);
-    kiln_free_aligned(buf);
+    printf(
+        "memory read bandwidth (%d threads, 1 GiB, %s pages): best %.1f GB/s, median %.1f GB/s\n",
+        kiln_pool_size(pool), huge ? "2 MiB" : "4 KiB", g[reps - 1], g[reps / 2]);
+    buf_free(buf, huge);
     return g[reps - 1];
 }
 
@@ -112,7 +144,7 @@ typedef struct mat {
 } mat;
 
 static void bench_dtype(mm_fn fn, kiln_pool *pool, uint32_t dt, double bw, int reps, size_t mb,
-                        uint32_t layout) {
+                        uint32_t layout, bool huge) {
     static const int64_t shapes[][2] = {{2048, 2048}, {256, 2048},  {256, 2048}, {2048, 2048},
                                         {5632, 2048}, {5632, 2048}, {2048, 5632}};
     const int nshape = (int)(sizeof shapes / sizeof shapes[0]);
@@ -123,16 +155,17 @@ static void bench_dtype(mm_fn fn, kiln_pool *pool, uint32_t dt, double bw, int r
         mat *x = &m[nm];
         x->n = shapes[nm % nshape][0], x->k = shapes[nm % nshape][1];
         if (kiln_dtype_row_bytes(dt, x->k, &x->row_bytes, NULL)) return;
-        x->w = kiln_alloc_aligned(x->row_bytes * (size_t)x->n);
+        const bool r16 = layout == KILN_CPU_WLAYOUT_R16;
+        x->w = buf_alloc(x->row_bytes * (size_t)x->n, huge && !r16);
         if (!x->w) break;
         fill(dt, x->w, x->row_bytes * (size_t)x->n, x->n, x->row_bytes);
         total += x->row_bytes * (size_t)x->n;
-        if (layout == KILN_CPU_WLAYOUT_R16) {
+        if (r16) {
             size_t sz;
             if (kiln_cpu_r16_size(dt, x->n, x->k, &sz, NULL)) return;
-            uint8_t *r = kiln_alloc_aligned(sz);
+            uint8_t *r = buf_alloc(sz, huge);
             if (!r || kiln_cpu_r16_repack(dt, x->w, x->row_bytes, x->n, x->k, r, NULL)) return;
-            kiln_free_aligned(x->w);
+            buf_free(x->w, false);
             x->w = r;
         }
         nm++;
@@ -193,12 +226,13 @@ static void bench_dtype(mm_fn fn, kiln_pool *pool, uint32_t dt, double bw, int r
     printf("| %-5s%s | %7.1f MB | %6.2f ms | %6.1f GB/s | %5.1f %% | %7.1f |\n",
            kiln_dtype_name(dt), layout ? " R16" : "    ", (double)total * 1e-6, best * 1e3, gbs,
            bw > 0 ? 100.0 * gbs / bw : 0.0, gflops);
-    for (int i = 0; i < nm; i++) kiln_free_aligned(m[i].w);
+    for (int i = 0; i < nm; i++) buf_free(m[i].w, huge);
     kiln_free_aligned(x), kiln_free_aligned(y), kiln_free_aligned(scratch);
 }
 
 int main(int argc, char **argv) {
     int threads = 2, reps = 5;
+    bool huge = true;
     size_t mb = 256;
     const char *isa = kiln_cpu_avx512_ok() ? "avx512" : "avx2";
     const char *dts = "f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q4_K,q5_K,q6_K";
@@ -213,6 +247,8 @@ int main(int argc, char **argv) {
             dts = argv[i + 1];
         else if (!strcmp(argv[i], "-m"))
             mb = (size_t)atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "-H"))
+            huge = atoi(argv[i + 1]) != 0;
     }
     if (reps < 1) reps = 1;
     mm_fn fn = !strcmp(isa, "avx2") ? kiln_cpu_matmul_avx2 : kiln_cpu_matmul_avx512;
@@ -222,7 +258,8 @@ int main(int argc, char **argv) {
     }
     kiln_pool *pool = NULL;
     if (kiln_pool_create(threads, &pool, NULL)) return 1;
-    double bw = measure_bw(pool, reps);
+    double bw4k = measure_bw(pool, reps, false), bw2m = measure_bw(pool, reps, true);
+    double bw = huge ? bw2m : bw4k;
     printf("isa %s, %d threads; decode = t 1 over tinyllama-shaped matrices, prefill = "
            "2048x2048 t 128\n\n",
            isa, threads);
@@ -236,9 +273,9 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_cpu_matmul: unknown dtype '%s'\n", tok);
             continue;
         }
-        bench_dtype(fn, pool, dt, bw, reps, mb, 0);
-        if (fn == kiln_cpu_matmul_avx512 && kiln_cpu_r16_supports(dt))
-            bench_dtype(fn, pool, dt, bw, reps, mb, KILN_CPU_WLAYOUT_R16);
+        bench_dtype(fn, pool, dt, bw, reps, mb, 0, huge);
+        if (kiln_cpu_r16_supports(dt))
+            bench_dtype(fn, pool, dt, bw, reps, mb, KILN_CPU_WLAYOUT_R16, huge);
     }
     kiln_pool_free(pool);
     return 0;

@@ -6,9 +6,10 @@
  * matmul: quantized types quantize the activations per 32 to int8 on the fly
  * (cpu_kernels.h), float types widen exactly; deterministic for a given thread count.
  * The plain-layout kernels are not batch-invariant (decode and prefill sum in different
- * orders); the R16 kernel is (a token's row is computed the same way for any t).
- * cpu.avx512.matmul.r16 asks for the R16 layout (KILN_WLAYOUT_CPU_R16): its entry point
- * also accepts plain rows (w_layout 0), so a binding that cannot repack yet still runs.
+ * orders); the R16 kernels are (a token's row is computed the same way for any t).
+ * cpu.avx512.matmul.r16 and cpu.avx2.matmul.r16 ask for the R16 layout
+ * (KILN_WLAYOUT_CPU_R16; every quantized type): their entry points also accept plain rows
+ * (w_layout 0), so a binding that cannot repack yet still runs.
  */
 #include "base/cpu.h"
 #include "kernels/cpu/cpu_fused.h"

@@ -63,6 +63,14 @@ static inline size_t kiln_cpu_mmf_panel_bytes(int64_t k, int64_t t) {
     return (f32 > b16 ? f32 : b16) + 64;
 }
 void kiln_cpu_mmf_avx512(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
+/* The transposed activations kiln_cpu_mm.xt (AVX-512 float GEMM, t > 1): bytes, token
+ * stride, and the fill (split over pool; xt 64-byte aligned). Callers that leave xt NULL
+ * get the slower dot-product GEMM (different summation order). matmul.c. */
+int64_t kiln_cpu_xt_stride(int64_t t);
+size_t kiln_cpu_xt_bytes(int64_t k, int64_t t);
+struct kiln_pool;
+void kiln_cpu_xt_fill(struct kiln_pool *pool, const float *x, int64_t x_stride, int64_t k,
+                      int64_t t, float *xt);
 void kiln_cpu_mmf_avx2(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
 
 /* ---- R16 layout geometry (byte layouts: cpu_kernels.h) ----

@@ -75,18 +75,18 @@ static size_t panel_bytes(uint32_t dtype, int64_t k, int64_t t) {
 }
 
 /* Float weights, t > 1: the transposed activations (kiln_cpu_mm.xt), 64-byte rows. */
-static int64_t xt_stride(int64_t t) {
+int64_t kiln_cpu_xt_stride(int64_t t) {
     return (t + 15) / 16 * 16;
 }
-static size_t xt_bytes(int64_t k, int64_t t) {
-    return (size_t)k * (size_t)xt_stride(t) * sizeof(float);
+size_t kiln_cpu_xt_bytes(int64_t k, int64_t t) {
+    return (size_t)k * (size_t)kiln_cpu_xt_stride(t) * sizeof(float);
 }
 
 size_t kiln_cpu_matmul_workspace(uint32_t w_dtype, int64_t n, int64_t k, int64_t t, int nth) {
     (void)n;
     if (nth < 1) nth = 1;
     size_t act = kiln_cpu_mmq_supports(w_dtype) ? (size_t)t * kiln_q8act_row_bytes(k)
-                 : t > 1                        ? xt_bytes(k, t)
+                 : t > 1                        ? kiln_cpu_xt_bytes(k, t)
                                                 : 0;
     size_t panels = t > 1 ? (size_t)nth * panel_bytes(w_dtype, k, t) : 0;
     return act + panels + 64;
@@ -109,17 +109,27 @@ static void quant_range(void *ctx, int64_t b, int64_t e, int ith) {
                       (uint8_t *)j->mm.act + (size_t)t * j->mm.act_stride);
 }
 
+typedef struct xt_job {
+    const float *x;
+    int64_t x_stride, t, ts;
+    float *xt;
+} xt_job;
+
 /* Columns [b, e) of the activations into xt (tokens padded with zeros). */
 static void transpose_range(void *ctx, int64_t b, int64_t e, int ith) {
     (void)ith;
-    job *j = ctx;
-    float *xt = (float *)j->mm.xt;
-    const int64_t ts = j->mm.xt_stride, t = j->mm.t;
+    const xt_job *j = ctx;
     for (int64_t i = b; i < e; i++) {
-        float *o = xt + i * ts;
-        for (int64_t tk = 0; tk < t; tk++) o[tk] = j->x[tk * j->x_stride + i];
-        for (int64_t tk = t; tk < ts; tk++) o[tk] = 0.0f;
+        float *o = j->xt + i * j->ts;
+        for (int64_t tk = 0; tk < j->t; tk++) o[tk] = j->x[tk * j->x_stride + i];
+        for (int64_t tk = j->t; tk < j->ts; tk++) o[tk] = 0.0f;
     }
+}
+
+void kiln_cpu_xt_fill(kiln_pool *pool, const float *x, int64_t x_stride, int64_t k, int64_t t,
+                      float *xt) {
+    xt_job j = {.x = x, .x_stride = x_stride, .t = t, .ts = kiln_cpu_xt_stride(t), .xt = xt};
+    kiln_pool_for(pool, k, 64, transpose_range, &j);
 }
 
 static void rows_q(void *ctx, int64_t b, int64_t e, int ith) {
@@ -191,9 +201,9 @@ static kiln_status matmul(const isa_impl *isa, const kiln_kctx *c, const kiln_ma
     }
     if (!quant && a->t > 1 && isa == &impl_avx512 && !j.mm.bf16) {
         j.mm.xt = (const float *)ws;
-        j.mm.xt_stride = xt_stride(a->t);
-        act_bytes = xt_bytes(a->k, a->t);
-        kiln_pool_for(pool, a->k, 64, transpose_range, &j);
+        j.mm.xt_stride = kiln_cpu_xt_stride(a->t);
+        act_bytes = kiln_cpu_xt_bytes(a->k, a->t);
+        kiln_cpu_xt_fill(pool, a->x, a->x_stride, a->k, a->t, (float *)ws);
     }
     j.panels = ws + act_bytes;
     j.panel_stride = panel_bytes(a->w_dtype, a->k, a->t);

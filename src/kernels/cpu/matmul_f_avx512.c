@@ -58,6 +58,67 @@ INLINE void widen_row(uint32_t dt, const uint8_t *row, int64_t k, float *p) {
     }
 }
 
+/* ---- prefill without transposed activations (p->xt NULL: callers other than matmul.c)
+ * 4 rows x 4 tokens of dot products, horizontal sums at the end. */
+INLINE void micro(int R, int T, const float *panel, int64_t pstride, int64_t k, const float *x,
+                  int64_t xs, float *out) {
+    __m512 acc[4][4];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < k; i += 16) {
+        __mmask16 m = k - i >= 16 ? 0xFFFF : (__mmask16)((1u << (k - i)) - 1);
+        __m512 w[4];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) w[r] = _mm512_load_ps(panel + r * pstride + i);
+#pragma GCC unroll 16
+        for (int t = 0; t < T; t++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + t * xs + i);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(w[r], xv, acc[r][t]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
+        for (int t = 0; t < T; t++) out[r * 4 + t] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+static void micro_dispatch(int R, int T, const float *panel, int64_t pstride, int64_t k,
+                           const float *x, int64_t xs, float *out) {
+    if (R == 4) {
+        switch (T) {
+        case 4:
+            micro(4, 4, panel, pstride, k, x, xs, out);
+            return;
+        case 3:
+            micro(4, 3, panel, pstride, k, x, xs, out);
+            return;
+        case 2:
+            micro(4, 2, panel, pstride, k, x, xs, out);
+            return;
+        default:
+            micro(4, 1, panel, pstride, k, x, xs, out);
+            return;
+        }
+    }
+    switch (T) {
+    case 4:
+        micro(1, 4, panel, pstride, k, x, xs, out);
+        return;
+    case 3:
+        micro(1, 3, panel, pstride, k, x, xs, out);
+        return;
+    case 2:
+        micro(1, 2, panel, pstride, k, x, xs, out);
+        return;
+    default:
+        micro(1, 1, panel, pstride, k, x, xs, out);
+        return;
+    }
+}
+
 static void widen_dispatch(uint32_t dt, const uint8_t *row, int64_t k, float *p) {
     switch (dt) {
     case KILN_DTYPE_F32:
@@ -69,6 +130,26 @@ static void widen_dispatch(uint32_t dt, const uint8_t *row, int64_t k, float *p)
     default:
         widen_row(KILN_DTYPE_BF16, row, k, p);
         break;
+    }
+}
+
+static void gemm(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel_bytes) {
+    float *panel = (float *)panel_bytes;
+    const int64_t pstride = (p->k + 15) / 16 * 16;
+    float out[16];
+    for (int64_t r = r0; r < r1;) {
+        int R = r1 - r >= KILN_CPU_MM_ROWS ? KILN_CPU_MM_ROWS : 1;
+        for (int i = 0; i < R; i++)
+            widen_dispatch(p->dtype, p->w + (r + i) * p->w_row_bytes, p->k, panel + i * pstride);
+        for (int64_t t = 0; t < p->t; t += 4) {
+            int T = p->t - t >= 4 ? 4 : (int)(p->t - t);
+            micro_dispatch(R, T, panel, pstride, p->k, p->x + t * p->x_stride, p->x_stride, out);
+            for (int i = 0; i < R; i++)
+                for (int j = 0; j < T; j++)
+                    p->y[(t + j) * p->y_stride + r + i] =
+                        out[i * 4 + j] + (p->bias ? p->bias[r + i] : 0.0f);
+        }
+        r += R;
     }
 }
 
@@ -275,8 +356,10 @@ void kiln_cpu_mmf_avx512(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t 
     if (p->t > 1) {
         if (p->bf16)
             gemm_bf16(p, r0, r1, panel);
+        else if (p->xt)
+            gemm_xt(p, r0, r1, panel); /* matmul.c transposed the activations */
         else
-            gemm_xt(p, r0, r1, panel); /* the driver transposed the activations */
+            gemm(p, r0, r1, panel);
         return;
     }
     switch (p->dtype) {

@@ -42,10 +42,6 @@ static bool fusable(const isa_impl *isa, kiln_matmul_fn fn, const kiln_matmul_ar
     if (fn != isa->own || a->n <= 0 || a->t <= 0) return false;
     const bool quant = kiln_cpu_mmq_supports(a->w_dtype);
     if (!quant && !is_float_type(a->w_dtype)) return false;
-    /* float weights with t > 1 use the driver's transposed activations (kiln_cpu_mm.xt,
-     * matmul.c) on AVX-512: prefill of float weights is compute-bound, fusing saves
-     * nothing there, so those calls stay separate */
-    if (!quant && a->t > 1) return false;
     if (quant && a->k % 32) return false;
     if (a->w_layout == 0) return true;
     return a->w_layout == KILN_CPU_WLAYOUT_R16 && isa->mmr16 && kiln_cpu_r16_supports(a->w_dtype);
@@ -220,29 +216,38 @@ static kiln_status matmul_group(const isa_impl *isa, const kiln_kctx *c,
     if (nf > 0) {
         const kiln_matmul_args *l = &a->m[lead];
         const int64_t t = l->t, k = l->k;
-        bool any_quant = false;
+        bool any_quant = false, any_float = false;
         size_t pb = 0;
         for (int m = 0; m < a->n; m++)
             if (fuse[m]) {
                 any_quant |= kiln_cpu_mmq_supports(a->m[m].w_dtype);
+                any_float |= !kiln_cpu_mmq_supports(a->m[m].w_dtype);
                 size_t b = panel_bytes(a->m[m].w_dtype, k, t);
                 if (b > pb) pb = b;
             }
         const size_t act_stride = kiln_q8act_row_bytes(k);
         const size_t act_bytes = any_quant ? (((size_t)t * act_stride + 63) & ~(size_t)63) : 0;
         const size_t per_thread = t > 1 ? pb : 0;
+        /* float members, t > 1, AVX-512: the transposed activations, as matmul.c */
+        const bool xt = any_float && t > 1 && isa == &impl_avx512;
+        const size_t xt_bytes = xt ? kiln_cpu_xt_bytes(k, t) : 0;
         scratch s;
-        KILN_TRY(scratch_get(c, act_bytes + (size_t)nth * per_thread + 64, &s));
+        KILN_TRY(scratch_get(c, act_bytes + xt_bytes + (size_t)nth * per_thread + 64, &s));
         if (any_quant) quantize(isa, pool, l->x, l->x_stride, k, t, s.ws);
+        if (xt) kiln_cpu_xt_fill(pool, l->x, l->x_stride, k, t, (float *)(s.ws + act_bytes));
         gjob j;
         memset(&j, 0, sizeof j);
         j.isa = isa;
-        j.panels = s.ws + act_bytes;
+        j.panels = s.ws + act_bytes + xt_bytes;
         j.panel_stride = per_thread;
         int64_t rows = 0;
         for (int m = 0; m < a->n; m++)
             if (fuse[m]) {
                 j.mm[j.nm] = make_mm(&a->m[m], s.ws, act_stride);
+                if (xt && !kiln_cpu_mmq_supports(a->m[m].w_dtype)) {
+                    j.mm[j.nm].xt = (const float *)(s.ws + act_bytes);
+                    j.mm[j.nm].xt_stride = kiln_cpu_xt_stride(t);
+                }
                 j.layout[j.nm] = a->m[m].w_layout;
                 rows += a->m[m].n;
                 j.nm++;
@@ -370,18 +375,26 @@ static kiln_status matmul_argmax(const isa_impl *isa, const kiln_kctx *c,
     size_t area = panel + (size_t)t * ARGMAX_ROWS * sizeof(float) + (size_t)t * sizeof(best);
     area = (area + 63) & ~(size_t)63;
     scratch s;
-    KILN_TRY(scratch_get(c, act_bytes + (size_t)nth * area + 64, &s));
+    /* float weights, t > 1, AVX-512: the transposed activations, as matmul.c */
+    const bool xt = !quant && t > 1 && isa == &impl_avx512;
+    const size_t xt_bytes = xt ? kiln_cpu_xt_bytes(m->k, t) : 0;
+    KILN_TRY(scratch_get(c, act_bytes + xt_bytes + (size_t)nth * area + 64, &s));
     if (quant) quantize(isa, pool, m->x, m->x_stride, m->k, t, s.ws);
+    if (xt) kiln_cpu_xt_fill(pool, m->x, m->x_stride, m->k, t, (float *)(s.ws + act_bytes));
     ajob j;
     memset(&j, 0, sizeof j);
     j.isa = isa;
     j.mm = make_mm(m, s.ws, act_stride);
+    if (xt) {
+        j.mm.xt = (const float *)(s.ws + act_bytes);
+        j.mm.xt_stride = kiln_cpu_xt_stride(t);
+    }
     j.layout = m->w_layout;
     j.group_bytes =
         m->w_layout == KILN_CPU_WLAYOUT_R16 ? kiln_cpu_r16_group_bytes(m->w_dtype, m->k) : 0;
     j.n_limit = a->n_limit;
     j.softcap = a->softcap;
-    j.area = s.ws + act_bytes;
+    j.area = s.ws + act_bytes + xt_bytes;
     j.area_stride = area;
     j.panel = panel;
     for (int th = 0; th < nth; th++) {

@@ -260,14 +260,21 @@ INLINE void store_rows(float *y, int64_t rows, __m256 lo, __m256 hi, const float
     for (int64_t r = 0; r < rows; r++) y[r] = v[r] + (bias ? bias[r] : 0.0f);
 }
 
+/* Software prefetch distance of the decode stream (as matmul_r16_avx512.c). */
+#define PF 2048
+
 INLINE void gemv_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *buf) {
     const int64_t k = p->k, kc = kiln_q8act_chunks(k);
     const bool odd = (k % 64) != 0;
-    const uint8_t *gp = p->w + (size_t)g * kiln_r16_gbytes(dt, k);
+    const size_t gb = kiln_r16_gbytes(dt, k);
+    const uint8_t *gp = p->w + (size_t)g * gb;
     const int8_t *aq = kiln_q8act_qs(p->act, k), *aq2 = kiln_q8act_qs2(p->act, k);
     const float *dl = kiln_q8act_dl(p->act, k), *gs = kiln_q8act_gs(p->act, k);
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    const uint8_t *pfc = gp + PF; /* next line to prefetch */
     for (int64_t c = 0; c < kc; c++) {
+        const uint8_t *end = gp + (c + 1 < kc ? kiln_r16_unit_off(dt, c + 1) : gb) + PF;
+        for (; pfc < end; pfc += 64) _mm_prefetch((const char *)pfc, _MM_HINT_T0);
         unpack(dt, gp, c, !(odd && c == kc - 1), buf);
         lo = unit_dot(dt, buf, 0, aq + 64 * c, aq2 + 64 * c, dl + 16 * c, gs + 4 * c, lo);
         hi = unit_dot(dt, buf, 1, aq + 64 * c, aq2 + 64 * c, dl + 16 * c, gs + 4 * c, hi);
