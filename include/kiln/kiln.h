@@ -85,9 +85,10 @@ typedef struct kiln_engine_opts {
     int32_t max_seqs;        /* sequences alive at once (0: 64)                     */
     int32_t kv_f16;          /* store the KV cache as f16 (default 0: f32)          */
     int32_t counters;        /* count dispatches per opcode (default 0: off)        */
-    const char *numerics;    /* "exact" (default, NULL) or "ggml": quantized matmuls
-                                quantize activations to 8 bits as llama.cpp's CPU
-                                backend does (for comparisons with llama.cpp; slow) */
+    const char *numerics;    /* "exact" (default, NULL) or "ggml": llama.cpp's CPU
+                                arithmetic — 8-bit activations in quantized matmuls,
+                                f16 in attention and GELU — in reference kernels (for
+                                comparisons with llama.cpp; slow; docs/PLAN.md)    */
 } kiln_engine_opts;
 
 void kiln_engine_opts_default(kiln_engine_opts *o);

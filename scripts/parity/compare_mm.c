@@ -6,7 +6,8 @@
  * takes llama.cpp's own input x of that matmul, computes y = W x with kiln's reference
  * kernels in both numerics (exact: f32 activations; ggml: kiln_ref_matmul_ggml) on the
  * model's weight W, and prints the error of each against llama.cpp's y, relative to the
- * RMS of y: max and RMS over the whole output. Because both sides start from the same x,
+ * RMS of y: max and RMS over the whole output, and (ggml) the share of outputs that are
+ * bit-identical to llama.cpp's. Because both sides start from the same x,
  * an error here is the matmul's own arithmetic, not something propagated.
  *
  *   cc -O2 -o /tmp/compare_mm scripts/parity/compare_mm.c -Iinclude -Isrc build/libkiln.a \
@@ -40,9 +41,11 @@ static float *load(const char *path, int32_t ne[4]) {
     return v;
 }
 
-static void stats(const float *a, const float *ref, size_t n, double *max_rel, double *rms_rel) {
-    double ss = 0, se = 0, mx = 0;
+static void stats(const float *a, const float *ref, size_t n, double *max_rel, double *rms_rel,
+                  double *same) {
+    double ss = 0, se = 0, mx = 0, eq = 0;
     for (size_t i = 0; i < n; i++) {
+        eq += a[i] == ref[i];
         ss += (double)ref[i] * ref[i];
         double e = fabs((double)a[i] - ref[i]);
         se += e * e;
@@ -51,6 +54,7 @@ static void stats(const float *a, const float *ref, size_t n, double *max_rel, d
     double rms = sqrt(ss / (double)n);
     *max_rel = mx / rms;
     *rms_rel = sqrt(se / (double)n) / rms;
+    *same = eq / (double)n;
 }
 
 static int cmp_names(const void *a, const void *b) {
@@ -78,7 +82,7 @@ int main(int argc, char **argv) {
     closedir(d);
     qsort(names, (size_t)nn, sizeof names[0], cmp_names);
     printf("%-6s %-28s %-5s %5s  %-21s %-21s\n", "step", "weight", "dtype", "rows",
-           "exact: max / rms", "ggml: max / rms");
+           "exact: max / rms", "ggml: max / rms / bitwise equal");
     for (int i = 0; i < nn; i++) {
         char wname[512], pin[4096], pout[4096];
         int step;
@@ -111,11 +115,11 @@ int main(int argc, char **argv) {
         kiln_status s0 = kiln_ref_matmul(NULL, &a);
         a.y = y1;
         kiln_status s1 = kiln_ref_matmul_ggml(NULL, &a);
-        double m0, r0, m1 = 0, r1 = 0;
-        stats(y0, yl, (size_t)(n * rows), &m0, &r0);
-        if (!s1) stats(y1, yl, (size_t)(n * rows), &m1, &r1);
-        printf("%-6d %-28s %-5s %5lld  %9.2e %9.2e   %9.2e %9.2e%s\n", step, wname,
-               kiln_dtype_name(t->dtype), (long long)rows, m0, r0, m1, r1,
+        double m0, r0, e0, m1 = 0, r1 = 0, e1 = 0;
+        stats(y0, yl, (size_t)(n * rows), &m0, &r0, &e0);
+        if (!s1) stats(y1, yl, (size_t)(n * rows), &m1, &r1, &e1);
+        printf("%-6d %-28s %-5s %5lld  %9.2e %9.2e   %9.2e %9.2e %5.1f%%%s\n", step, wname,
+               kiln_dtype_name(t->dtype), (long long)rows, m0, r0, m1, r1, 100 * e1,
                s0   ? " (exact failed)"
                : s1 ? " (ggml: not emulated)"
                     : "");

@@ -31,7 +31,8 @@
  * Waiting (workers for a job, the caller for workers) spins 10 us, then yields the CPU
  * in a loop up to a time budget, then sleeps on a futex. The budget is
  * KILN_POOL_SPIN_US (default 1000 us; decode steps dispatch every few to few hundred
- * microseconds, so workers stay hot within a step); KILN_POOL_YIELD=0 spins without
+ * microseconds, so workers stay hot within a step); KILN_POOL_CALLER_US (default: the
+ * same) is the caller's budget when it waits for workers; KILN_POOL_YIELD=0 spins without
  * yielding, KILN_POOL_PAUSE=0 without the PAUSE instruction (under KVM a PAUSE loop can
  * trigger pause-loop exits).
  */
@@ -53,7 +54,7 @@ struct kiln_pool {
     bool all; /* the job needs every thread (kiln_pool_run) */
     kiln_pool_task fn;
     void *ctx;
-    uint64_t spin_ns;
+    uint64_t spin_ns, caller_ns;
     bool pause, yield;
     uint64_t dispatches;
 };
@@ -97,6 +98,7 @@ typedef struct spin {
     uint64_t start;
     unsigned count;
     bool yielding;
+    uint64_t budget; /* 0: pool->spin_ns */
 } spin;
 
 static bool spin_more(const kiln_pool *pool, spin *s) {
@@ -106,7 +108,7 @@ static bool spin_more(const kiln_pool *pool, spin *s) {
     }
     uint64_t t = now_ns();
     if (s->start == 0) s->start = t;
-    if (t - s->start >= pool->spin_ns) return false;
+    if (t - s->start >= (s->budget ? s->budget : pool->spin_ns)) return false;
     if (pool->yield && t - s->start >= HOT_NS) {
         s->yielding = true;
         sched_yield();
@@ -132,13 +134,13 @@ static void *worker_main(void *p) {
     uint32_t seen = 0;
     for (;;) {
         uint32_t g;
-        spin sp = {0, 0, false};
+        spin sp = {0, 0, false, 0};
         while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen) {
             if (spin_more(pool, &sp)) continue;
             atomic_fetch_add(&pool->sleepers, 1);
             futex_wait(&pool->gen, seen);
             atomic_fetch_sub(&pool->sleepers, 1);
-            sp = (spin){0, 0, false};
+            sp = (spin){0, 0, false, 0};
         }
         seen = g;
         if (atomic_load_explicit(&pool->stop, memory_order_acquire)) break;
@@ -172,6 +174,10 @@ kiln_status kiln_pool_create(int n_threads, kiln_pool **out, kiln_err *err) {
     const char *us = getenv("KILN_POOL_SPIN_US"), *pz = getenv("KILN_POOL_PAUSE");
     long v = us && *us ? strtol(us, NULL, 10) : 1000;
     pool->spin_ns = (uint64_t)(v < 0 ? 0 : v > 1000000 ? 1000000 : v) * 1000u;
+    const char *cu = getenv("KILN_POOL_CALLER_US");
+    long c = cu && *cu ? strtol(cu, NULL, 10) : v;
+    pool->caller_ns = (uint64_t)(c < 1 ? 1 : c > 1000000 ? 1000000 : c) * 1000u;
+    if (pool->caller_ns > pool->spin_ns && pool->spin_ns > 0) pool->caller_ns = pool->spin_ns;
     pool->pause = !(pz && strcmp(pz, "0") == 0);
     const char *yz = getenv("KILN_POOL_YIELD");
     pool->yield = !(yz && strcmp(yz, "0") == 0);
@@ -231,7 +237,7 @@ static void dispatch(kiln_pool *pool, kiln_pool_task fn, void *ctx, bool all) {
     if (atomic_load(&pool->sleepers) > 0) futex_wake_all(&pool->gen);
     fn(ctx, 0, pool->n);
     if (!all) atomic_fetch_or(&pool->state, CLOSED); /* late workers stay out */
-    spin sp = {0, 0, false};
+    spin sp = {0, 0, false, pool->caller_ns};
     for (;;) {
         bool done = all ? atomic_load(&pool->finished) == (uint32_t)(pool->n - 1)
                         : (atomic_load(&pool->state) & ACTIVE_MASK) == 0;
@@ -243,7 +249,7 @@ static void dispatch(kiln_pool *pool, kiln_pool_task fn, void *ctx, bool all) {
                    : (atomic_load(&pool->state) & ACTIVE_MASK) == 0;
         if (!done) futex_wait(&pool->wake_seq, w);
         atomic_store(&pool->caller_sleeping, 0);
-        sp = (spin){0, 0, false};
+        sp = (spin){0, 0, false, pool->caller_ns};
     }
     /* kiln_pool_run: every worker has left (finished counts after fn; `active` drops
      * right after) — close so the state cannot be entered again */

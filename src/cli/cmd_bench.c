@@ -17,7 +17,8 @@
  * the table shows the mean and standard deviation of t/s over the repetitions. The KV
  * cache is f16 by default (llama.cpp's default cache type). `-o json` prints a JSON array
  * with one object per (model, test): "model", "backend", "threads", "n_prompt", "n_gen",
- * "test", "avg_ts", "stddev_ts", "samples_ts", "kiln_commit".
+ * "test", "avg_ts", "stddev_ts", "samples_ts", "lm_head" ("greedy": the fused greedy
+ * LM head, or "logits"), "kiln_commit".
  */
 #include "base/pool.h"
 #include "base/timer.h"
@@ -230,7 +231,8 @@ int kiln_cmd_bench(int argc, char **argv) {
                 res[i].model, backend, (long long)threads, (long long)res[i].n_prompt,
                 (long long)res[i].n_gen, res[i].test, avg, sd);
             for (int j = 0; j < res[i].n; j++) printf("%s%.6f", j ? ", " : "", res[i].ts[j]);
-            printf("], \"kiln_commit\": \"%s\"}%s\n", KILN_GIT_COMMIT, i + 1 < n_res ? "," : "");
+            printf("], \"lm_head\": \"%s\", \"kiln_commit\": \"%s\"}%s\n",
+                   want_logits ? "logits" : "greedy", KILN_GIT_COMMIT, i + 1 < n_res ? "," : "");
         }
         printf("]\n");
     } else {

@@ -153,6 +153,11 @@ int kiln_cmd_kernels(int argc, char **argv) {
             if (s->summary) printf("\n      %s", s->summary);
             printf("\n");
         }
+        /* a provider compiled without its library has no kernels: still say so */
+        if (!json && !header && op < 0 && backend < 0)
+            printf("%s — %s: %s%s%s (no kernels)\n", p->p->name, p->p->summary ? p->p->summary : "",
+                   p->available ? "available" : "UNAVAILABLE (", p->available ? "" : p->why,
+                   p->available ? "" : ")");
     }
     if (json) {
         char *txt = json_dumps(jroot, JSON_INDENT(1));

@@ -73,7 +73,11 @@ int kiln_cmd_tune(int argc, char **argv) {
         fprintf(stderr, "kiln tune: -m MODEL is required\n");
         return 2;
     }
-    uint32_t ops = ~0u, buckets = 0xf;
+    /* default: every op with a standalone benchmark; the fused ops (matmul_group,
+     * rope_kv, matmul_argmax) run their members' kernels, which are tuned as such */
+    uint32_t ops = ~((1u << KILN_KOP_MATMUL_GROUP) | (1u << KILN_KOP_ROPE_KV) |
+                     (1u << KILN_KOP_MATMUL_ARGMAX)),
+             buckets = 0xf;
     if (opts[1].seen && !parse_ops(opts[1].value, &ops)) return 2;
     if (opts[2].seen && !parse_tokens(opts[2].value, &buckets)) return 2;
     int64_t threads = 0, reps = 10;

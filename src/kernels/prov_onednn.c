@@ -140,8 +140,8 @@ static void onednn_open(void) {
         return;
     }
     const char *cap = getenv("KILN_ONEDNN_CACHE_MB");
-    long mb = cap && *cap ? strtol(cap, NULL, 10) : 2048;
-    onednn_state.w_cap = mb > 0 ? (size_t)mb << 20 : 0;
+    double mb = cap && *cap ? strtod(cap, NULL) : 2048;
+    onednn_state.w_cap = mb > 0 && mb < 1e9 ? (size_t)(mb * 1048576.0) : 0;
     onednn_state.ok = true;
 }
 

@@ -16,6 +16,8 @@
  *      |y - ref| <= sum_i (|x_i| sw/2 + |w_i| sx/2 + sx sw/4) + 1e-5 mag + 1e-6
  *    The measured error against ref.matmul (max over outputs of |y - ref| / mag, and the
  *    RMS of y - ref over the RMS of ref) is printed for docs/CPU.md.
+ * The s8 weight cache is limited to 0.2 MiB here, so both its cached and its per-chunk
+ * re-quantization paths are checked.
  * Skipped, with the reason, when the provider is unavailable (built without oneDNN). */
 #include "base/cpu.h"
 #include "base/mem.h"
@@ -280,6 +282,9 @@ static void test_refuses(void **state) {
 }
 
 int main(void) {
+    /* a small s8 weight cache: the first tensors are cached, the later ones exceed it and
+     * are re-quantized per chunk, so both paths run (read once, when the provider loads) */
+    setenv("KILN_ONEDNN_CACHE_MB", "0.2", 1);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_f32), cmocka_unit_test(test_bf16),
                                        cmocka_unit_test(test_s8), cmocka_unit_test(test_refuses)};
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,13 +15,18 @@
  *    GELU may straddle a rounding boundary, and f32's 1 + tanh cancels for x << 0);
  *    SwiGLU and GeGLU (erf) bitwise as exact;
  *  - the selection: a matmul call site that asks for q8 activations gets the ggml
- *    kernel on both host backends, an f32 one never does. */
+ *    kernel on both host backends, an f32 one never does;
+ *  - an engine (synthetic gemma3, q8_0 weights): numerics "ggml" binds the ggml kernels
+ *    at every matmul, attention and glu site and "exact" at none; the logits differ by
+ *    less than 10 % RMS (the activation quantization) but do differ; a bad mode fails. */
 #include "testutil.h"
 
 #include "base/pool.h"
 #include "format/dtype.h"
 #include "format/quants.h"
 #include "kernels/ref/ref.h"
+#include "model/model.h"
+#include "runtime/engine.h"
 #include "runtime/kselect.h"
 
 #include <math.h>
@@ -431,11 +436,123 @@ static void test_selection(void **state) {
     }
 }
 
+/* ---- an engine in ggml numerics: every matmul, attention and glu call site is bound
+ * to the ggml kernel (and none in exact numerics), and the logits differ from exact
+ * numerics by the activation quantization only (a synthetic gemma3 with q8_0 weights) */
+
+static void test_engine_binding(void **state) {
+    (void)state;
+    kiln_model_config c;
+    kiln_model_config_defaults(&c);
+    strcpy(c.arch, "gemma3");
+    c.n_vocab = 97, c.n_embd = 64, c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2;
+    c.head_dim = 16, c.n_ff = 64, c.n_rot = 16, c.attn_scale = 0.25f, c.n_ctx_train = 256;
+    c.norm_eps = 1e-6f, c.rope_mode = 1, c.qk_norm = c.post_norms = true, c.act = 1;
+    c.embed_scale = 8.0f, c.tied_embeddings = true;
+    for (int l = 0; l < c.n_layer; l++) c.layer_rope_base[l] = 10000, c.layer_rope_scale[l] = 1;
+    kiln_plan p;
+    kiln_plan_init(&p);
+    assert_int_equal(kiln_decoder_compile(&c, KILN_MODE_PREFILL, &p, NULL), KILN_OK);
+    kiln_tensor *ts = calloc((size_t)p.n_weights, sizeof *ts);
+    void **bufs = calloc((size_t)p.n_weights, sizeof *bufs);
+    kt_rng r;
+    kt_rng_seed(&r, 41);
+    for (int i = 0; i < p.n_weights; i++) {
+        const kiln_weight_ref *w = &p.weights[i];
+        size_t ne = 1;
+        for (int d = 0; d < w->rank; d++) ne *= (size_t)w->shape[d];
+        float *f = malloc(ne * sizeof(float));
+        kt_fill_normal(&r, f, ne, w->wclass == KILN_WCLASS_VECTOR ? 0.2f : 0.3f);
+        if (w->wclass == KILN_WCLASS_VECTOR && strstr(w->name, "norm"))
+            for (size_t j = 0; j < ne; j++) f[j] += 1.0f;
+        ts[i].name = strdup(w->name);
+        ts[i].rank = w->rank;
+        for (int d = 0; d < 4; d++) ts[i].shape[d] = d < w->rank ? w->shape[d] : 1;
+        if (w->wclass == KILN_WCLASS_VECTOR) {
+            bufs[i] = f;
+            ts[i].dtype = KILN_DTYPE_F32;
+            ts[i].nbytes = ne * 4;
+        } else { /* matrices (and the tied embedding) in q8_0 */
+            size_t rb;
+            const int64_t k = w->shape[0], rows = (int64_t)(ne / (size_t)k);
+            assert_int_equal(kiln_dtype_row_bytes(KILN_DTYPE_Q8_0, k, &rb, NULL), KILN_OK);
+            uint8_t *q = malloc(rb * (size_t)rows);
+            for (int64_t row = 0; row < rows; row++)
+                assert_int_equal(
+                    kiln_quantize_row(KILN_DTYPE_Q8_0, f + row * k, q + row * rb, k, NULL),
+                    KILN_OK);
+            free(f);
+            bufs[i] = q;
+            ts[i].dtype = KILN_DTYPE_Q8_0;
+            ts[i].nbytes = rb * (size_t)rows;
+        }
+        ts[i].data = bufs[i];
+    }
+    const int n_weights = p.n_weights;
+    kiln_plan_free(&p);
+    kiln_model *m;
+    assert_int_equal(kiln_model_from_tensors(&c, ts, n_weights, &m, NULL), KILN_OK);
+    float logits[2][5 * 97];
+    for (int mode = 0; mode < 2; mode++) {
+        kiln_engine_opts o;
+        kiln_engine_opts_default(&o);
+        o.numerics = mode ? "ggml" : "exact";
+        o.n_ctx = 256, o.max_step_tokens = 8, o.max_seqs = 2;
+        kiln_engine *e;
+        kiln_err err;
+        if (kiln_engine_create(m, &o, &e, &err)) fail_msg("engine: %s", err.msg);
+        int n_mm = 0;
+        for (int32_t i = 0; i < e->bp.plan.n_insns; i++)
+            for (int s = 0; s < e->bp.bi[i].n_sites; s++) {
+                const kiln_site *site = &e->bp.bi[i].site[s];
+                for (int b = 0; b < KILN_BUCKETS; b++) {
+                    if (site->desc.op == KILN_KOP_MATMUL) {
+                        n_mm++;
+                        assert_true((site->fn[b].matmul == kiln_ref_matmul_ggml) == (mode == 1));
+                    } else if (site->desc.op == KILN_KOP_ATTENTION) {
+                        assert_true((site->fn[b].attention == kiln_ref_attention_ggml) ==
+                                    (mode == 1));
+                    } else if (site->desc.op == KILN_KOP_GLU) {
+                        assert_true((site->fn[b].glu == kiln_ref_glu_ggml) == (mode == 1));
+                    }
+                }
+            }
+        assert_true(n_mm > 0);
+        int32_t seq;
+        assert_int_equal(kiln_seq_create(e, &seq, NULL), KILN_OK);
+        kiln_batch_entry bt[5];
+        for (int i = 0; i < 5; i++) bt[i] = (kiln_batch_entry){seq, (i * 31 + 7) % 97, i, 1};
+        if (kiln_engine_step(e, bt, 5, logits[mode], &err)) fail_msg("step: %s", err.msg);
+        kiln_engine_free(e);
+    }
+    double d2 = 0, s2 = 0;
+    for (int i = 0; i < 5 * 97; i++) {
+        d2 += (double)(logits[1][i] - logits[0][i]) * (logits[1][i] - logits[0][i]);
+        s2 += (double)logits[0][i] * logits[0][i];
+    }
+    /* the 8-bit activations move the logits, by about their quantization noise */
+    assert_true(d2 > 0);
+    assert_true(sqrt(d2 / s2) < 0.1);
+    kiln_engine_opts o;
+    kiln_engine_opts_default(&o);
+    o.numerics = "fast";
+    kiln_engine *e;
+    assert_int_equal(kiln_engine_create(m, &o, &e, NULL), KILN_ERR_INVALID_ARG);
+    kiln_model_free(m);
+    for (int i = 0; i < n_weights; i++) {
+        free(bufs[i]);
+        free((void *)ts[i].name);
+    }
+    free(bufs);
+    free(ts);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_quantize),      cmocka_unit_test(test_dot_matmul),
-        cmocka_unit_test(test_matmul_errors), cmocka_unit_test(test_attention_ggml),
-        cmocka_unit_test(test_glu_ggml),      cmocka_unit_test(test_selection),
+        cmocka_unit_test(test_quantize),       cmocka_unit_test(test_dot_matmul),
+        cmocka_unit_test(test_matmul_errors),  cmocka_unit_test(test_attention_ggml),
+        cmocka_unit_test(test_glu_ggml),       cmocka_unit_test(test_selection),
+        cmocka_unit_test(test_engine_binding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
