@@ -52,6 +52,9 @@ void kiln_cpu_q8act_avx2(const float *x, int64_t k, uint8_t *dst);
 void kiln_cpu_mmq_avx512(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
 void kiln_cpu_mmq_avx2(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
 bool kiln_cpu_mmq_supports(uint32_t dtype);
+/* Scratch bytes of one thread's panel (t > 1) for a matmul of dtype weights, k columns and
+ * t tokens, rounded up to 64: the larger of the plain-row and R16 needs (matmul.c). */
+size_t kiln_cpu_panel_bytes(uint32_t dtype, int64_t k, int64_t t);
 
 /* Float weights (f32, f16, bf16) with f32 activations. panel: scratch of
  * kiln_cpu_mmf_panel_bytes(k, t), used when t > 1: an f32 panel of 4 rows, or with

@@ -66,7 +66,7 @@ static const isa_impl impl_avx2 = {kiln_cpu_q8act_avx2, kiln_cpu_mmq_avx2, kiln_
                                    kiln_cpu_mmr16_avx2};
 
 /* Scratch layout: [activations: t * act_stride][panels: nth * panel_bytes]. */
-static size_t panel_bytes(uint32_t dtype, int64_t k, int64_t t) {
+size_t kiln_cpu_panel_bytes(uint32_t dtype, int64_t k, int64_t t) {
     size_t b =
         kiln_cpu_mmq_supports(dtype) ? kiln_cpu_mm_panel_bytes(k) : kiln_cpu_mmf_panel_bytes(k, t);
     if (kiln_cpu_r16_supports(dtype) && kiln_cpu_r16_panel_bytes(k) > b)
@@ -88,7 +88,7 @@ size_t kiln_cpu_matmul_workspace(uint32_t w_dtype, int64_t n, int64_t k, int64_t
     size_t act = kiln_cpu_mmq_supports(w_dtype) ? (size_t)t * kiln_q8act_row_bytes(k)
                  : t > 1                        ? kiln_cpu_xt_bytes(k, t)
                                                 : 0;
-    size_t panels = t > 1 ? (size_t)nth * panel_bytes(w_dtype, k, t) : 0;
+    size_t panels = t > 1 ? (size_t)nth * kiln_cpu_panel_bytes(w_dtype, k, t) : 0;
     return act + panels + 64;
 }
 
@@ -206,7 +206,7 @@ static kiln_status matmul(const isa_impl *isa, const kiln_kctx *c, const kiln_ma
         kiln_cpu_xt_fill(pool, a->x, a->x_stride, a->k, a->t, (float *)ws);
     }
     j.panels = ws + act_bytes;
-    j.panel_stride = panel_bytes(a->w_dtype, a->k, a->t);
+    j.panel_stride = kiln_cpu_panel_bytes(a->w_dtype, a->k, a->t);
     kiln_pool_for(pool, a->n, row_grain(a->n, nth), r16 ? rows_r16 : quant ? rows_q : rows_f, &j);
     kiln_free_aligned(own);
     return KILN_OK;

@@ -47,15 +47,6 @@ static bool fusable(const isa_impl *isa, kiln_matmul_fn fn, const kiln_matmul_ar
     return a->w_layout == KILN_CPU_WLAYOUT_R16 && isa->mmr16 && kiln_cpu_r16_supports(a->w_dtype);
 }
 
-/* as matmul.c: the bytes of one thread's panel */
-static size_t panel_bytes(uint32_t dtype, int64_t k, int64_t t) {
-    size_t b =
-        kiln_cpu_mmq_supports(dtype) ? kiln_cpu_mm_panel_bytes(k) : kiln_cpu_mmf_panel_bytes(k, t);
-    if (kiln_cpu_r16_supports(dtype) && kiln_cpu_r16_panel_bytes(k) > b)
-        b = kiln_cpu_r16_panel_bytes(k);
-    return (b + 63) & ~(size_t)63;
-}
-
 static kiln_cpu_mm make_mm(const kiln_matmul_args *a, const uint8_t *act, size_t act_stride) {
     const bool quant = kiln_cpu_mmq_supports(a->w_dtype);
     return (kiln_cpu_mm){.dtype = a->w_dtype,
@@ -222,7 +213,7 @@ static kiln_status matmul_group(const isa_impl *isa, const kiln_kctx *c,
             if (fuse[m]) {
                 any_quant |= kiln_cpu_mmq_supports(a->m[m].w_dtype);
                 any_float |= !kiln_cpu_mmq_supports(a->m[m].w_dtype);
-                size_t b = panel_bytes(a->m[m].w_dtype, k, t);
+                size_t b = kiln_cpu_panel_bytes(a->m[m].w_dtype, k, t);
                 if (b > pb) pb = b;
             }
         const size_t act_stride = kiln_q8act_row_bytes(k);
@@ -371,7 +362,7 @@ static kiln_status matmul_argmax(const isa_impl *isa, const kiln_kctx *c,
     const bool quant = kiln_cpu_mmq_supports(m->w_dtype);
     const size_t act_stride = kiln_q8act_row_bytes(m->k);
     const size_t act_bytes = quant ? (((size_t)t * act_stride + 63) & ~(size_t)63) : 0;
-    const size_t panel = t > 1 ? panel_bytes(m->w_dtype, m->k, t) : 0;
+    const size_t panel = t > 1 ? kiln_cpu_panel_bytes(m->w_dtype, m->k, t) : 0;
     size_t area = panel + (size_t)t * ARGMAX_ROWS * sizeof(float) + (size_t)t * sizeof(best);
     area = (area + 63) & ~(size_t)63;
     scratch s;
