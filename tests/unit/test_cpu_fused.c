@@ -56,56 +56,6 @@ static const isa isas[] = {
 
 /* ---- random weights (as test_cpu_matmul: random bytes, sane block scales) ---- */
 
-static void put_half(uint8_t *p, float v) {
-    uint16_t h = kiln_f32_to_fp16(v);
-    memcpy(p, &h, 2);
-}
-
-static void fill_weights(kt_rng *r, uint32_t dt, uint8_t *w, int64_t n, int64_t k,
-                         size_t row_bytes) {
-    for (size_t i = 0; i < (size_t)n * row_bytes; i++) w[i] = (uint8_t)kt_rng_u64(r);
-    for (int64_t row = 0; row < n; row++) {
-        uint8_t *x = w + row * row_bytes;
-        if (dt == KILN_DTYPE_F32 || dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16) {
-            for (int64_t i = 0; i < k; i++) {
-                float v = kt_rng_normal(r) * 0.1f;
-                if (dt == KILN_DTYPE_F32) memcpy(x + 4 * i, &v, 4);
-                if (dt == KILN_DTYPE_F16) put_half(x + 2 * i, v);
-                if (dt == KILN_DTYPE_BF16) {
-                    uint16_t h = kiln_f32_to_bf16(v);
-                    memcpy(x + 2 * i, &h, 2);
-                }
-            }
-            continue;
-        }
-        const kiln_dtype_info *info = kiln_dtype_get(dt);
-        for (int64_t b = 0; b < k / info->block_size; b++) {
-            uint8_t *blk = x + b * info->block_bytes;
-            float d = kt_rng_uniform(r, 0.002f, 0.02f), m = kt_rng_uniform(r, -0.1f, 0.1f);
-            switch (dt) {
-            case KILN_DTYPE_Q4_1:
-            case KILN_DTYPE_Q5_1:
-                put_half(blk + 2, m); /* fallthrough */
-            case KILN_DTYPE_Q4_0:
-            case KILN_DTYPE_Q5_0:
-            case KILN_DTYPE_Q8_0:
-                put_half(blk, d);
-                break;
-            case KILN_DTYPE_Q4_K:
-            case KILN_DTYPE_Q5_K:
-                put_half(blk, d * 0.05f);
-                put_half(blk + 2, fabsf(m) * 0.05f);
-                break;
-            case KILN_DTYPE_Q6_K:
-                put_half(blk + 208, d * 0.05f);
-                break;
-            default:
-                break;
-            }
-        }
-    }
-}
-
 /* One weight matrix: plain rows, and optionally its R16 repack. */
 typedef struct wmat {
     uint32_t dt, layout;
@@ -123,7 +73,7 @@ static void wmat_make(kt_rng *r, wmat *m, uint32_t dt, int64_t n, int64_t k, boo
     m->k = k;
     assert_int_equal(kiln_dtype_row_bytes(dt, k, &m->row_bytes, NULL), KILN_OK);
     m->plain = malloc(m->row_bytes * (size_t)n);
-    fill_weights(r, dt, m->plain, n, k, m->row_bytes);
+    kt_fill_weights(r, dt, m->plain, n, k, m->row_bytes);
     m->deq = malloc(sizeof(float) * (size_t)(n * k));
     for (int64_t i = 0; i < n; i++)
         assert_int_equal(

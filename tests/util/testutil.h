@@ -20,6 +20,10 @@ void kt_rng_seed(kt_rng *r, uint64_t seed);
 uint64_t kt_rng_u64(kt_rng *r);
 /* Uniform in [lo, hi). */
 float kt_rng_uniform(kt_rng *r, float lo, float hi);
+/* Random weights of dtype dt, n rows of k (row_bytes each): random bytes (every quant bit
+ * pattern) with sane block scales (f16 d in [0.002, 0.02], mins in [-0.1, 0.1], k-quant
+ * super-scales 20x smaller); float types get N(0, 0.1). */
+void kt_fill_weights(kt_rng *r, uint32_t dt, uint8_t *w, int64_t n, int64_t k, size_t row_bytes);
 /* Approximately normal (sum of 4 uniforms), mean 0, std ~1. */
 float kt_rng_normal(kt_rng *r);
 void kt_fill_normal(kt_rng *r, float *x, size_t n, float scale);
