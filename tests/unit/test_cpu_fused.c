@@ -54,7 +54,7 @@ static const isa isas[] = {
      kiln_cpu_matmul_argmax_avx2, true},
 };
 
-/* ---- random weights (as test_cpu_matmul: random bytes, sane block scales) ---- */
+/* ---- weights (kt_fill_weights: random bytes, sane block scales) ---- */
 
 /* One weight matrix: plain rows, and optionally its R16 repack. */
 typedef struct wmat {

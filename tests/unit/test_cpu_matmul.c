@@ -158,7 +158,7 @@ static void ref_dequant(uint32_t dt, const uint8_t *row, int64_t k, float *y) {
     }
 }
 
-/* ---- random weights ---- */
+/* ---- weights (kt_fill_weights: random bytes, sane block scales) ---- */
 
 /* ---- the comparison ---- */
 
