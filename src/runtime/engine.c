@@ -101,6 +101,7 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
         else {
             e->work = kiln_alloc_aligned((wf ? wf : 1) * sizeof(float));
             e->work_floats = wf;
+            for (int b = 0; b < KILN_BUCKETS; b++) e->scratch_need[b] = SIZE_MAX;
             if (!e->work)
                 st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: %zu floats of workspace", wf);
         }
@@ -169,6 +170,7 @@ void kiln_engine_free(kiln_engine *e) {
         kiln_free_aligned(e->mode[m].arena);
     }
     kiln_free_aligned(e->work);
+    kiln_free_aligned(e->scratch);
     kiln_bound_plan_free(&e->bp);
     kiln_pool_free(e->pool);
     free(e->seqs);
@@ -232,6 +234,34 @@ kiln_status kiln_seq_fork(kiln_engine *e, int32_t parent, int32_t *child, kiln_e
     kiln_status st = kiln_kv_fork(&e->kv, &p->kv, &e->seqs[*child].kv, err);
     if (st) kiln_seq_free(e, *child);
     return st;
+}
+
+/* Grows e->scratch to the largest workspace any bound kernel of bucket b asks for (its
+ * spec's workspace function; computed once per bucket), so kernels do not allocate their
+ * scratch on every call. */
+static kiln_status fit_scratch(kiln_engine *e, int b, kiln_err *err) {
+    if (b < 0 || b >= KILN_BUCKETS) return KILN_OK;
+    if (e->scratch_need[b] == SIZE_MAX) {
+        size_t need = 0;
+        for (int32_t i = 0; i < e->bp.plan.n_insns; i++) {
+            const kiln_bound_insn *bi = &e->bp.bi[i];
+            for (int si = 0; si < bi->n_sites; si++) {
+                kiln_callsite cs = bi->site[si].desc;
+                cs.bucket = b;
+                size_t w = kiln_callsite_workspace(e->bp.be, &cs, bi->site[si].fn[b]);
+                if (w > need) need = w;
+            }
+        }
+        e->scratch_need[b] = need;
+    }
+    const size_t need = e->scratch_need[b];
+    if (need <= e->scratch_size) return KILN_OK;
+    void *p = kiln_alloc_aligned(need);
+    if (!p) return kiln_err_set(err, KILN_ERR_NOMEM, "engine: %zu bytes of kernel scratch", need);
+    kiln_free_aligned(e->scratch);
+    e->scratch = p;
+    e->scratch_size = need;
+    return KILN_OK;
 }
 
 static kiln_status step(kiln_engine *e, const kiln_batch_entry *en, int32_t n, float *logits,
@@ -303,6 +333,9 @@ static kiln_status step(kiln_engine *e, const kiln_batch_entry *en, int32_t n, f
     x.kctx.pool = e->pool;
     x.t = n;
     x.bucket = kiln_bucket_of(n);
+    KILN_TRY(fit_scratch(e, x.bucket, err));
+    x.kctx.scratch = e->scratch;
+    x.kctx.scratch_size = e->scratch_size;
     x.ids = e->ids;
     x.tok_seq = e->tok_seq;
     x.tok_pos = e->tok_pos;
@@ -322,8 +355,10 @@ static kiln_status step(kiln_engine *e, const kiln_batch_entry *en, int32_t n, f
     if (st) {
         /* circuit breaker: the failing kernel is marked unhealthy and its call sites are
          * rebound, so the next step runs the next candidate (this step still fails) */
-        if (x.failed_insn >= 0)
+        if (x.failed_insn >= 0) {
             kiln_plan_kernel_failed(&e->bp, x.failed_insn, x.cur_site, x.bucket, err, NULL);
+            for (int b = 0; b < KILN_BUCKETS; b++) e->scratch_need[b] = SIZE_MAX;
+        }
         return st;
     }
     for (int32_t si = 0; si < n_seqs; si++) e->seqs[e->step_seq[si]].kv.len += e->step_count[si];

@@ -25,6 +25,12 @@ struct kiln_engine {
     kiln_mode_bufs mode[2]; /* indexed by kiln_plan_mode */
     float *work;
     size_t work_floats;
+    /* kernel scratch (kiln_kctx.scratch): grown to the largest workspace the bound
+     * kernels of a step's bucket ask for; scratch_need[b] caches that per bucket
+     * (SIZE_MAX: not computed; reset when the circuit breaker rebinds) */
+    void *scratch;
+    size_t scratch_size;
+    size_t scratch_need[KILN_BUCKETS];
     kiln_kv_pool kv;
     kiln_pool *pool;
     int32_t max_step, max_seqs;

@@ -260,6 +260,21 @@ kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs
     return KILN_OK;
 }
 
+size_t kiln_callsite_workspace(const kiln_backend *be, const kiln_callsite *cs, kiln_kernel_fn fn) {
+    kiln_selector *s;
+    if (!fn.any || kiln_runtime_selector(&s, NULL)) return 0;
+    const kiln_registry *reg = kiln_selector_registry(s);
+    for (int i = 0; i < reg->n_kernels; i++) {
+        const kiln_kernel_spec *sp = &reg->kernels[i].spec;
+        if (sp->fn.any != fn.any || (int)sp->op != (int)cs->op) continue;
+        if (!sp->workspace) return 0;
+        kiln_sel_ctx c;
+        kiln_callsite_ctx(be, cs, &c);
+        return sp->workspace(&c);
+    }
+    return 0;
+}
+
 kiln_status kiln_kernel_failed(kiln_kernel_fn fn, const kiln_err *failure, kiln_err *err) {
     kiln_selector *s;
     KILN_TRY(kiln_runtime_selector(&s, err));

@@ -41,6 +41,11 @@ int kiln_callsite_bucket_index(const kiln_callsite *cs);
 kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs,
                                  kiln_kernel_fn *out, uint32_t *layout, kiln_err *err);
 
+/* Scratch bytes the kernel fn (bound to cs at cs->bucket) asks for: its spec's workspace
+ * function on cs's selection context; 0 when fn is no registered kernel or its spec has
+ * no workspace function (such kernels allocate what they need themselves). */
+size_t kiln_callsite_workspace(const kiln_backend *be, const kiln_callsite *cs, kiln_kernel_fn fn);
+
 /* ---- circuit breaker ----
  * A kernel that failed at run time (it returned an error status): kiln_kernel_failed
  * marks the registry kernel with that entry point unhealthy in the runtime selector
