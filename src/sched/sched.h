@@ -106,20 +106,23 @@ void kiln_tenant_list_free(kiln_tenant_list *l);
 /* ---- scheduler ------------------------------------------------------------------- */
 
 typedef struct kiln_sched_opts {
-    int32_t max_slots;      /* running requests at once (0: the engine's max_seqs)      */
-    int32_t step_tokens;    /* token budget of one step, decode + prefill chunks
-                               (--step-tokens; 0: per-backend default, <= the engine's
-                               max_step_tokens)                                         */
-    int32_t max_queued;     /* waiting requests over all tenants (0: 4096)              */
-    int32_t park_max_ms;    /* a slot whose sink keeps answering WOULD_BLOCK this long
-                               ends with KILN_FINISH_ERROR (0: 30000)                   */
-    int32_t prefix_cache;   /* 1 (default via _opts_default): on; 0: off                */
-    const char *model_id;   /* model identity mixed into prefix-cache keys (NULL: the
-                               engine's model path + architecture)                      */
-    const char *trace_path; /* --trace FILE: Chrome trace of steps, admissions,
-                               preemptions (NULL: off)                                  */
-    bool deterministic;     /* greedy outputs independent of the batch: the scheduler
-                               then plans only on batch-invariant kernels (ref, cpu)    */
+    int32_t max_slots;           /* running requests at once (0: the engine's max_seqs)      */
+    int32_t step_tokens;         /* token budget of one step, decode + prefill chunks
+                                    (--step-tokens; 0: per-backend default, <= the engine's
+                                    max_step_tokens)                                         */
+    int32_t max_queued;          /* waiting requests over all tenants (0: 4096)              */
+    int32_t park_max_ms;         /* a slot whose sink keeps answering WOULD_BLOCK this long
+                                    ends with KILN_FINISH_ERROR (0: 30000)                   */
+    int32_t prefix_cache;        /* 1 (default via _opts_default): on; 0: off                */
+    const char *model_id;        /* model identity mixed into prefix-cache keys (NULL: the
+                                    engine's model path + architecture)                      */
+    const char *trace_path;      /* --trace FILE: Chrome trace of steps, admissions,
+                                    preemptions (NULL: off)                                  */
+    bool deterministic;          /* greedy outputs independent of the batch: the scheduler
+                                    then plans only on batch-invariant kernels (ref, cpu)    */
+    int32_t latency_step_tokens; /* budget of a step while a slot of an interactive tenant
+                                    decodes, so prefill chunks do not stretch its
+                                    inter-token time (0: 64; >= step_tokens: off)      */
 } kiln_sched_opts;
 
 void kiln_sched_opts_default(kiln_sched_opts *o);
@@ -127,7 +130,8 @@ void kiln_sched_opts_default(kiln_sched_opts *o);
 typedef struct kiln_engine kiln_engine;
 
 /* Creates a scheduler over an engine (borrowed; the scheduler owns all its sequences
- * from now on) and a vocabulary (borrowed; for detokenizing, EOS and stop strings).
+ * from now on) and a vocabulary (borrowed; for detokenizing, EOS and stop strings; may
+ * be NULL: events then carry no text, and only stop tokens and length end a request).
  * With no tenant added before the first step, one tenant "default" without limits
  * exists. Errors: KILN_ERR_INVALID_ARG, KILN_ERR_NOMEM, KILN_ERR_IO (trace file). */
 kiln_status kiln_sched_create(kiln_engine *e, const kiln_vocab *v, const kiln_sched_opts *o,
