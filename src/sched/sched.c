@@ -393,6 +393,13 @@ static double retry_estimate(kiln_sched *s, int32_t ahead) {
     return r;
 }
 
+static int32_t tenant_index(kiln_sched *s, const char *id) {
+    pthread_mutex_lock(&s->mu);
+    int32_t ti = s->frozen ? tenant_find(s, id ? id : "default") : -1;
+    pthread_mutex_unlock(&s->mu);
+    return ti;
+}
+
 static kiln_status reject(kiln_sched *s, int32_t ti, kiln_rejection *rej, kiln_err *err,
                           kiln_reject why, int http, double retry, kiln_status st, const char *fmt,
                           ...) KILN_PRINTF(9, 10);
@@ -445,7 +452,8 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
                       "request: max_tokens, stops or top_logprobs (0..20) out of range");
     for (int32_t i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || p->prompt[i] >= s->eng.n_vocab)
-            return reject(s, -1, rej, err, KILN_REJECT_BAD_REQUEST, 400, 0, KILN_ERR_INVALID_ARG,
+            return reject(s, tenant_index(s, p->tenant), rej, err, KILN_REJECT_BAD_REQUEST, 400, 0,
+                          KILN_ERR_INVALID_ARG,
                           "prompt token %d at position %d is outside the vocabulary (%d)",
                           (int)p->prompt[i], (int)i, (int)s->eng.n_vocab);
     /* build the request outside the lock */

@@ -27,6 +27,8 @@ typedef struct fake_engine {
     int32_t (*kv)[KILN_SCHED_BLOCK]; /* token at each position of each block */
     fake_seq *seqs;
     long steps, tokens, shared_writes;
+    const int32_t *script; /* when set: the token after position p is script[p + 1] */
+    int32_t n_script;
     char last_error[256];
 } fake_engine;
 
@@ -145,6 +147,7 @@ static kiln_status f_step(void *impl, const kiln_batch_entry *en, int32_t n, flo
             for (int32_t p = 0; p <= e->pos; p++)
                 toks[p] = f->kv[s->blocks[p / KILN_SCHED_BLOCK]][p % KILN_SCHED_BLOCK];
             int32_t nx = fake_next(toks, e->pos + 1, f->n_vocab);
+            if (f->script) nx = f->script[(e->pos + 1) % f->n_script];
             if (logits) {
                 float *lr = logits + (size_t)row * f->n_vocab;
                 for (int32_t v = 0; v < f->n_vocab; v++) lr[v] = (float)((v * 7919) % 13) * 0.01f;
