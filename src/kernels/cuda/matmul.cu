@@ -1,0 +1,342 @@
+/*
+ * matmul.cu — GEMV / small-batch matmul (1..8 tokens per pass over the weights), the
+ * greedy LM head (matmul + argmax) and the grouped matmul, for every weight dtype of
+ * common.cuh.
+ *
+ * GEMV: one warp per output row; lane l takes the row's 32-element groups l, l + 32,
+ * ... (so a warp reads a contiguous stretch of the row per step: coalesced), dequantizes
+ * each group into registers (common.cuh) and accumulates its dot with each of the T
+ * token rows of x (read through the read-only cache; x is small and shared by every
+ * warp); a butterfly reduction and one store per (token, row). Deterministic and batch
+ * invariant: a row's sum never depends on the other tokens (each token has its own
+ * accumulator and the same order). More than 8 tokens: passes of 8.
+ */
+#include "kernels/cuda/common.cuh"
+#include "kernels/select.h"
+
+#include <float.h>
+#include <math.h>
+
+#define GEMV_WARPS 4
+
+template <int DT, int T>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    gemv_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t k,
+                const float *__restrict__ x, int64_t xs, float *__restrict__ y, int64_t ys,
+                const float *__restrict__ bias) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    if (r >= n) return;
+    const uint8_t *row = W + (size_t)r * row_bytes;
+    const int64_t groups = k / 32;
+    float acc[T];
+#pragma unroll
+    for (int t = 0; t < T; t++) acc[t] = 0.0f;
+    for (int64_t g = lane; g < groups; g += 32) {
+        float w[32];
+        kc_dq32<DT>(row, g, w);
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const float4 *xp = (const float4 *)(x + t * xs + g * 32);
+            float s = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                float4 v = __ldg(xp + i);
+                s = fmaf(w[4 * i], v.x, s);
+                s = fmaf(w[4 * i + 1], v.y, s);
+                s = fmaf(w[4 * i + 2], v.z, s);
+                s = fmaf(w[4 * i + 3], v.w, s);
+            }
+            acc[t] += s;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        float v = acc[t];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        acc[t] = v;
+    }
+    if (lane == 0) {
+        const float b = bias ? bias[r] : 0.0f;
+#pragma unroll
+        for (int t = 0; t < T; t++) y[t * ys + r] = acc[t] + b;
+    }
+}
+
+/* The same for quantized rows whose bytes are 16-byte aligned: the warp streams its row
+ * through shared memory in steps of SG groups with coalesced 16-byte loads (each lane
+ * loads a few uint4 of the step, all in flight at once), the next step's loads issued
+ * before the current step is dequantized from shared memory. */
+template <int DT> struct gemv_step {
+    static constexpr int SG = kc_step_bytes<DT, 32>() % 16 ? 64 : 32;
+    static constexpr int SB = kc_step_bytes<DT, SG>();
+    static constexpr int NV = SB / 16, PER = (NV + 31) / 32;
+};
+
+template <int DT, int T>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    gemv_smem_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t k,
+                     const float *__restrict__ x, int64_t xs, float *__restrict__ y, int64_t ys,
+                     const float *__restrict__ bias) {
+    using S = gemv_step<DT>;
+    __shared__ __align__(16) uint8_t sm[GEMV_WARPS][S::SB];
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + wi;
+    if (r >= n) return;
+    const uint4 *src = (const uint4 *)(W + (size_t)r * row_bytes);
+    const int64_t nv_row = (int64_t)(row_bytes / 16), groups = k / 32;
+    uint4 *dst = (uint4 *)sm[wi];
+    float acc[T];
+#pragma unroll
+    for (int t = 0; t < T; t++) acc[t] = 0.0f;
+    uint4 buf[S::PER];
+#pragma unroll
+    for (int p = 0; p < S::PER; p++) {
+        const int idx = lane + 32 * p;
+        if (idx < S::NV && idx < nv_row) buf[p] = __ldcs(src + idx);
+    }
+    for (int64_t g0 = 0, v0 = 0; g0 < groups; g0 += S::SG, v0 += S::NV) {
+        __syncwarp();
+#pragma unroll
+        for (int p = 0; p < S::PER; p++) {
+            const int idx = lane + 32 * p;
+            if (idx < S::NV && v0 + idx < nv_row) dst[idx] = buf[p];
+        }
+        __syncwarp();
+        if (g0 + S::SG < groups) {
+#pragma unroll
+            for (int p = 0; p < S::PER; p++) {
+                const int idx = lane + 32 * p;
+                if (idx < S::NV && v0 + S::NV + idx < nv_row)
+                    buf[p] = __ldcs(src + v0 + S::NV + idx);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < S::SG / 32; j++) {
+            const int gl = lane + 32 * j;
+            const int64_t g = g0 + gl;
+            if (g >= groups) break;
+            float w[32];
+            kc_dq32<DT>(sm[wi], gl, w);
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                const float4 *xp = (const float4 *)(x + t * xs + g * 32);
+                float s = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    float4 v = __ldg(xp + i);
+                    s = fmaf(w[4 * i], v.x, s);
+                    s = fmaf(w[4 * i + 1], v.y, s);
+                    s = fmaf(w[4 * i + 2], v.z, s);
+                    s = fmaf(w[4 * i + 3], v.w, s);
+                }
+                acc[t] += s;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        float v = acc[t];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        acc[t] = v;
+    }
+    if (lane == 0) {
+        const float b = bias ? bias[r] : 0.0f;
+#pragma unroll
+        for (int t = 0; t < T; t++) y[t * ys + r] = acc[t] + b;
+    }
+}
+
+/* Which gemv the quantized types use: the shared-memory staged one (default) or the
+ * direct one (A/B benchmarks and tests
+ * select it with kiln_cuda_gemv_variant). */
+static bool kc_smem_gemv = true;
+
+extern "C" void kiln_cuda_gemv_variant(int staged) {
+    kc_smem_gemv = staged != 0;
+}
+
+template <int DT>
+static void launch_gemv(cudaStream_t s, const kiln_matmul_args *a, int64_t t0, int T) {
+    dim3 grid((unsigned)((a->n + GEMV_WARPS - 1) / GEMV_WARPS)), block(GEMV_WARPS * 32);
+    const uint8_t *W = (const uint8_t *)a->w;
+    const float *x = a->x + t0 * a->x_stride;
+    float *y = a->y + t0 * a->y_stride;
+    /* quantized rows with 16-byte aligned starts stream through shared memory */
+    const bool staged = DT != KILN_DTYPE_F32 && DT != KILN_DTYPE_F16 && DT != KILN_DTYPE_BF16 &&
+                        a->w_row_bytes % 16 == 0 && ((uintptr_t)W & 15) == 0 && kc_smem_gemv;
+#define GL(TT)                                                                                     \
+    do {                                                                                           \
+        if (staged)                                                                                \
+            gemv_smem_kernel<DT, TT><<<grid, block, 0, s>>>(W, a->w_row_bytes, a->n, a->k, x,      \
+                                                            a->x_stride, y, a->y_stride, a->bias); \
+        else                                                                                       \
+            gemv_kernel<DT, TT><<<grid, block, 0, s>>>(W, a->w_row_bytes, a->n, a->k, x,           \
+                                                       a->x_stride, y, a->y_stride, a->bias);      \
+    } while (0)
+    switch (T) {
+    case 1:
+        GL(1);
+        break;
+    case 2:
+        GL(2);
+        break;
+    case 3:
+        GL(3);
+        break;
+    case 4:
+        GL(4);
+        break;
+    case 5:
+        GL(5);
+        break;
+    case 6:
+        GL(6);
+        break;
+    case 7:
+        GL(7);
+        break;
+    default:
+        GL(8);
+        break;
+    }
+#undef GL
+}
+
+int kiln_cuda_weight_dtype_ok(uint32_t dtype) {
+    return kc_block_elems(dtype) != 0;
+}
+
+#define GEMV_CASE(DT, s, a, t0, T) launch_gemv<DT>(s, a, t0, T)
+
+extern "C" kiln_status kiln_cuda_matmul_gemv(const kiln_kctx *c, const kiln_matmul_args *a) {
+    if (a->t <= 0 || a->n <= 0) return KILN_OK;
+    const int be = kc_block_elems(a->w_dtype);
+    if (!be || a->k % be || a->k % 32 || a->w_layout != 0) return KILN_ERR_INVALID_ARG;
+    if (((uintptr_t)a->x & 15) || (a->x_stride & 3)) return KILN_ERR_INVALID_ARG;
+    cudaStream_t s = KC_STREAM(c);
+    for (int64_t t0 = 0; t0 < a->t; t0 += KILN_CUDA_GEMV_MAX_T) {
+        int T = (int)(a->t - t0 < KILN_CUDA_GEMV_MAX_T ? a->t - t0 : KILN_CUDA_GEMV_MAX_T);
+        KC_DTYPE_SWITCH(a->w_dtype, GEMV_CASE, s, a, t0, T);
+    }
+    return kc_launched();
+}
+
+/* ---- argmax over logits rows (lowest index among equal maxima; NaN, -inf skipped) ---- */
+
+__device__ __forceinline__ void better(float v, int i, float *bv, int *bi) {
+    if (i < 0) return;
+    if (*bi < 0 || v > *bv || (v == *bv && i < *bi)) *bv = v, *bi = i;
+}
+
+__global__ void argmax_kernel(const float *__restrict__ logits, int64_t ls, int64_t n_limit,
+                              float softcap, int32_t *ids, float *vals) {
+    const int64_t t = blockIdx.x;
+    const float *row = logits + t * ls;
+    float bv = -INFINITY;
+    int bi = -1;
+    for (int64_t i = threadIdx.x; i < n_limit; i += blockDim.x) {
+        float v = row[i];
+        if (softcap > 0.0f) v = softcap * tanhf(v / softcap);
+        if (isnan(v) || v == -INFINITY) continue;
+        better(v, (int)i, &bv, &bi);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        better(ov, oi, &bv, &bi);
+    }
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) sv[w] = bv, si[w] = bi;
+    __syncthreads();
+    if (w == 0) {
+        const int nw = blockDim.x >> 5;
+        bv = lane < nw ? sv[lane] : -INFINITY;
+        bi = lane < nw ? si[lane] : -1;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            better(ov, oi, &bv, &bi);
+        }
+        if (lane == 0) {
+            ids[t] = bi;
+            if (vals) vals[t] = bi >= 0 ? bv : -INFINITY;
+        }
+    }
+}
+
+extern "C" size_t kiln_cuda_matmul_argmax_workspace(const struct kiln_sel_ctx *ctx) {
+    int64_t t = ctx->tokens_max < 64 ? ctx->tokens_max : 64;
+    if (t < 1) t = 1;
+    size_t logits = (size_t)t * (size_t)ctx->n * sizeof(float);
+    /* the bound matmul may be the cuBLAS one, which needs its own scratch after ours */
+    size_t blas = ctx->tokens_max > KILN_CUDA_GEMV_MAX_T
+                      ? kiln_cuda_matmul_cublas_bytes(ctx->w_dtype, ctx->n, ctx->k)
+                      : 0;
+    return ((logits + 255) & ~(size_t)255) + blas;
+}
+
+/* Logits of up to 64 rows at a time into scratch, then the argmax of each row. */
+extern "C" kiln_status kiln_cuda_matmul_argmax(const kiln_kctx *c,
+                                               const kiln_matmul_argmax_args *a) {
+    const kiln_matmul_args *m = &a->mm;
+    if (m->t <= 0) return KILN_OK;
+    if (a->n_limit > m->n || a->n_limit > INT32_MAX) return KILN_ERR_INVALID_ARG;
+    int64_t chunk = 64;
+    size_t lbytes = (size_t)chunk * (size_t)m->n * sizeof(float);
+    size_t lpad = (lbytes + 255) & ~(size_t)255;
+    if (!c || !c->scratch || c->scratch_size < lbytes) {
+        chunk = 1;
+        lbytes = (size_t)m->n * sizeof(float);
+        lpad = (lbytes + 255) & ~(size_t)255;
+        if (!c || !c->scratch || c->scratch_size < lbytes) return KILN_ERR_NOMEM;
+    }
+    kiln_kctx inner = *c;
+    inner.scratch = (uint8_t *)c->scratch + lpad;
+    inner.scratch_size = c->scratch_size > lpad ? c->scratch_size - lpad : 0;
+    kiln_matmul_fn fn = a->fn ? a->fn : kiln_cuda_matmul_gemv;
+    for (int64_t t0 = 0; t0 < m->t; t0 += chunk) {
+        kiln_matmul_args mm = *m;
+        mm.t = m->t - t0 < chunk ? m->t - t0 : chunk;
+        mm.x = m->x + t0 * m->x_stride;
+        mm.y = (float *)c->scratch;
+        mm.y_stride = m->n;
+        kiln_status st = fn(&inner, &mm);
+        if (st) return st;
+        argmax_kernel<<<(unsigned)mm.t, 256, 0, KC_STREAM(c)>>>((const float *)c->scratch, m->n,
+                                                                a->n_limit, a->softcap, a->ids + t0,
+                                                                a->vals ? a->vals + t0 : NULL);
+        if ((st = kc_launched())) return st;
+    }
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_matmul_group(const kiln_kctx *c, const kiln_matmul_group_args *a) {
+    if (a->n < 1 || a->n > KILN_MATMUL_GROUP_MAX) return KILN_ERR_INVALID_ARG;
+    for (int i = 0; i < a->n; i++) {
+        kiln_matmul_fn fn = a->fn[i] ? a->fn[i] : kiln_cuda_matmul_gemv;
+        kiln_status st = fn(c, &a->m[i]);
+        if (st) return st;
+    }
+    if (a->glu_fn) {
+        if (a->n != 2 || a->m[0].n != a->m[1].n) return KILN_ERR_INVALID_ARG;
+        kiln_glu_args g;
+        g.gate = a->m[0].y;
+        g.up = a->m[1].y;
+        g.y = a->glu_y;
+        g.t = a->m[0].t;
+        g.n = a->m[0].n;
+        g.gate_stride = a->m[0].y_stride;
+        g.up_stride = a->m[1].y_stride;
+        g.y_stride = a->glu_y_stride;
+        g.act = a->act;
+        return a->glu_fn(c, &g);
+    }
+    return KILN_OK;
+}
