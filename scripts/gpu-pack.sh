@@ -18,7 +18,7 @@ if [ "${1:-}" = "--source" ]; then
   DEST=$2; shift 2
   SRC=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
   rm -rf "$DEST" && mkdir -p "$DEST/.deps"
-  git -C "$SRC" ls-files -z | rsync -a --files-from=- --from0 "$SRC/" "$DEST/"
+  git -C "$SRC" ls-files -z | (cd "$SRC" && xargs -0 cp --parents -a -t "$DEST")
   for f in "$@"; do cp -a "$f" "$DEST/"; done
   PKGS="libjansson-dev libjansson4 libyaml-dev libyaml-0-2 libsqlite3-dev libsqlite3-0
     libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev
