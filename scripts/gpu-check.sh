@@ -56,6 +56,8 @@ else
     K=/tmp/kdeps L=/tmp/kdeps/usr/lib/x86_64-linux-gnu
     mkdir -p $K/bin
     for f in .deps/*.deb; do dpkg -x "$f" $K; done
+    # shared linking only: private requirements (gnutls for libmicrohttpd) are not carried
+    sed -i '/^Requires.private/d' $L/pkgconfig/*.pc
     printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$L" "$K/usr/bin/pkgconf" >$K/bin/pkg-config
     chmod +x $K/bin/pkg-config
     export PKG_CONFIG_SYSROOT_DIR=$K PKG_CONFIG_LIBDIR=$L/pkgconfig:$K/usr/share/pkgconfig
