@@ -166,17 +166,17 @@ int main(int argc, char **argv) {
     fill_random(x,
                 sizeof(float) * (size_t)(tmax * FF)); /* finite: f16 trick keeps f32 finite too */
     size_t scratch_size = (size_t)(FF * E * 4) + (size_t)KILN_CUDA_BLAS_CHUNK * FF * 2 + (1u << 20);
-    size_t vscr = kiln_cuda_matmul_cublas_bytes(KILN_DTYPE_F16, V, E);
+    size_t vscr = kiln_cuda_matmul_cublas_bytes(KILN_DTYPE_BF16, V, E); /* the largest */
     if (vscr > scratch_size) scratch_size = vscr;
     void *scratch = NULL;
     CK(cudaMalloc(&scratch, scratch_size));
     kiln_kctx kc = {.stream = st, .scratch = scratch, .scratch_size = scratch_size};
 
     char out[4096];
-    int outn = snprintf(
-        out, sizeof out,
-        "| type | GB/token | t=1 ms | %% of bound | direct t=1 ms | t=4 tok/s | t=16 tok/s | t=64 "
-        "tok/s | pp512 tok/s |\n|---|---|---|---|---|---|---|---|---|\n");
+    int outn = snprintf(out, sizeof out,
+                        "| type | GB/token | t=1 ms | %% of bound | direct ms | tiled2 ms | t=4 "
+                        "tok/s | t=16 tok/s | t=64 "
+                        "tok/s | pp512 tok/s |\n|---|---|---|---|---|---|---|---|---|---|\n");
     char list[256];
     snprintf(list, sizeof list, "%s", dts);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
@@ -225,11 +225,13 @@ int main(int argc, char **argv) {
             m[i].w = base + off;
             off += m[i].row_bytes * (size_t)m[i].n;
         }
-        const int64_t tl[6] = {1, 4, 16, 64, 512, 1};
-        double ms_t[6];
-        for (int ti = 0; ti < 6; ti++) {
+        /* t = 1 with each gemv variant (A/B), then 4, 16, 64, 512 with the default */
+        const int64_t tl[7] = {1, 1, 1, 4, 16, 64, 512};
+        const int kinds[7] = {1, 0, 2, 1, 1, 1, 1};
+        double ms_t[7];
+        for (int ti = 0; ti < 7; ti++) {
             int64_t t = tl[ti];
-            kiln_cuda_gemv_variant(ti != 5); /* the last row: the direct gemv, for A/B */
+            kiln_cuda_gemv_variant(kinds[ti]);
             kiln_matmul_fn fn =
                 t <= KILN_CUDA_GEMV_MAX_T ? kiln_cuda_matmul_gemv : kiln_cuda_matmul_cublas;
             int rp = t >= 64 ? (reps + 3) / 4 : reps;
@@ -262,15 +264,19 @@ int main(int argc, char **argv) {
             qsort(med, 5, sizeof(float), cmp_f);
             ms_t[ti] = med[2];
             printf("%s t=%lld%s: %.3f ms per step (%.0f GB/s of weights)\n", tok, (long long)t,
-                   ti == 5 ? " (direct gemv)" : "", med[2], total / (med[2] * 1e-3) / 1e9);
+                   ti == 1   ? " (direct gemv)"
+                   : ti == 2 ? " (tiled, 2 groups/lane)"
+                             : "",
+                   med[2], total / (med[2] * 1e-3) / 1e9);
             fflush(stdout);
         }
         const double bound_ms = total / (read_gbs * 1e9) * 1e3;
-        outn += snprintf(out + outn, sizeof out - (size_t)outn,
-                         "| %s | %.2f | %.3f | %.0f %% | %.3f | %.0f | %.0f | %.0f | %.0f |\n",
-                         dt_label(dt, kmix), total / 1e9, ms_t[0], 100.0 * bound_ms / ms_t[0],
-                         ms_t[5], 4 / (ms_t[1] * 1e-3), 16 / (ms_t[2] * 1e-3),
-                         64 / (ms_t[3] * 1e-3), 512 / (ms_t[4] * 1e-3));
+        outn +=
+            snprintf(out + outn, sizeof out - (size_t)outn,
+                     "| %s | %.2f | %.3f | %.0f %% | %.3f | %.3f | %.0f | %.0f | %.0f | %.0f |\n",
+                     dt_label(dt, kmix), total / 1e9, ms_t[0], 100.0 * bound_ms / ms_t[0], ms_t[1],
+                     ms_t[2], 4 / (ms_t[3] * 1e-3), 16 / (ms_t[4] * 1e-3), 64 / (ms_t[5] * 1e-3),
+                     512 / (ms_t[6] * 1e-3));
         CK(cudaFree(base));
         free(m);
     }

@@ -61,11 +61,6 @@ __device__ __forceinline__ void kc_scale_min_k4(int j, const uint8_t *q, int *sc
     }
 }
 
-/* Bytes of a step of SG 32-element groups (SG a multiple of 8 for K-quants). */
-template <int DT, int SG> __host__ __device__ constexpr int kc_step_bytes() {
-    return kc_dt<DT>::BLK == 32 ? SG * kc_dt<DT>::BYTES : SG / 8 * kc_dt<DT>::BYTES;
-}
-
 /* Dequantizes 32-element group g (elements [32 g, 32 g + 32)) of a weight row (global
  * or shared memory: plain loads, the compiler picks the space). */
 template <int DT>

@@ -37,9 +37,11 @@ kiln_status kiln_cuda_matmul_argmax(const kiln_kctx *c, const kiln_matmul_argmax
 size_t kiln_cuda_matmul_argmax_workspace(const struct kiln_sel_ctx *ctx);
 /* The members one after another (each with its own bound kernel), then the GLU. */
 kiln_status kiln_cuda_matmul_group(const kiln_kctx *c, const kiln_matmul_group_args *a);
-/* Benchmarks / tests: 1 (default) = quantized rows staged through shared memory, 0 =
- * the direct per-lane loads. Process-wide; not thread-safe against running kernels. */
-void kiln_cuda_gemv_variant(int staged);
+/* Benchmarks / tests: which gemv runs. 1 (default) = tiled (activations shared through
+ * shared memory by 8 rows, one 32-element group per lane per tile), 2 = tiled with two
+ * groups per lane in flight (t <= 4), 0 = direct (each warp reads x itself). Process-wide;
+ * not thread-safe against running kernels. */
+void kiln_cuda_gemv_variant(int kind);
 /* True for the weight dtypes the gemv / embed kernels read. */
 int kiln_cuda_weight_dtype_ok(uint32_t dtype);
 

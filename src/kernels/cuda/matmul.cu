@@ -64,77 +64,66 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
-/* The same for quantized rows whose bytes are 16-byte aligned: the warp streams its row
- * through shared memory in steps of SG groups with coalesced 16-byte loads (each lane
- * loads a few uint4 of the step, all in flight at once), the next step's loads issued
- * before the current step is dequantized from shared memory. */
-template <int DT> struct gemv_step {
-    static constexpr int SG = kc_step_bytes<DT, 32>() % 16 ? 64 : 32;
-    static constexpr int SB = kc_step_bytes<DT, SG>();
-    static constexpr int NV = SB / 16, PER = (NV + 31) / 32;
-};
+/* The tiled gemv (default): a block of TW warps computes TW rows (one per warp) and
+ * shares the activations: x is staged in shared memory one tile of 2048 (T > 4: 1024)
+ * columns at a time (T rows of it, loaded once per block with coalesced 16-byte loads, each
+ * 32-element group padded by 16 bytes so that the lanes' 16-byte reads of 32 consecutive groups hit
+ * distinct banks), then lane l dequantizes groups l (and l + 32) of the tile of its row (straight
+ * from global memory) and dots it with the staged x. x is read from L2 once per TW rows instead of
+ * once per row, which is what held the direct kernel back (measured: docs/CUDA.md). */
+#define TW 8
 
-template <int DT, int T>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
-    gemv_smem_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t k,
-                     const float *__restrict__ x, int64_t xs, float *__restrict__ y, int64_t ys,
-                     const float *__restrict__ bias) {
-    using S = gemv_step<DT>;
-    __shared__ __align__(16) uint8_t sm[GEMV_WARPS][S::SB];
+/* groups per tile: 32 PER (PER = 2: two groups per lane, both loads in flight before
+ * either is used; only while the staged x fits in 48 KB of static shared memory) */
+template <int DT, int T, int PER>
+__global__ void __launch_bounds__(TW * 32)
+    gemv_tiled_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t k,
+                      const float *__restrict__ x, int64_t xs, float *__restrict__ y, int64_t ys,
+                      const float *__restrict__ bias) {
+    constexpr int G = 32 * PER;
+    static_assert(T * G * 144 <= 48 * 1024, "staged x exceeds static shared memory");
+    __shared__ float4 xsm[T][G][9];
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-    const int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + wi;
-    if (r >= n) return;
-    const uint4 *src = (const uint4 *)(W + (size_t)r * row_bytes);
-    const int64_t nv_row = (int64_t)(row_bytes / 16), groups = k / 32;
-    uint4 *dst = (uint4 *)sm[wi];
+    const int64_t r = (int64_t)blockIdx.x * TW + wi;
+    const bool live = r < n;
+    const uint8_t *row = W + (size_t)(live ? r : 0) * row_bytes;
+    const int64_t groups = k / 32;
     float acc[T];
 #pragma unroll
     for (int t = 0; t < T; t++) acc[t] = 0.0f;
-    uint4 buf[S::PER];
-#pragma unroll
-    for (int p = 0; p < S::PER; p++) {
-        const int idx = lane + 32 * p;
-        if (idx < S::NV && idx < nv_row) buf[p] = __ldcs(src + idx);
-    }
-    for (int64_t g0 = 0, v0 = 0; g0 < groups; g0 += S::SG, v0 += S::NV) {
-        __syncwarp();
-#pragma unroll
-        for (int p = 0; p < S::PER; p++) {
-            const int idx = lane + 32 * p;
-            if (idx < S::NV && v0 + idx < nv_row) dst[idx] = buf[p];
+    for (int64_t g0 = 0; g0 < groups; g0 += G) {
+        const int ng = groups - g0 < G ? (int)(groups - g0) : G;
+        __syncthreads();
+        for (int i = threadIdx.x; i < T * G * 8; i += TW * 32) {
+            const int t = i / (G * 8), gi = (i / 8) % G, q = i % 8;
+            if (gi < ng) xsm[t][gi][q] = __ldg((const float4 *)(x + t * xs + (g0 + gi) * 32) + q);
         }
-        __syncwarp();
-        if (g0 + S::SG < groups) {
+        __syncthreads();
+        if (!live) continue;
+        float w[PER][32];
 #pragma unroll
-            for (int p = 0; p < S::PER; p++) {
-                const int idx = lane + 32 * p;
-                if (idx < S::NV && v0 + S::NV + idx < nv_row)
-                    buf[p] = __ldcs(src + v0 + S::NV + idx);
-            }
-        }
+        for (int p = 0; p < PER; p++)
+            if (lane + 32 * p < ng) kc_dq32<DT>(row, g0 + lane + 32 * p, w[p]);
 #pragma unroll
-        for (int j = 0; j < S::SG / 32; j++) {
-            const int gl = lane + 32 * j;
-            const int64_t g = g0 + gl;
-            if (g >= groups) break;
-            float w[32];
-            kc_dq32<DT>(sm[wi], gl, w);
+        for (int p = 0; p < PER; p++) {
+            const int gl = lane + 32 * p;
+            if (gl >= ng) break;
 #pragma unroll
             for (int t = 0; t < T; t++) {
-                const float4 *xp = (const float4 *)(x + t * xs + g * 32);
                 float s = 0.0f;
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
-                    float4 v = __ldg(xp + i);
-                    s = fmaf(w[4 * i], v.x, s);
-                    s = fmaf(w[4 * i + 1], v.y, s);
-                    s = fmaf(w[4 * i + 2], v.z, s);
-                    s = fmaf(w[4 * i + 3], v.w, s);
+                    const float4 v = xsm[t][gl][i];
+                    s = fmaf(w[p][4 * i], v.x, s);
+                    s = fmaf(w[p][4 * i + 1], v.y, s);
+                    s = fmaf(w[p][4 * i + 2], v.z, s);
+                    s = fmaf(w[p][4 * i + 3], v.w, s);
                 }
                 acc[t] += s;
             }
         }
     }
+    if (!live) return;
 #pragma unroll
     for (int t = 0; t < T; t++) {
         float v = acc[t];
@@ -149,29 +138,31 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
-/* Which gemv the quantized types use: the shared-memory staged one (default) or the
- * direct one (A/B benchmarks and tests
+/* Which gemv runs: the tiled one (default) or the direct one (A/B benchmarks and tests
  * select it with kiln_cuda_gemv_variant). */
-static bool kc_smem_gemv = true;
+static int kc_gemv_kind = 1;
 
-extern "C" void kiln_cuda_gemv_variant(int staged) {
-    kc_smem_gemv = staged != 0;
+extern "C" void kiln_cuda_gemv_variant(int kind) {
+    kc_gemv_kind = kind >= 0 && kind <= 2 ? kind : 1;
 }
 
 template <int DT>
 static void launch_gemv(cudaStream_t s, const kiln_matmul_args *a, int64_t t0, int T) {
-    dim3 grid((unsigned)((a->n + GEMV_WARPS - 1) / GEMV_WARPS)), block(GEMV_WARPS * 32);
+    const int kind = kc_gemv_kind;
+    const bool tiled = kind != 0;
+    dim3 grid((unsigned)((a->n + (tiled ? TW : GEMV_WARPS) - 1) / (tiled ? TW : GEMV_WARPS)));
+    dim3 block((tiled ? TW : GEMV_WARPS) * 32);
     const uint8_t *W = (const uint8_t *)a->w;
     const float *x = a->x + t0 * a->x_stride;
     float *y = a->y + t0 * a->y_stride;
-    /* quantized rows with 16-byte aligned starts stream through shared memory */
-    const bool staged = DT != KILN_DTYPE_F32 && DT != KILN_DTYPE_F16 && DT != KILN_DTYPE_BF16 &&
-                        a->w_row_bytes % 16 == 0 && ((uintptr_t)W & 15) == 0 && kc_smem_gemv;
 #define GL(TT)                                                                                     \
     do {                                                                                           \
-        if (staged)                                                                                \
-            gemv_smem_kernel<DT, TT><<<grid, block, 0, s>>>(W, a->w_row_bytes, a->n, a->k, x,      \
-                                                            a->x_stride, y, a->y_stride, a->bias); \
+        if (kind == 2 && TT <= 4)                                                                  \
+            gemv_tiled_kernel<DT, TT, (TT <= 4 ? 2 : 1)><<<grid, block, 0, s>>>(                   \
+                W, a->w_row_bytes, a->n, a->k, x, a->x_stride, y, a->y_stride, a->bias);           \
+        else if (tiled)                                                                            \
+            gemv_tiled_kernel<DT, TT, 1><<<grid, block, 0, s>>>(                                   \
+                W, a->w_row_bytes, a->n, a->k, x, a->x_stride, y, a->y_stride, a->bias);           \
         else                                                                                       \
             gemv_kernel<DT, TT><<<grid, block, 0, s>>>(W, a->w_row_bytes, a->n, a->k, x,           \
                                                        a->x_stride, y, a->y_stride, a->bias);      \
