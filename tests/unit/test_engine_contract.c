@@ -455,6 +455,13 @@ static void test_large_bucket(void **state) {
             checked++;
         }
     assert_true(checked > 0);
+    /* tools select with unbounded buckets: the workspace function saturates (it
+     * overflowed signed arithmetic on tokens_max INT64_MAX; KILN_SANITIZE catches it) */
+    for (uint32_t dt = 0; dt < 2; dt++) {
+        size_t big = kiln_cpu_matmul_workspace(dt, 64, 2048, 1 << 20, 2);
+        size_t inf = kiln_cpu_matmul_workspace(dt, 64, 2048, INT64_MAX, 2);
+        assert_true(inf >= big);
+    }
     int32_t q;
     assert_int_equal(kiln_seq_create(e, &q, NULL), 0);
     static kiln_batch_entry en[600];
