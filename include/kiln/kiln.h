@@ -186,6 +186,56 @@ kiln_status kiln_engine_step_greedy(kiln_engine *e, const kiln_batch_entry *entr
 /* Dispatch counts per opcode since creation (NULL when counters are off). */
 const uint64_t *kiln_engine_counters(const kiln_engine *e);
 
+/* ---- text and generation ----
+ * The model's tokenizer must be loaded first (kiln_model_load_tokenizer). Text is
+ * exact: the generated text is what the whole token sequence detokenizes to minus the
+ * prompt's text (so prompt + generated text is the sequence's text; UTF-8 characters
+ * split across tokens come out whole). */
+
+/* Loads the tokenizer of the model's file (GGUF metadata or tokenizer.json). Idempotent. */
+kiln_status kiln_model_load_tokenizer(kiln_model *m, kiln_err *err);
+/* Text -> token ids. add_special: BOS/EOS as the vocabulary asks; parse_special: text
+ * like "<start_of_turn>" becomes that control token. Writes at most cap ids; *n_out is
+ * the number of ids the text has (KILN_ERR_RANGE when it exceeds cap). */
+kiln_status kiln_model_tokenize(const kiln_model *m, const char *text, size_t len, int add_special,
+                                int parse_special, int32_t *ids, int32_t cap, int32_t *n_out,
+                                kiln_err *err);
+/* Token ids -> the text of the sequence (a leading BOS and the SPM space prefix removed;
+ * control tokens give no text). Writes at most cap bytes plus a NUL when it fits;
+ * *len_out is the text's length (KILN_ERR_RANGE when len_out >= cap). */
+kiln_status kiln_model_detokenize(const kiln_model *m, const int32_t *ids, int32_t n, char *buf,
+                                  size_t cap, size_t *len_out, kiln_err *err);
+
+typedef struct kiln_gen_params {
+    int32_t n_predict;       /* tokens to generate at most (default 128)            */
+    float temperature;       /* default 0.8; <= 0: greedy                           */
+    int32_t top_k;           /* default 40; <= 0: off                               */
+    float top_p;             /* default 0.95; 1: off                                */
+    float min_p;             /* default 0.05; 0: off                                */
+    float repeat_penalty;    /* default 1 (off)                                     */
+    int32_t repeat_last_n;   /* default 64 (-1: all, 0: off)                        */
+    float frequency_penalty; /* default 0                                           */
+    float presence_penalty;  /* default 0                                           */
+    uint64_t seed;           /* default 0                                           */
+    const char *const *stop; /* stop strings (NULL: none); the text stops before one */
+    int32_t n_stop;
+    int32_t ignore_eos; /* nonzero: do not stop at end-of-generation tokens         */
+} kiln_gen_params;
+
+void kiln_gen_params_default(kiln_gen_params *p);
+
+/* Called for each generated token with the text it completes (may be empty: part of a
+ * UTF-8 character or of a possible stop string is held back), then once with token -1
+ * for held text at the end (only when there is some). Return nonzero to stop. */
+typedef int (*kiln_token_cb)(void *user, int32_t token, const char *text, size_t len);
+
+/* Generates from prompt (tokenized with BOS as the model asks, special tokens not
+ * parsed) on a new sequence of e, which is freed at the end. The engine must have been
+ * created for m. Errors: KILN_ERR_INVALID_ARG (no tokenizer loaded, empty prompt, bad
+ * parameters), KILN_ERR_RANGE (prompt longer than the context), engine errors. */
+kiln_status kiln_generate(kiln_engine *e, const kiln_model *m, const char *prompt,
+                          const kiln_gen_params *p, kiln_token_cb cb, void *user, kiln_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,6 +3,7 @@
  * loop.
  */
 #include "runtime/exec.h"
+#include "base/mem.h"
 #include "runtime/kselect.h"
 
 #include "base/log.h"
@@ -304,7 +305,7 @@ kiln_status kiln_bind_plan_opts(kiln_device *dev, const kiln_model *m, kiln_plan
     kiln_status st = kiln_plan_validate(p, supported, chk, err);
     if (!st) st = kiln_plan_compile(p, err);
     if (!st) {
-        out->bi = calloc((size_t)(p->n_insns > 0 ? p->n_insns : 1), sizeof(kiln_bound_insn));
+        out->bi = kiln_calloc((size_t)(p->n_insns > 0 ? p->n_insns : 1), sizeof(kiln_bound_insn));
         if (!out->bi) st = kiln_err_set(err, KILN_ERR_NOMEM, "binding plan: out of memory");
     }
     for (int32_t i = 0; i < p->n_insns && !st; i++) {
@@ -357,7 +358,7 @@ kiln_status kiln_bind_plan_opts(kiln_device *dev, const kiln_model *m, kiln_plan
 
 void kiln_bound_plan_free(kiln_bound_plan *bp) {
     if (!bp) return;
-    free(bp->bi);
+    kiln_free(bp->bi);
     kiln_plan_free(&bp->plan);
     kiln_arena_free(&bp->arena);
     memset(bp, 0, sizeof(*bp));

@@ -24,8 +24,8 @@ static kiln_status alloc_mode(kiln_engine *e, int mode, int64_t tokens, kiln_err
     kiln_mode_bufs *mb = &e->mode[mode];
     size_t np = (size_t)(p->n_phys > 0 ? p->n_phys : 1);
     mb->tokens = tokens;
-    mb->bufs = calloc(np, sizeof(float *));
-    mb->bytes = calloc(np, sizeof(size_t));
+    mb->bufs = kiln_calloc(np, sizeof(float *));
+    mb->bytes = kiln_calloc(np, sizeof(size_t));
     if (!mb->bufs || !mb->bytes) return kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     size_t total;
     KILN_TRY(kiln_plan_buffer_bytes(p, tokens, tokens, mb->bytes, &total, err));
@@ -44,8 +44,8 @@ static kiln_status create_kv(kiln_engine *e, int64_t n_ctx, uint32_t dtype, kiln
     for (int32_t i = 0; i < p->n_states; i++)
         if (p->states[i].layer + 1 > nl) nl = p->states[i].layer + 1;
     if (nl == 0) return KILN_OK;
-    int32_t *nkv = calloc((size_t)nl, sizeof(int32_t));
-    int32_t *hd = calloc((size_t)nl, sizeof(int32_t));
+    int32_t *nkv = kiln_calloc((size_t)nl, sizeof(int32_t));
+    int32_t *hd = kiln_calloc((size_t)nl, sizeof(int32_t));
     kiln_status st = KILN_OK;
     if (!nkv || !hd) st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     for (int32_t i = 0; !st && i < p->n_states; i++) {
@@ -56,8 +56,8 @@ static kiln_status create_kv(kiln_engine *e, int64_t n_ctx, uint32_t dtype, kiln
     if (!st && blocks > INT32_MAX)
         st = kiln_err_set(err, KILN_ERR_RANGE, "engine: context %lld too large", (long long)n_ctx);
     if (!st) st = kiln_kv_pool_init(&e->kv, &e->dev, nl, nkv, hd, dtype, (int32_t)blocks, err);
-    free(nkv);
-    free(hd);
+    kiln_free(nkv);
+    kiln_free(hd);
     return st;
 }
 
@@ -79,7 +79,7 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     if (o->numerics && !ggml_numerics && strcmp(o->numerics, "exact") != 0)
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "numerics '%s' is not 'exact' or 'ggml'",
                             o->numerics);
-    kiln_engine *e = calloc(1, sizeof(*e));
+    kiln_engine *e = kiln_calloc(1, sizeof(*e));
     if (!e) return kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     e->model = m;
     e->max_step = o->max_step_tokens > 0 ? o->max_step_tokens : 512;
@@ -89,7 +89,7 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     const uint32_t kv_dtype = o->kv_f16 ? KILN_DTYPE_F16 : KILN_DTYPE_F32;
     kiln_status st = kiln_device_open(be, 0, &e->dev, err);
     if (st) {
-        free(e);
+        kiln_free(e);
         return st;
     }
     kiln_plan plan;
@@ -98,7 +98,7 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     if (st) {
         kiln_plan_free(&plan);
         kiln_device_close(&e->dev);
-        free(e);
+        kiln_free(e);
         return kiln_err_wrap(err, st, "compiling the %s plan", m->cfg.arch);
     }
     kiln_bind_opts bo;
@@ -109,7 +109,7 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     st = kiln_bind_plan_opts(&e->dev, m, &plan, &bo, &e->bp, NULL, err);
     if (st) {
         kiln_device_close(&e->dev);
-        free(e);
+        kiln_free(e);
         return st;
     }
     /* decode buffers for up to 64 tokens, prefill buffers for max_step */
@@ -130,19 +130,19 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     if (!st) st = create_kv(e, n_ctx, kv_dtype, err);
     if (!st) {
         size_t ms = (size_t)e->max_step, mq = (size_t)e->max_seqs;
-        e->seqs = calloc(mq, sizeof(kiln_seq_state));
-        e->prep.logit_rows = calloc(ms, sizeof(int32_t));
-        e->prep.step_seq = calloc(mq, sizeof(int32_t));
-        e->prep.step_count = calloc(mq, sizeof(int32_t));
-        e->prep.old_blocks = calloc(mq, sizeof(int32_t));
-        e->seq_slot = calloc(mq, sizeof(int32_t));
-        e->row_of_entry = calloc(ms, sizeof(int32_t));
+        e->seqs = kiln_calloc(mq, sizeof(kiln_seq_state));
+        e->prep.logit_rows = kiln_calloc(ms, sizeof(int32_t));
+        e->prep.step_seq = kiln_calloc(mq, sizeof(int32_t));
+        e->prep.step_count = kiln_calloc(mq, sizeof(int32_t));
+        e->prep.old_blocks = kiln_calloc(mq, sizeof(int32_t));
+        e->seq_slot = kiln_calloc(mq, sizeof(int32_t));
+        e->row_of_entry = kiln_calloc(ms, sizeof(int32_t));
         if (!e->seqs || !e->prep.logit_rows || !e->prep.step_seq || !e->prep.step_count ||
             !e->prep.old_blocks || !e->seq_slot || !e->row_of_entry)
             st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     }
     if (!st && o->counters) {
-        e->counters = calloc(KILN_OP_LIMIT, sizeof(uint64_t));
+        e->counters = kiln_calloc(KILN_OP_LIMIT, sizeof(uint64_t));
         if (!e->counters) st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     }
     if (!st && o->n_threads != 1) st = kiln_pool_create(o->n_threads, &e->pool, err);
@@ -162,7 +162,7 @@ void kiln_engine_free(kiln_engine *e) {
         for (int32_t i = 0; i < e->max_seqs; i++)
             if (e->seqs[i].used) {
                 kiln_kv_release(&e->kv, &e->seqs[i].kv);
-                free(e->seqs[i].kv.blocks);
+                kiln_free(e->seqs[i].kv.blocks);
             }
     if (dev->be) {
         kiln_kv_pool_free(&e->kv);
@@ -179,21 +179,21 @@ void kiln_engine_free(kiln_engine *e) {
         kiln_buf_free(dev, &e->out_ids_host);
     }
     for (int m = 0; m < 2; m++) {
-        free(e->mode[m].bufs);
-        free(e->mode[m].bytes);
+        kiln_free(e->mode[m].bufs);
+        kiln_free(e->mode[m].bytes);
     }
     kiln_bound_plan_free(&e->bp);
     kiln_device_close(dev);
     kiln_pool_free(e->pool);
-    free(e->seqs);
-    free(e->prep.logit_rows);
-    free(e->prep.step_seq);
-    free(e->prep.step_count);
-    free(e->prep.old_blocks);
-    free(e->seq_slot);
-    free(e->row_of_entry);
-    free(e->counters);
-    free(e);
+    kiln_free(e->seqs);
+    kiln_free(e->prep.logit_rows);
+    kiln_free(e->prep.step_seq);
+    kiln_free(e->prep.step_count);
+    kiln_free(e->prep.old_blocks);
+    kiln_free(e->seq_slot);
+    kiln_free(e->row_of_entry);
+    kiln_free(e->counters);
+    kiln_free(e);
 }
 
 const uint64_t *kiln_engine_counters(const kiln_engine *e) {
@@ -232,7 +232,7 @@ void kiln_seq_free(kiln_engine *e, int32_t seq) {
     if (!s) return;
     if (seq_in_prepared(e, seq)) kiln_engine_cancel(e);
     kiln_kv_release(&e->kv, &s->kv);
-    free(s->kv.blocks);
+    kiln_free(s->kv.blocks);
     memset(s, 0, sizeof(*s));
 }
 

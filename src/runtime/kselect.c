@@ -7,6 +7,7 @@
  * kiln_kselect, i.e. to one device, and is used by that device's thread only.
  */
 #include "runtime/kselect.h"
+#include "base/mem.h"
 
 #include "base/cpu.h"
 #include "base/log.h"
@@ -39,7 +40,7 @@ void kiln_kselect_free(kiln_kselect *ks) {
     kiln_selector_free(ks->sel);
     kiln_perf_table_free(ks->perf);
     kiln_baked_free(ks->baked);
-    free(ks);
+    kiln_free(ks);
 }
 
 kiln_selector *kiln_kselect_selector(kiln_kselect *ks) {
@@ -77,7 +78,7 @@ static kiln_status kselect_build(kiln_kselect *ks, kiln_err *err) {
 
 kiln_status kiln_kselect_new(kiln_kselect **out, kiln_err *err) {
     *out = NULL;
-    kiln_kselect *ks = calloc(1, sizeof(*ks));
+    kiln_kselect *ks = kiln_calloc(1, sizeof(*ks));
     if (!ks) return kiln_err_set(err, KILN_ERR_NOMEM, "kernel selector: out of memory");
     pthread_mutex_lock(&runtime_config.mu);
     memcpy(ks->policy_path, runtime_config.policy_path, sizeof ks->policy_path);
