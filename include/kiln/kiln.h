@@ -139,8 +139,11 @@ int32_t kiln_engine_blocks_needed(const kiln_engine *e, const kiln_batch_entry *
  * before run: KILN_ERR_STATE); kiln_engine_cancel drops it and returns its blocks.
  * Entries: each sequence's entries in order of position, the first at the sequence's
  * length plus what an earlier prepared-and-run step adds, without gaps. Results for a
- * sequence do not depend on the other sequences in the batch (batch-invariant kernels:
- * every ref kernel and the cpu backend's attention; cpu matmuls are row-independent).
+ * sequence do not depend on the other sequences in the batch: bitwise on the ref
+ * backend (every kernel batch-invariant); on cpu, attention is bitwise batch-invariant
+ * per row, while a matmul row may differ in its last bits with its position in the
+ * step and the step's size (rows are computed in groups of four), never with the other
+ * rows' values.
  * Errors of prepare: KILN_ERR_INVALID_ARG (bad entry: unknown sequence, token out of
  * range, position out of order; too many entries), KILN_ERR_CAPACITY (KV budget
  * exhausted: nothing reserved, sequences unchanged), KILN_ERR_STATE. Errors of run: from

@@ -1,8 +1,8 @@
 /*
  * kernel_sites.h — what `kiln explain`, `kiln tune` and `kiln solve` share: the model,
  * its plan bound to a backend exactly as the engine binds it (so every call site and its
- * choice are the ones `kiln run` gets), the call sites as selection contexts, and the
- * runtime selector (runtime/kselect.h) configured with the policy and PerfDB given.
+ * choice are the ones `kiln run` gets), the call sites as selection contexts, and a
+ * device selector (runtime/kselect.h) built with the policy and PerfDB given.
  *
  * kiln_kernel_env_close frees everything it opened. The selector is the env's device's
  * (kiln_device.ks), as an engine's is.

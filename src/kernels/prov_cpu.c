@@ -33,6 +33,8 @@ static size_t cpu_matmul_ws(const kiln_sel_ctx *c) {
     int nth = kiln_cpu_info()->logical_cores;
     return kiln_cpu_matmul_workspace(c->w_dtype, c->n, c->k, c->tokens_max, nth > 0 ? nth : 1);
 }
+/* (kiln_cpu_matmul_workspace clamps an unbounded bucket, tokens_max INT64_MAX, to
+ * INT32_MAX tokens: no step is larger, and the sizes stay in range) */
 
 #define R16_DTYPES (CPU_DTYPES & ~KILN_DT_FLOATS) /* every quantized type of the cpu kernels */
 /* AVX2 R16 by default for the 4- and 5-bit types only: its decode unpacks each unit into

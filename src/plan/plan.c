@@ -415,7 +415,10 @@ static bool op_shape_of(uint32_t op, op_shape *s) {
                         4};
         return true;
     case KILN_OP_FFN:
-        *s = (op_shape){1, 1, true, false, {KILN_W_FFN_UP, KILN_W_FFN_DOWN}, 2};
+        /* gated only: the adapter computes act(gate) * up; a non-gated MLP (up ->
+         * act -> down) has no adapter yet, so a plan without a gate is rejected here
+         * instead of running up -> down with no activation */
+        *s = (op_shape){1, 1, true, false, {KILN_W_FFN_GATE, KILN_W_FFN_UP, KILN_W_FFN_DOWN}, 3};
         return true;
     case KILN_OP_RESIDUAL_ADD:
         *s = (op_shape){2, 1, false, false, {0}, 0};
@@ -513,9 +516,16 @@ kiln_status kiln_plan_validate(const kiln_plan *p, const bool *supported, kiln_p
                 break;
             }
         for (int k = 0; k < s.n_required && st == KILN_OK; k++)
-            if (in->w[s.required_w[k]] == KILN_PLAN_NO_WEIGHT)
-                st = fail(chk, KILN_PLAN_EWEIGHT_MISSING, i, err,
-                          "%s: required weight slot %u is empty", name, s.required_w[k]);
+            if (in->w[s.required_w[k]] == KILN_PLAN_NO_WEIGHT) {
+                if (in->opcode == KILN_OP_FFN && s.required_w[k] == KILN_W_FFN_GATE)
+                    st = fail(chk, KILN_PLAN_EWEIGHT_MISSING, i, err,
+                              "%s has no gate weight: only gated FFNs (act(gate) * up) are "
+                              "supported, a non-gated MLP is not",
+                              name);
+                else
+                    st = fail(chk, KILN_PLAN_EWEIGHT_MISSING, i, err,
+                              "%s: required weight slot %u is empty", name, s.required_w[k]);
+            }
         if (st) break;
         if (s.needs_param) {
             kiln_params prm;

@@ -161,6 +161,32 @@ static void test_err_rank(void **state) {
     kiln_plan_free(&p);
 }
 
+/* An FFN without a gate weight is rejected (no adapter computes a non-gated MLP; before
+ * the validator required the gate, the adapter ran up -> down with no activation). */
+static void test_err_ffn_no_gate(void **state) {
+    (void)state;
+    kiln_model_config c;
+    kiln_model_config_defaults(&c);
+    c.n_vocab = 32, c.n_embd = 16, c.n_layer = 2, c.n_head = 2, c.n_kv_head = 1, c.head_dim = 8;
+    c.n_ff = 32, c.n_rot = 8, c.attn_scale = 0.35f;
+    kiln_plan p;
+    kiln_plan_init(&p);
+    assert_int_equal(kiln_decoder_compile(&c, KILN_MODE_PREFILL, &p, NULL), 0);
+    assert_int_equal(kiln_plan_validate(&p, NULL, NULL, NULL), KILN_OK);
+    int32_t ffn = -1;
+    for (int i = 0; i < p.n_insns && ffn < 0; i++)
+        if (p.insns[i].opcode == KILN_OP_FFN) ffn = i;
+    assert_true(ffn >= 0);
+    p.insns[ffn].w[KILN_W_FFN_GATE] = KILN_PLAN_NO_WEIGHT;
+    expect_error(&p, NULL, KILN_PLAN_EWEIGHT_MISSING);
+    kiln_plan_check chk;
+    kiln_err e;
+    assert_int_equal(kiln_plan_validate(&p, NULL, &chk, &e), KILN_ERR_PLAN);
+    assert_int_equal(chk.insn, ffn);
+    assert_non_null(strstr(e.msg, "no gate weight"));
+    kiln_plan_free(&p);
+}
+
 static void test_err_state_missing(void **state) {
     (void)state;
     kiln_model_config c;
@@ -325,6 +351,7 @@ int main(void) {
         cmocka_unit_test(test_err_param_abi),
         cmocka_unit_test(test_err_rank),
         cmocka_unit_test(test_err_state_missing),
+        cmocka_unit_test(test_err_ffn_no_gate),
         cmocka_unit_test(test_param_roundtrip),
         cmocka_unit_test(test_alloc_decoder),
         cmocka_unit_test(test_alloc_adversarial),

@@ -85,6 +85,9 @@ size_t kiln_cpu_xt_bytes(int64_t k, int64_t t) {
 size_t kiln_cpu_matmul_workspace(uint32_t w_dtype, int64_t n, int64_t k, int64_t t, int nth) {
     (void)n;
     if (nth < 1) nth = 1;
+    /* an unbounded bucket (tokens_max INT64_MAX) must not overflow the size arithmetic
+     * below: no step carries more than INT32_MAX tokens */
+    if (t > INT32_MAX) t = INT32_MAX;
     size_t act = kiln_cpu_mmq_supports(w_dtype) ? (size_t)t * kiln_q8act_row_bytes(k)
                  : t > 1                        ? kiln_cpu_xt_bytes(k, t)
                                                 : 0;
