@@ -48,6 +48,7 @@ int kiln_cmd_run(int argc, char **argv) {
         {"ids", 0, false, NULL, "print token ids instead of text", false, NULL},
         {"stop", 0, true, "TEXT", "stop when this text is generated", false, NULL},
         {"kv-f16", 0, false, NULL, "store the KV cache as f16", false, NULL},
+        KILN_OPT_LOAD_REPORT,
         {"numerics", 0, true, "MODE",
          "exact (default) or ggml: quantized matmuls with llama.cpp's 8-bit activations", false,
          NULL},
@@ -129,7 +130,8 @@ int kiln_cmd_run(int argc, char **argv) {
                         .n_ctx = n_ctx,
                         .max_seqs = 1,
                         .kv_f16 = kiln_opt_find(opts, KILN_NOPTS(opts), "kv-f16")->seen,
-                        .numerics = kiln_opt_find(opts, KILN_NOPTS(opts), "numerics")->value};
+                        .numerics = kiln_opt_find(opts, KILN_NOPTS(opts), "numerics")->value,
+                        .load_report = kiln_opt_find(opts, KILN_NOPTS(opts), "load-report")->seen};
     kiln_opt *o_tpl = kiln_opt_find(opts, KILN_NOPTS(opts), "chat-template");
     char *tpl = NULL;
     if (o_tpl->seen) {

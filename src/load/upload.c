@@ -113,7 +113,7 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
         int64_t g = kiln_load_chunk_rows(it);
         uint64_t gb = (uint64_t)g * it->out_row_bytes;
         uint64_t slab = gb >= UP_STAGE ? gb : (UP_STAGE / gb) * gb;
-        uint64_t all = (uint64_t)it->n_rows * it->out_row_bytes;
+        uint64_t all = (uint64_t)kiln_load_out_end(it, it->n_rows) * it->out_row_bytes;
         if (slab > all) slab = all;
         if (slab > stage) stage = (size_t)slab;
     }
@@ -195,7 +195,7 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
                 kiln_err_wrap(err, st, "lane upload: tensor '%s'", it->src->name);
                 goto done;
             }
-            size_t bytes = (size_t)((uint64_t)(r1 - r) * it->out_row_bytes);
+            size_t bytes = (size_t)((uint64_t)(kiln_load_out_end(it, r1) - r) * it->out_row_bytes);
             CU(cudaMemcpyAsync((uint8_t *)it->device_ptr + (size_t)r * it->out_row_bytes, pin[b],
                                bytes, cudaMemcpyHostToDevice, stream),
                "cudaMemcpyAsync");

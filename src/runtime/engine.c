@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "format/dtype.h"
+#include "load/load.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -85,7 +86,12 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
         free(e);
         return kiln_err_wrap(err, st, "compiling the %s plan", m->cfg.arch);
     }
-    st = kiln_bind_plan_numerics(be, m, &plan, ggml_numerics, &e->bp, NULL, err);
+    /* weights: selection, then the load plan the chosen kernels ask for (runtime/bind.c) */
+    kiln_load_request lr;
+    kiln_load_request_init(&lr);
+    lr.progress = true;
+    lr.threads = o->n_threads > 0 ? o->n_threads : 0;
+    st = kiln_bind_plan_load(be, m, &plan, ggml_numerics, &lr, &e->bp, NULL, err);
     if (st) {
         free(e);
         return st;
@@ -184,6 +190,10 @@ void kiln_engine_free(kiln_engine *e) {
     free(e->seq_slot);
     free(e->counters);
     free(e);
+}
+
+const struct kiln_load_plan *kiln_engine_load_plan(const kiln_engine *e) {
+    return e->bp.load;
 }
 
 const uint64_t *kiln_engine_counters(const kiln_engine *e) {

@@ -42,4 +42,7 @@ struct kiln_engine {
     uint64_t *counters;
 };
 
+/* The executed load plan of the engine's weights (its report: load/load.h). */
+const struct kiln_load_plan *kiln_engine_load_plan(const kiln_engine *e);
+
 #endif /* KILN_RUNTIME_ENGINE_H */

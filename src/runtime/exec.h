@@ -48,8 +48,16 @@ typedef struct kiln_bound_plan {
     const kiln_backend *be;
     size_t work_per_token; /* floats of adapter workspace per token row */
     int32_t n_vocab;
-    kiln_arena arena;   /* f32 copies of vector weights stored as f16/bf16 */
+    kiln_arena arena;   /* binding's small allocations */
     bool ggml_numerics; /* quantized matmuls in llama.cpp's arithmetic (ref.h) */
+    /* the weights: the executed load plan owns (or aliases) every byte a kernel reads;
+     * wants is the load request binding derived from the chosen kernels; mem describes
+     * the tensors that live in memory (computed by a family, or a model from tensors) */
+    struct kiln_load_plan *load;
+    struct kiln_load_want *wants;
+    size_t n_wants;
+    struct kiln_tensor_info *mem;
+    size_t n_mem;
 } kiln_bound_plan;
 
 /* Takes ownership of *plan (the caller's copy is cleared, also on failure). On a
@@ -64,6 +72,28 @@ kiln_status kiln_bind_plan(const kiln_backend *be, const kiln_model *m, kiln_pla
 kiln_status kiln_bind_plan_numerics(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
                                     bool ggml_numerics, kiln_bound_plan *out, kiln_plan_check *chk,
                                     kiln_err *err);
+/* The same in its three steps, which the engine runs (kiln_bind_plan_load) and
+ * `kiln inspect --load` stops after the second:
+ *   kiln_bind_select       validate, compile, describe every weight and call site and choose
+ *                          every kernel; no weight byte is read (bound weights have no data);
+ *   kiln_bind_load_plan    the load request of the chosen kernels (per tensor: layout and
+ *                          placement) -> the load plan (lanes decided, nothing read); base
+ *                          gives the execution knobs (io, threads, progress; NULL: defaults);
+ *   kiln_bind_execute_load executes the plan (the bound plan takes it over, also on failure)
+ *                          and points every bound weight at its bytes.
+ * kiln_bind_plan_load runs all three; on failure *out is freed. */
+struct kiln_load_request;
+kiln_status kiln_bind_plan_load(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
+                                bool ggml_numerics, const struct kiln_load_request *load,
+                                kiln_bound_plan *out, kiln_plan_check *chk, kiln_err *err);
+kiln_status kiln_bind_select(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
+                             bool ggml_numerics, kiln_bound_plan *out, kiln_plan_check *chk,
+                             kiln_err *err);
+kiln_status kiln_bind_load_plan(kiln_bound_plan *bp, const kiln_model *m,
+                                const struct kiln_load_request *base, struct kiln_load_plan **out,
+                                kiln_err *err);
+kiln_status kiln_bind_execute_load(kiln_bound_plan *bp, const kiln_model *m,
+                                   struct kiln_load_plan *load, kiln_err *err);
 void kiln_bound_plan_free(kiln_bound_plan *bp);
 
 kiln_status kiln_exec_run(const kiln_bound_plan *bp, kiln_exec *x, kiln_err *err);
