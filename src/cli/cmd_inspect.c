@@ -222,6 +222,7 @@ int kiln_cmd_inspect(int argc, char **argv) {
          false, NULL},
         {"execute", 0, false, NULL, "with --load: run the plan and report what it did", false,
          NULL},
+        {"no-huge-pages", 0, false, NULL, "with --load: owned memory in 4 KiB pages", false, NULL},
     };
     const char *pos[2];
     int n_pos;
@@ -264,6 +265,7 @@ int kiln_cmd_inspect(int argc, char **argv) {
     }
     if (opts[8].seen) req.populate = false;
     if (opts[10].seen) req.target.writable = true;
+    if (opts[13].seen) req.huge_pages = false;
     const bool load = opts[1].seen, json = opts[2].seen, verbose = opts[3].seen;
 
     /* the whole file with one target (a loader probe), or the engine's plan */

@@ -280,6 +280,12 @@ static void register_layouts(void) {
         kiln_layout_find(LAYOUT_CPU_R16) ? KILN_OK : kiln_layout_register(&r16_layout, &e);
 }
 
+/* Where a backend's kernels read weights. Until the backend descriptor says so itself
+ * (backend.h, rt's #18), a backend named "cuda" reads device memory (device 0). */
+static kiln_place weight_place(const kiln_backend *be) {
+    return be && strncmp(be->name, "cuda", 4) == 0 ? KILN_PLACE_CUDA : KILN_PLACE_HOST;
+}
+
 /* The loader layout of a bound weight. */
 static const char *load_layout(const kiln_weight_ref *ref, const kiln_bound_weight *w,
                                const kiln_tensor_info *src) {
@@ -343,7 +349,7 @@ kiln_status kiln_bind_load_plan(kiln_bound_plan *bp, const kiln_model *m,
             const kiln_weight_ref *ref = &p->weights[p->insns[i].w[k]];
             const kiln_tensor_info *src = source_of(bp, m, ref->name, err);
             if (!src) return KILN_ERR_NOT_FOUND;
-            kiln_load_target tg = {KILN_PLACE_HOST, 0, load_layout(ref, &bp->bi[i].w[k], src),
+            kiln_load_target tg = {weight_place(bp->be), 0, load_layout(ref, &bp->bi[i].w[k], src),
                                    false};
             bool seen = false;
             for (size_t j = 0; j < bp->n_wants && !seen; j++)
@@ -373,11 +379,12 @@ static kiln_status bind_loaded_weights(kiln_bound_plan *bp, const kiln_model *m,
             if (!src) return KILN_ERR_NOT_FOUND;
             const char *lay = load_layout(ref, w, src);
             const kiln_load_item *it = kiln_load_plan_find_want(bp->load, src, lay);
-            if (!it || !it->done || !it->data)
+            const void *bytes = it ? (it->device_ptr ? it->device_ptr : it->data) : NULL;
+            if (!it || !it->done || !bytes)
                 return kiln_err_set(err, KILN_ERR_INTERNAL,
                                     "binding '%s': the load plan holds no %s bytes of it",
                                     ref->name, lay);
-            w->data = it->data;
+            w->data = bytes; /* host bytes, or the device pointer for a device backend */
         }
     return KILN_OK;
 }
