@@ -204,6 +204,8 @@ typedef struct work {
     kiln_err err;
     atomic_uint_fast64_t done_bytes;
     atomic_int *left; /* per item: chunks still to run (the tensor commits at 0) */
+    bool *drop;       /* per item: unmap its source pages once transformed (no alias shares
+                         them): the transformed copy is the only one resident */
 } work;
 
 /* Progress of the whole load (src bytes): the bar appears once loading has run ~1 s. */
@@ -272,6 +274,19 @@ static void populate_range(const uint8_t *a, size_t n, bool cold) {
     if (n) (void)va[n - 1];
 }
 
+/* Unmaps the whole pages of a transformed chunk's source rows from this process (the
+ * page cache keeps them; a later access refaults): peak resident memory stays the
+ * aliased bytes plus the owned copies, not a second mapped copy of every transformed
+ * tensor. Only for tensors no alias item uses and contiguous rows read via the mapping. */
+static void drop_source(const kiln_load_plan *p, const kiln_load_item *it, int64_t r0, int64_t r1) {
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)(kiln_load_src(p, it) + (uint64_t)r0 * it->src_stride);
+    uintptr_t b = a + (uintptr_t)((uint64_t)(r1 - r0) * it->src_stride);
+    a = (a + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1); /* whole pages inside the range */
+    b &= ~(uintptr_t)(pg - 1);
+    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 /* Cold files: asks the kernel to start reading chunk c (large asynchronous readahead)
  * instead of the small synchronous windows that page faults or a read would start. */
 static void prefetch_chunk(const work *w, int64_t c) {
@@ -314,6 +329,7 @@ static void run_chunks(void *ctx, int64_t begin, int64_t end, int ith) {
                 fail_work(w, &e, it);
                 return;
             }
+            if (w->drop && w->drop[ch->item]) drop_source(w->p, it, ch->r0, ch->r1);
         }
         uint64_t done =
             atomic_fetch_add_explicit(&w->done_bytes, bytes, memory_order_relaxed) + bytes;
@@ -347,6 +363,20 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
     kiln_status st = KILN_OK;
     if (!w.chunks || !w.readers || !w.scratch)
         st = kiln_err_set(err, KILN_ERR_NOMEM, "load chunks");
+    if (!st && lane == KILN_LANE_TRANSFORM && p->rep.env.io == KILN_IO_MMAP) {
+        w.drop = calloc(p->n ? p->n : 1, sizeof *w.drop);
+        if (!w.drop) st = kiln_err_set(err, KILN_ERR_NOMEM, "load chunks");
+        for (size_t i = 0; !st && i < p->n; i++) {
+            const kiln_load_item *it = &p->items[i];
+            bool identity =
+                strcmp(it->layout->name, "native") == 0 && it->src->fixup == KILN_FIXUP_NONE;
+            w.drop[i] = it->lane == KILN_LANE_TRANSFORM && !identity &&
+                        it->src->file != KILN_LOAD_MEMORY && it->src_stride == it->src_row_bytes;
+            for (size_t j = 0; w.drop[i] && j < p->n; j++) /* an alias keeps its pages */
+                if (p->items[j].src == it->src && p->items[j].lane == KILN_LANE_ALIAS)
+                    w.drop[i] = false;
+        }
+    }
     int64_t k = 0;
     for (size_t i = 0; !st && i < p->n; i++) {
         const kiln_load_item *it = &p->items[i];
@@ -385,6 +415,7 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
     for (int t = 0; w.readers && t < nth; t++) kiln_reader_free(&w.readers[t]);
     for (int t = 0; w.scratch && t < nth; t++) kiln_free_aligned(w.scratch[t]);
     free(w.chunks);
+    free(w.drop);
     free(w.left);
     free(w.readers);
     free(w.scratch);
