@@ -358,7 +358,7 @@ typedef struct engine_load {
     kiln_load_report rep;
 } engine_load;
 
-static engine_load run_engine_load(const char *path, const char *backend, int threads) {
+static engine_load run_engine_load(const char *path, const char *backend, int threads, bool huge) {
     uint64_t t0 = kiln_now_ns();
     kiln_model *m;
     kiln_err e;
@@ -368,6 +368,7 @@ static engine_load run_engine_load(const char *path, const char *backend, int th
     kiln_load_request rq;
     kiln_load_request_init(&rq);
     rq.threads = threads;
+    rq.huge_pages = huge;
     if (kiln_model_load(path, &m, &e) ||
         m->family->compile(&m->cfg, KILN_MODE_PREFILL, &plan, &e) ||
         kiln_bind_plan_load(kiln_backend_find(backend), m, &plan, false, &rq, &bp, NULL, &e)) {
@@ -396,12 +397,18 @@ static int engine_main(const char *path, const char *backend, int threads, int r
         double s = seq_read(path, &bytes);
         if (s < seq) seq = s;
         evict(path);
-        engine_load c = run_engine_load(path, backend, threads);
+        engine_load c = run_engine_load(path, backend, threads, true);
         if (c.seconds < cold) cold = c.seconds;
     }
     uint64_t hwm_cold = vm_hwm_kb();
+    double tr4k = 0, warm4k = 1e30;
     for (int r = 0; r < reps; r++) {
-        engine_load w = run_engine_load(path, backend, threads);
+        engine_load w4 = run_engine_load(path, backend, threads, false);
+        const kiln_lane_stats *t4 = &w4.rep.lane[KILN_LANE_TRANSFORM];
+        double g4 = t4->seconds > 0 ? (double)t4->src_bytes / t4->seconds * 1e-9 : 0;
+        if (g4 > tr4k) tr4k = g4;
+        if (w4.seconds < warm4k) warm4k = w4.seconds;
+        engine_load w = run_engine_load(path, backend, threads, true);
         if (w.seconds < warm) warm = w.seconds;
         const kiln_lane_stats *t = &w.rep.lane[KILN_LANE_TRANSFORM];
         double g = t->seconds > 0 ? (double)t->src_bytes / t->seconds * 1e-9 : 0;
@@ -430,7 +437,9 @@ static int engine_main(const char *path, const char *backend, int threads, int r
            last.rep.plan_seconds * 1e3, last.rep.exec_seconds * 1e3,
            last.rep.lane[KILN_LANE_ALIAS].seconds * 1e3,
            last.rep.lane[KILN_LANE_TRANSFORM].seconds * 1e3);
-    printf("%-44s %10.2f GB/s\n", "transform lane (warm)", tr);
+    printf("%-44s %10.2f GB/s\n", "transform lane (warm, huge-page arena)", tr);
+    printf("%-44s %10.2f GB/s (to ready %.1f ms)\n", "transform lane (warm, 4 KiB pages)", tr4k,
+           warm4k * 1e3);
     printf("%-44s %10.2f GB/s\n", "memcpy, same bytes, touched memory", mc_t);
     printf("%-44s %10.2f GB/s\n", "memcpy, same bytes, fresh 4 KiB pages", mc_f);
     printf("%-44s %10.2f GB/s\n", "memcpy, same bytes, fresh huge pages", mc_h);
@@ -443,6 +452,7 @@ static int engine_main(const char *path, const char *backend, int threads, int r
     printf("  transform / memcpy (touched)           %.3f   (target >= 0.8)\n", tr / mc_t);
     printf("  transform / memcpy (fresh 4 KiB)       %.3f\n", tr / mc_f);
     printf("  transform / memcpy (fresh huge pages)  %.3f\n", tr / mc_h);
+    printf("  transform 4 KiB / memcpy (fresh 4 KiB) %.3f\n", tr4k / mc_f);
     printf("  peak RSS / (file + owned) bytes        %.3f\n",
            (double)hwm_cold * 1024 / ((double)sb.st_size + (double)last.rep.env.owned_bytes));
     return 0;

@@ -74,6 +74,10 @@ void kiln_load_owned_free(void *p, size_t n);
 /* ---- CUDA upload lane (upload.c; stubs without KILN_HAVE_CUDA) ---- */
 /* Number of usable devices (0 without CUDA or a device). */
 int kiln_cuda_device_count(void);
+/* Selects the device and creates its context (at planning: the first CUDA call of a
+ * process costs 0.1-0.5 s, which is no part of any lane's bandwidth; the report's plan
+ * time includes it). */
+kiln_status kiln_cuda_device_init(int device, kiln_err *err);
 /* Uploads the items (all placed on CUDA) with pinned double buffers; fills device_ptr. */
 kiln_status kiln_upload_lane(kiln_load_plan *p, kiln_load_item **items, size_t n, kiln_reader *rd,
                              kiln_err *err);

@@ -405,8 +405,22 @@ kiln_status kiln_load_plan_build(const kiln_model_file *mf, const kiln_load_requ
         p->n++;
     }
     if (!st) st = index_names(p, err);
-    if (!st && p->rep.lane[KILN_LANE_UPLOAD].tensors)
+    if (!st && p->rep.lane[KILN_LANE_UPLOAD].tensors) {
         p->rep.env.owned_bytes += 2 * (uint64_t)p->max_chunk_src; /* pinned staging */
+        /* contexts of the target devices, created now (see kiln_cuda_device_init) */
+        uint64_t seen = 0;
+        for (size_t i = 0; i < p->n && !st; i++) {
+            const kiln_load_item *it = &p->items[i];
+            if (it->lane != KILN_LANE_UPLOAD || it->target.device >= 64 ||
+                (seen >> it->target.device & 1))
+                continue;
+            seen |= (uint64_t)1 << it->target.device;
+            st = kiln_cuda_device_init(it->target.device, err);
+            if (st)
+                kiln_err_wrap(err, st, "planning the load of %s: cuda:%d", kiln_load_plan_path(p),
+                              it->target.device);
+        }
+    }
     if (!st && p->rep.env.budget && p->rep.env.owned_bytes > p->rep.env.budget)
         st = kiln_err_set(err, KILN_ERR_CAPACITY,
                           "planning the load of %s: the plan needs %.2f GiB of host memory, the "
