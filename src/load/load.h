@@ -194,6 +194,10 @@ typedef struct kiln_load_plan kiln_load_plan;
 /* Builds the plan (no tensor bytes are read). */
 kiln_status kiln_load_plan_build(const kiln_model_file *mf, const kiln_load_request *req,
                                  kiln_load_plan **out, kiln_err *err);
+/* The request the plan was built from (its wants pointer is only valid while planning) and
+ * the model file it reads (NULL for a plan of tensors in memory). */
+const kiln_load_request *kiln_load_plan_request(const kiln_load_plan *p);
+const kiln_model_file *kiln_load_plan_file(const kiln_load_plan *p);
 /* The path named in messages (the model file's, or "memory"). */
 const char *kiln_load_plan_path(const kiln_load_plan *p);
 /* Runs the plan (once). On failure the message names the tensor and lane. */

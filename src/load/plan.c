@@ -479,6 +479,12 @@ const kiln_load_item *kiln_load_plan_find_want(const kiln_load_plan *p, const ki
         if (p->items[i].src == src && p->items[i].layout == l) return &p->items[i];
     return NULL;
 }
+const kiln_load_request *kiln_load_plan_request(const kiln_load_plan *p) {
+    return &p->req;
+}
+const kiln_model_file *kiln_load_plan_file(const kiln_load_plan *p) {
+    return p->mf;
+}
 const char *kiln_load_plan_path(const kiln_load_plan *p) {
     return p->mf ? kiln_model_file_path(p->mf) : "memory";
 }

@@ -397,6 +397,57 @@ kiln_status kiln_bind_execute_load(kiln_bound_plan *bp, const kiln_model *m, kil
     return bind_loaded_weights(bp, m, err);
 }
 
+kiln_status kiln_bind_relayout_weight(kiln_bound_plan *bp, int32_t insn, int widx, uint32_t wlayout,
+                                      kiln_err *err) {
+    if (!bp->load) return kiln_err_set(err, KILN_ERR_STATE, "no load plan backs this bound plan");
+    const kiln_plan *p = &bp->plan;
+    if (insn < 0 || insn >= p->n_insns || widx < 0 || widx >= KILN_PLAN_MAX_WEIGHTS ||
+        p->insns[insn].w[widx] == KILN_PLAN_NO_WEIGHT)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "relayout: no weight (%d, %d)", (int)insn,
+                            widx);
+    const kiln_weight_ref *ref = &p->weights[p->insns[insn].w[widx]];
+    if (ref->wclass != KILN_WCLASS_MATRIX ||
+        (wlayout != KILN_WLAYOUT_PLAIN && wlayout != KILN_WLAYOUT_CPU_R16))
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "relayout of '%s' to layout %u", ref->name,
+                            wlayout);
+    const kiln_tensor_info *src = NULL; /* the tensor the load request named */
+    for (size_t j = 0; j < bp->n_wants && !src; j++)
+        if (strcmp(bp->wants[j].src->name, ref->name) == 0) src = bp->wants[j].src;
+    if (!src) return kiln_err_set(err, KILN_ERR_NOT_FOUND, "relayout: '%s' not loaded", ref->name);
+    kiln_bound_weight *w = &bp->bi[insn].w[widx];
+    const char *lay = wlayout == KILN_WLAYOUT_CPU_R16 ? LAYOUT_CPU_R16 : "native";
+    /* reuse a loaded copy in that layout, else plan and load just that one */
+    const kiln_load_item *it = kiln_load_plan_find_want(bp->load, src, lay);
+    for (size_t j = 0; !it && j < bp->n_extra; j++)
+        it = kiln_load_plan_find_want(bp->extra[j], src, lay);
+    if (!it) {
+        kiln_load_plan **x = realloc(bp->extra, (bp->n_extra + 1) * sizeof(*x));
+        if (!x) return kiln_err_set(err, KILN_ERR_NOMEM, "relayout of '%s'", ref->name);
+        bp->extra = x;
+        const kiln_load_item *first = kiln_load_plan_item(bp->load, 0);
+        kiln_load_want one = {src,
+                              {first ? first->target.place : KILN_PLACE_HOST,
+                               first ? first->target.device : 0, lay, false}};
+        kiln_load_request req = *kiln_load_plan_request(bp->load);
+        req.wants = &one; /* read while planning only */
+        req.n_wants = 1;
+        req.progress = false;
+        kiln_load_plan *lp;
+        kiln_status st = kiln_load_plan_build(kiln_load_plan_file(bp->load), &req, &lp, err);
+        if (!st) st = kiln_load_execute(lp, err);
+        if (st) {
+            kiln_load_plan_free(lp);
+            return kiln_err_wrap(err, st, "circuit breaker: loading '%s' in layout %s", ref->name,
+                                 lay);
+        }
+        bp->extra[bp->n_extra++] = lp;
+        it = kiln_load_plan_item(lp, 0);
+    }
+    w->data = it->device_ptr ? it->device_ptr : it->data;
+    w->layout = wlayout;
+    return KILN_OK;
+}
+
 /* After selection: a weight whose matmul kernels all read R16 is loaded in R16. */
 static void choose_layouts(kiln_bound_plan *bp) {
     const kiln_plan *p = &bp->plan;
@@ -501,6 +552,8 @@ void kiln_bound_plan_free(kiln_bound_plan *bp) {
     if (!bp) return;
     free(bp->bi);
     kiln_load_plan_free(bp->load); /* the weights' bytes (after the kernels are gone) */
+    for (size_t i = 0; i < bp->n_extra; i++) kiln_load_plan_free(bp->extra[i]);
+    free(bp->extra);
     free(bp->wants);
     free(bp->mem);
     kiln_plan_free(&bp->plan);

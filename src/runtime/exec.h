@@ -58,6 +58,8 @@ typedef struct kiln_bound_plan {
     size_t n_wants;
     struct kiln_tensor_info *mem;
     size_t n_mem;
+    struct kiln_load_plan **extra; /* layouts loaded later (circuit breaker) */
+    size_t n_extra;
 } kiln_bound_plan;
 
 /* Takes ownership of *plan (the caller's copy is cleared, also on failure). On a
@@ -94,6 +96,12 @@ kiln_status kiln_bind_load_plan(kiln_bound_plan *bp, const kiln_model *m,
                                 kiln_err *err);
 kiln_status kiln_bind_execute_load(kiln_bound_plan *bp, const kiln_model *m,
                                    struct kiln_load_plan *load, kiln_err *err);
+/* Points weight (insn, widx) at its bytes in layout wlayout (KILN_WLAYOUT_PLAIN or _CPU_R16):
+ * a copy the load plans already hold, else a load of just that layout through the loader
+ * (never a read of the file behind the plan). The circuit breaker uses it when a weight's
+ * replacement kernel reads another layout. KILN_ERR_STATE without a load plan. */
+kiln_status kiln_bind_relayout_weight(kiln_bound_plan *bp, int32_t insn, int widx, uint32_t wlayout,
+                                      kiln_err *err);
 void kiln_bound_plan_free(kiln_bound_plan *bp);
 
 kiln_status kiln_exec_run(const kiln_bound_plan *bp, kiln_exec *x, kiln_err *err);

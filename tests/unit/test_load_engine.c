@@ -16,6 +16,7 @@
 #include "load/load.h"
 #include "model/model.h"
 #include "runtime/exec.h"
+#include "runtime/kselect.h"
 #include "testutil.h"
 
 #include <fnmatch.h>
@@ -304,10 +305,70 @@ static void test_memory_model(void **state) {
     kiln_model_free(fm);
 }
 
+/* The circuit breaker replaces a kernel that read an R16 weight with one that reads plain
+ * rows: the missing layout is loaded through the loader (no read behind the plan), and
+ * the weight's bytes are the file's rows. */
+static void test_breaker_relayout(void **state) {
+    (void)state;
+    if (!have_gen()) {
+        printf("skipping: %s not built\n", gen_path);
+        skip();
+    }
+    kiln_err e;
+    kiln_model *m;
+    assert_int_equal(kiln_model_load(gen("llama", "q4_0", "", false), &m, &e), KILN_OK);
+    kiln_plan plan;
+    kiln_plan_init(&plan);
+    assert_int_equal(m->family->compile(&m->cfg, KILN_MODE_PREFILL, &plan, &e), KILN_OK);
+    kiln_bound_plan bp;
+    assert_int_equal(
+        kiln_bind_plan_load(kiln_backend_find("cpu"), m, &plan, false, NULL, &bp, NULL, &e),
+        KILN_OK);
+    int32_t fi = -1;
+    int fs = -1;
+    for (int32_t i = 0; i < bp.plan.n_insns && fi < 0; i++)
+        for (int s = 0; s < bp.bi[i].n_sites && fi < 0; s++) {
+            const kiln_site *st = &bp.bi[i].site[s];
+            if (st->widx >= 0 && st->desc.op == KILN_KOP_MATMUL &&
+                bp.bi[i].w[st->widx].layout == KILN_WLAYOUT_CPU_R16)
+                fi = i, fs = s;
+        }
+    if (fi < 0) {
+        printf("skipping: the cpu backend chose no R16 kernel on this machine\n");
+        kiln_bound_plan_free(&bp);
+        kiln_model_free(m);
+        skip();
+    }
+    kiln_err fail;
+    kiln_err_set(&fail, KILN_ERR_DEVICE, "simulated");
+    if (kiln_plan_kernel_failed(&bp, fi, fs, 0, &fail, &e)) fail_msg("breaker: %s", e.msg);
+    const kiln_site *st = &bp.bi[fi].site[fs];
+    const kiln_bound_weight *w = &bp.bi[fi].w[st->widx];
+    for (int b = 0; b < KILN_BUCKETS; b++)
+        assert_true(st->layout[b] == w->layout || w->layout == KILN_WLAYOUT_PLAIN);
+    if (w->layout == KILN_WLAYOUT_PLAIN) {
+        const char *name = bp.plan.weights[bp.plan.insns[fi].w[st->widx]].name;
+        const kiln_tensor_info *t = kiln_model_file_find_tensor(m->file, name);
+        uint8_t *plain =
+            plain_read(m, t, 0, t->shape[1], 0, (size_t)t->nbytes / (size_t)t->shape[1]);
+        assert_memory_equal(w->data, plain, (size_t)t->nbytes);
+        free(plain);
+        assert_true(bp.n_extra >= 1);
+        printf("breaker: '%s' reloaded as plain rows through the loader\n", name);
+    } else {
+        printf("breaker: the replacement kernel reads R16 too (no reload needed)\n");
+    }
+    kiln_bound_plan_free(&bp);
+    kiln_model_free(m);
+    assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", NULL, &e),
+                     KILN_OK); /* health bits back for other tests */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_bytes),
         cmocka_unit_test(test_memory_model),
+        cmocka_unit_test(test_breaker_relayout),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
