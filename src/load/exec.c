@@ -558,7 +558,8 @@ kiln_status kiln_load_execute(kiln_load_plan *p, kiln_err *err) {
             }
             free(ups);
         }
-        p->rep.lane[KILN_LANE_UPLOAD].seconds = (double)(kiln_now_ns() - ts) * 1e-9;
+        p->rep.lane[KILN_LANE_UPLOAD].seconds =
+            (double)(kiln_now_ns() - ts) * 1e-9 - p->rep.upload_setup_seconds;
     }
     kiln_pool_free(pool);
     if (p->bar_on) kiln_progress_end(&p->bar);

@@ -186,6 +186,9 @@ typedef struct kiln_load_report {
     kiln_load_env env;
     double plan_seconds, exec_seconds;
     double total_seconds; /* plan + execute: time to ready */
+    /* upload lane: setting up pinned staging, the device arena and threads; excluded from
+     * lane[UPLOAD].seconds (its bandwidth), included in exec and total time */
+    double upload_setup_seconds;
     bool executed;
 } kiln_load_report;
 

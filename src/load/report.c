@@ -48,6 +48,10 @@ void kiln_load_report_print(const kiln_load_plan *p, FILE *f, bool verbose) {
                 s->tensors, (double)s->bytes / (1 << 20), (double)s->src_bytes / (1 << 20),
                 s->seconds * 1e3, gbps(s->src_bytes, s->seconds));
     }
+    if (r->lane[KILN_LANE_UPLOAD].tensors)
+        fprintf(f,
+                "  upload setup (pinned staging, device arena) %.2f ms, not in the lane's GB/s\n",
+                r->upload_setup_seconds * 1e3);
     fprintf(f, "  plan %.2f ms, execute %.2f ms, ready in %.2f ms%s\n", r->plan_seconds * 1e3,
             r->exec_seconds * 1e3, r->total_seconds * 1e3, r->executed ? "" : " (not executed)");
     if (r->lane[KILN_LANE_RESIDUAL].tensors) {
@@ -110,6 +114,7 @@ char *kiln_load_report_json(const kiln_load_plan *p, bool verbose) {
     json_object_set_new(root, "residual", residual);
     json_object_set_new(root, "plan_seconds", json_real(r->plan_seconds));
     json_object_set_new(root, "execute_seconds", json_real(r->exec_seconds));
+    json_object_set_new(root, "upload_setup_seconds", json_real(r->upload_setup_seconds));
     json_object_set_new(root, "ready_seconds", json_real(r->total_seconds));
     json_object_set_new(root, "executed", json_boolean(r->executed));
     if (verbose) {
