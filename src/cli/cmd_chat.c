@@ -8,6 +8,7 @@
  * and history come from libedit. Commands: /reset (forget the conversation), /quit.
  */
 #include "cli/args.h"
+#include "base/mem.h"
 #include "cli/commands.h"
 #include "cli/gen.h"
 
@@ -33,7 +34,7 @@ typedef struct chat_state {
 static kiln_status append_fed(kiln_tokens *t, int32_t id, kiln_err *err) {
     if (t->n == t->cap) {
         size_t nc = t->cap ? t->cap * 2 : 256;
-        kiln_token *q = realloc(t->ids, nc * sizeof(kiln_token));
+        kiln_token *q = kiln_realloc(t->ids, nc * sizeof(kiln_token));
         if (!q) return kiln_err_set(err, KILN_ERR_NOMEM, "chat history");
         t->ids = q;
         t->cap = nc;
@@ -65,7 +66,7 @@ static kiln_status turn(chat_state *c, char **reply, kiln_err *err) {
     if (common == toks.n) common--;
     if ((st = kiln_seq_truncate(c->g.engine, c->seq, (int32_t)common, err))) goto done;
     c->fed.n = common;
-    logits = malloc(sizeof(float) * (size_t)c->g.n_vocab);
+    logits = kiln_malloc(sizeof(float) * (size_t)c->g.n_vocab);
     if (!logits) {
         st = kiln_err_set(err, KILN_ERR_NOMEM, "logits");
         goto done;
@@ -92,7 +93,7 @@ static kiln_status turn(chat_state *c, char **reply, kiln_err *err) {
         fflush(stdout);
         if (out_len + len + 1 > out_cap) {
             out_cap = (out_len + len + 1) * 2;
-            char *q = realloc(out, out_cap);
+            char *q = kiln_realloc(out, out_cap);
             if (!q) {
                 st = kiln_err_set(err, KILN_ERR_NOMEM, "reply");
                 goto done;
@@ -112,17 +113,17 @@ static kiln_status turn(chat_state *c, char **reply, kiln_err *err) {
             prompt_ms > 0 ? (double)(toks.n - common) * 1000 / prompt_ms : 0.0, (long long)n,
             gen_ms > 0 ? (double)n * 1000 / gen_ms : 0.0);
     if (!out)
-        out = calloc(1, 1);
+        out = kiln_calloc(1, 1);
     else
         out[out_len] = 0;
     *reply = out;
     out = NULL;
 done:
-    free(out);
+    kiln_free(out);
     kiln_detok_stream_free(ds);
-    free(logits);
+    kiln_free(logits);
     kiln_tokens_free(&toks);
-    free(text);
+    kiln_free(text);
     return st;
 }
 
@@ -187,7 +188,7 @@ int kiln_cmd_chat(int argc, char **argv) {
         if (kiln_gen_read_file(o_tpl->value, &tpl, &tl, &err)) return kiln_cli_fail("chat", &err);
     }
     if (kiln_gen_open(&go, &c.g, &err)) {
-        free(tpl);
+        kiln_free(tpl);
         return kiln_cli_fail("chat", &err);
     }
     c.tpl = tpl;
@@ -214,12 +215,12 @@ int kiln_cmd_chat(int argc, char **argv) {
         char *line = readline(tty ? "> " : "");
         if (!line) break;
         if (!*line) {
-            free(line);
+            kiln_free(line);
             continue;
         }
         if (tty) add_history(line);
         if (strcmp(line, "/quit") == 0 || strcmp(line, "/exit") == 0) {
-            free(line);
+            kiln_free(line);
             break;
         }
         if (strcmp(line, "/reset") == 0) {
@@ -229,11 +230,11 @@ int kiln_cmd_chat(int argc, char **argv) {
                                       json_pack("{s:s, s:s}", "role", "system", "content", sys));
             kiln_seq_truncate(c.g.engine, c.seq, 0, NULL);
             c.fed.n = 0;
-            free(line);
+            kiln_free(line);
             continue;
         }
         json_array_append_new(c.msgs, json_pack("{s:s, s:s}", "role", "user", "content", line));
-        free(line);
+        kiln_free(line);
         char *reply = NULL;
         if (turn(&c, &reply, &err)) {
             kiln_cli_fail("chat", &err);
@@ -243,7 +244,7 @@ int kiln_cmd_chat(int argc, char **argv) {
         }
         json_array_append_new(c.msgs,
                               json_pack("{s:s, s:s}", "role", "assistant", "content", reply));
-        free(reply);
+        kiln_free(reply);
     }
     rc = 0;
 done:
@@ -252,6 +253,6 @@ done:
     kiln_tokens_free(&c.fed);
     kiln_sampler_free(c.smp);
     kiln_gen_close(&c.g);
-    free(tpl);
+    kiln_free(tpl);
     return rc;
 }

@@ -8,6 +8,7 @@
  * generation speed go to stderr at the end.
  */
 #include "base/timer.h"
+#include "base/mem.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/gen.h"
@@ -102,13 +103,13 @@ int kiln_cmd_run(int argc, char **argv) {
             return kiln_cli_fail("run", &err);
         }
         size_t cap = 1 << 16, len = 0, k;
-        prompt_buf = malloc(cap + 1);
+        prompt_buf = kiln_malloc(cap + 1);
         while (prompt_buf && (k = fread(prompt_buf + len, 1, cap - len, f)) > 0) {
             len += k;
             if (len == cap) {
-                char *q = realloc(prompt_buf, cap * 2 + 1);
+                char *q = kiln_realloc(prompt_buf, cap * 2 + 1);
                 if (!q) {
-                    free(prompt_buf);
+                    kiln_free(prompt_buf);
                     prompt_buf = NULL;
                     break;
                 }
@@ -137,7 +138,7 @@ int kiln_cmd_run(int argc, char **argv) {
     if (o_tpl->seen) {
         size_t tl;
         if (kiln_gen_read_file(o_tpl->value, &tpl, &tl, &err)) {
-            free(prompt_buf);
+            kiln_free(prompt_buf);
             return kiln_cli_fail("run", &err);
         }
         chat = true;
@@ -146,14 +147,14 @@ int kiln_cmd_run(int argc, char **argv) {
     kiln_opt *o_dis = kiln_opt_find(opts, KILN_NOPTS(opts), "dispatch");
     if ((o_pol->seen || o_dis->seen) &&
         kiln_runtime_selector_configure(o_pol->value, NULL, o_dis->value, &err)) {
-        free(prompt_buf);
-        free(tpl);
+        kiln_free(prompt_buf);
+        kiln_free(tpl);
         return kiln_cli_fail("run", &err);
     }
     kiln_gen_ctx g;
     uint64_t t_load = kiln_now_ns();
     if (kiln_gen_open(&go, &g, &err)) {
-        free(prompt_buf);
+        kiln_free(prompt_buf);
         return kiln_cli_fail("run", &err);
     }
     double load_ms = kiln_elapsed_ms(t_load);
@@ -165,7 +166,7 @@ int kiln_cmd_run(int argc, char **argv) {
     kiln_detok_stream *ds = NULL;
     kiln_stopper stop;
     memset(&stop, 0, sizeof(stop));
-    float *logits = malloc((size_t)g.n_vocab * sizeof(float));
+    float *logits = kiln_malloc((size_t)g.n_vocab * sizeof(float));
     if (!logits) {
         kiln_err_set(&err, KILN_ERR_NOMEM, "logits");
         goto done;
@@ -271,10 +272,10 @@ done:
     kiln_stopper_free(&stop);
     kiln_sampler_free(smp);
     kiln_tokens_free(&toks);
-    free(chat_text);
-    free(logits);
-    free(prompt_buf);
-    free(tpl);
+    kiln_free(chat_text);
+    kiln_free(logits);
+    kiln_free(prompt_buf);
+    kiln_free(tpl);
     kiln_gen_close(&g);
     return rc;
 }

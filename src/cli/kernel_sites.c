@@ -1,5 +1,6 @@
 /* kernel_sites.c — the bound plan's call sites for the kernel tools (kernel_sites.h). */
 #include "cli/kernel_sites.h"
+#include "base/mem.h"
 
 #include "cli/commands.h"
 #include "runtime/kselect.h"
@@ -55,7 +56,7 @@ kiln_status kiln_kernel_env_open(kiln_kernel_env *env, const char *model_arg, co
     env->bound = true;
     int n = 0;
     for (int32_t i = 0; i < env->bp.plan.n_insns; i++) n += env->bp.bi[i].n_sites;
-    env->sites = calloc((size_t)(n > 0 ? n : 1), sizeof *env->sites);
+    env->sites = kiln_calloc((size_t)(n > 0 ? n : 1), sizeof *env->sites);
     if (!env->sites) {
         st = kiln_err_set(err, KILN_ERR_NOMEM, "call sites: out of memory");
         goto fail;
@@ -92,7 +93,7 @@ void kiln_kernel_env_ctx(const kiln_kernel_env *env, const kiln_model_site *s, i
 }
 
 void kiln_kernel_env_close(kiln_kernel_env *env) {
-    free(env->sites);
+    kiln_free(env->sites);
     if (env->bound) kiln_bound_plan_free(&env->bp);
     kiln_model_free(env->model);
     memset(env, 0, sizeof *env);

@@ -274,7 +274,7 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
     }
 #undef NEED
     int warm = o->warmup < 1 ? 1 : o->warmup, reps = o->reps < 3 ? 3 : o->reps;
-    double *times = calloc((size_t)reps, sizeof *times);
+    double *times = kiln_calloc((size_t)reps, sizeof *times);
     if (!times) {
         st = kiln_err_set(err, KILN_ERR_NOMEM, "tune: out of memory");
         goto done;
@@ -313,7 +313,7 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
         }
         double us = (double)(kiln_now_ns() - t0) / 1e3;
         if (st) {
-            free(times);
+            kiln_free(times);
             st = kiln_err_set(err, st, "%s failed while tuning (%s)", k->spec.id,
                               kiln_status_name(st));
             goto done;
@@ -335,7 +335,7 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
     rec->p95_us = times[p95 < 0 ? 0 : p95];
     rec->variance_us2 = done_reps > 1 ? var / (done_reps - 1) : 0;
     rec->samples = done_reps;
-    free(times);
+    kiln_free(times);
 done:
     for (int i = 0; i < b->n; i++) kiln_free_aligned(b->p[i]);
     return st;

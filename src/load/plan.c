@@ -73,7 +73,7 @@ static uint64_t resident_bytes(int fd, const uint8_t *base, uint64_t size) {
         return b > size ? size : b;
     }
     size_t pages = (size_t)((size + (uint64_t)pg - 1) / (uint64_t)pg);
-    unsigned char *vec = malloc(pages);
+    unsigned char *vec = kiln_malloc(pages);
     if (!vec) return 0;
     uint64_t res = 0;
     if (mincore((void *)base, (size_t)size, vec) == 0) {
@@ -81,7 +81,7 @@ static uint64_t resident_bytes(int fd, const uint8_t *base, uint64_t size) {
         res *= (uint64_t)pg;
         if (res > size) res = size;
     }
-    free(vec);
+    kiln_free(vec);
     return res;
 }
 
@@ -308,7 +308,7 @@ static int by_src(const void *a, const void *b) {
 }
 
 static kiln_status index_names(kiln_load_plan *p, kiln_err *err) {
-    size_t *ord = malloc((p->n ? p->n : 1) * sizeof *ord);
+    size_t *ord = kiln_malloc((p->n ? p->n : 1) * sizeof *ord);
     if (!ord) return kiln_err_set(err, KILN_ERR_NOMEM, "load plan index");
     for (size_t i = 0; i < p->n; i++) ord[i] = i;
     pthread_mutex_lock(&sort_lock);
@@ -336,7 +336,7 @@ static kiln_status index_names(kiln_load_plan *p, kiln_err *err) {
         p->names[k].len = it->src->name_len ? it->src->name_len : strlen(it->src->name);
         p->name_item[k++] = ord[j];
     }
-    free(ord);
+    kiln_free(ord);
     if (st) return st;
     size_t dup = 0;
     st = kiln_strmap_build(&p->index, p->names, k, &dup, NULL);
@@ -359,15 +359,15 @@ kiln_status kiln_load_plan_build(const kiln_model_file *mf, const kiln_load_requ
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "forced lane %d", req->force_lane);
     if (!req->wants && !mf)
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "load plan: no model file and no tensors");
-    kiln_load_plan *p = calloc(1, sizeof *p);
+    kiln_load_plan *p = kiln_calloc(1, sizeof *p);
     if (!p) return kiln_err_set(err, KILN_ERR_NOMEM, "load plan");
     p->mf = mf;
     p->req = *req;
     size_t n = req->wants ? req->n_wants : kiln_model_file_tensor_count(mf);
-    p->items = calloc(n ? n : 1, sizeof *p->items);
-    p->owned = calloc(n ? n : 1, sizeof *p->owned);
-    p->names = calloc(n ? n : 1, sizeof *p->names);
-    p->name_item = calloc(n ? n : 1, sizeof *p->name_item);
+    p->items = kiln_calloc(n ? n : 1, sizeof *p->items);
+    p->owned = kiln_calloc(n ? n : 1, sizeof *p->owned);
+    p->names = kiln_calloc(n ? n : 1, sizeof *p->names);
+    p->name_item = kiln_calloc(n ? n : 1, sizeof *p->name_item);
     if (!p->items || !p->owned || !p->names || !p->name_item) {
         kiln_load_plan_free(p);
         return kiln_err_set(err, KILN_ERR_NOMEM, "load plan of %zu tensors", n);
@@ -455,11 +455,11 @@ void kiln_load_plan_free(kiln_load_plan *p) {
         if (p->items[i].device_alloc) kiln_upload_free(p->items[i].device_alloc);
     kiln_load_owned_free(p->arena, p->arena_bytes);
     kiln_strmap_free(&p->index);
-    free(p->items);
-    free(p->owned);
-    free(p->names);
-    free(p->name_item);
-    free(p);
+    kiln_free(p->items);
+    kiln_free(p->owned);
+    kiln_free(p->names);
+    kiln_free(p->name_item);
+    kiln_free(p);
 }
 
 size_t kiln_load_plan_count(const kiln_load_plan *p) {

@@ -3,6 +3,7 @@
  * loop.
  */
 #include "runtime/exec.h"
+#include "base/mem.h"
 #include "runtime/kselect.h"
 
 #include "base/log.h"
@@ -336,11 +337,11 @@ kiln_status kiln_bind_load_plan(kiln_bound_plan *bp, const kiln_model *m,
     for (int32_t i = 0; i < p->n_insns; i++)
         for (int k = 0; k < KILN_PLAN_MAX_WEIGHTS; k++)
             if (p->insns[i].w[k] != KILN_PLAN_NO_WEIGHT) cap++;
-    free(bp->wants);
-    free(bp->mem);
+    kiln_free(bp->wants);
+    kiln_free(bp->mem);
     bp->n_wants = bp->n_mem = 0;
-    bp->wants = calloc(cap ? cap : 1, sizeof(*bp->wants));
-    bp->mem = calloc(cap ? cap : 1, sizeof(*bp->mem));
+    bp->wants = kiln_calloc(cap ? cap : 1, sizeof(*bp->wants));
+    bp->mem = kiln_calloc(cap ? cap : 1, sizeof(*bp->mem));
     if (!bp->wants || !bp->mem)
         return kiln_err_set(err, KILN_ERR_NOMEM, "load request of %zu weights", cap);
     for (int32_t i = 0; i < p->n_insns; i++)
@@ -421,7 +422,7 @@ kiln_status kiln_bind_relayout_weight(kiln_bound_plan *bp, int32_t insn, int wid
     for (size_t j = 0; !it && j < bp->n_extra; j++)
         it = kiln_load_plan_find_want(bp->extra[j], src, lay);
     if (!it) {
-        kiln_load_plan **x = realloc(bp->extra, (bp->n_extra + 1) * sizeof(*x));
+        kiln_load_plan **x = kiln_realloc(bp->extra, (bp->n_extra + 1) * sizeof(*x));
         if (!x) return kiln_err_set(err, KILN_ERR_NOMEM, "relayout of '%s'", ref->name);
         bp->extra = x;
         const kiln_load_item *first = kiln_load_plan_item(bp->load, 0);
@@ -497,7 +498,7 @@ kiln_status kiln_bind_select(const kiln_backend *be, const kiln_model *m, kiln_p
     kiln_status st = kiln_plan_validate(p, supported, chk, err);
     if (!st) st = kiln_plan_compile(p, err);
     if (!st) {
-        out->bi = calloc((size_t)(p->n_insns > 0 ? p->n_insns : 1), sizeof(kiln_bound_insn));
+        out->bi = kiln_calloc((size_t)(p->n_insns > 0 ? p->n_insns : 1), sizeof(kiln_bound_insn));
         if (!out->bi) st = kiln_err_set(err, KILN_ERR_NOMEM, "binding plan: out of memory");
     }
     uint32_t kv_dtype = KILN_DTYPE_F32;
@@ -550,12 +551,12 @@ kiln_status kiln_bind_select(const kiln_backend *be, const kiln_model *m, kiln_p
 
 void kiln_bound_plan_free(kiln_bound_plan *bp) {
     if (!bp) return;
-    free(bp->bi);
+    kiln_free(bp->bi);
     kiln_load_plan_free(bp->load); /* the weights' bytes (after the kernels are gone) */
     for (size_t i = 0; i < bp->n_extra; i++) kiln_load_plan_free(bp->extra[i]);
-    free(bp->extra);
-    free(bp->wants);
-    free(bp->mem);
+    kiln_free(bp->extra);
+    kiln_free(bp->wants);
+    kiln_free(bp->mem);
     kiln_plan_free(&bp->plan);
     kiln_arena_free(&bp->arena);
     memset(bp, 0, sizeof(*bp));

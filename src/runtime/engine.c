@@ -28,10 +28,10 @@ static kiln_status alloc_mode(kiln_engine *e, int mode, int64_t tokens, kiln_err
     const kiln_plan *p = &e->bp.plan;
     kiln_mode_bufs *mb = &e->mode[mode];
     mb->tokens = tokens;
-    mb->bufs = calloc((size_t)(p->n_phys > 0 ? p->n_phys : 1), sizeof(float *));
-    size_t *sizes = calloc((size_t)(p->n_phys > 0 ? p->n_phys : 1), sizeof(size_t));
+    mb->bufs = kiln_calloc((size_t)(p->n_phys > 0 ? p->n_phys : 1), sizeof(float *));
+    size_t *sizes = kiln_calloc((size_t)(p->n_phys > 0 ? p->n_phys : 1), sizeof(size_t));
     if (!mb->bufs || !sizes) {
-        free(sizes);
+        kiln_free(sizes);
         return kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     }
     size_t total;
@@ -49,7 +49,7 @@ static kiln_status alloc_mode(kiln_engine *e, int mode, int64_t tokens, kiln_err
         }
         mb->bytes = total;
     }
-    free(sizes);
+    kiln_free(sizes);
     return st;
 }
 
@@ -71,7 +71,7 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     if (o->numerics && !ggml_numerics && strcmp(o->numerics, "exact") != 0)
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "numerics '%s' is not 'exact' or 'ggml'",
                             o->numerics);
-    kiln_engine *e = calloc(1, sizeof(*e));
+    kiln_engine *e = kiln_calloc(1, sizeof(*e));
     if (!e) return kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     e->model = m;
     e->max_step = o->max_step_tokens > 0 ? o->max_step_tokens : 512;
@@ -83,7 +83,7 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     st = m->family->compile(&m->cfg, KILN_MODE_PREFILL, &plan, err);
     if (st) {
         kiln_plan_free(&plan);
-        free(e);
+        kiln_free(e);
         return kiln_err_wrap(err, st, "compiling the %s plan", m->cfg.arch);
     }
     /* weights: selection, then the load plan the chosen kernels ask for (runtime/bind.c) */
@@ -93,7 +93,7 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     lr.threads = o->n_threads > 0 ? o->n_threads : 0;
     st = kiln_bind_plan_load(be, m, &plan, ggml_numerics, &lr, &e->bp, NULL, err);
     if (st) {
-        free(e);
+        kiln_free(e);
         return st;
     }
     /* decode buffers for up to 64 tokens, prefill buffers for max_step */
@@ -117,8 +117,8 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
         int32_t nl = 0;
         for (int32_t i = 0; i < p->n_states; i++)
             if (p->states[i].layer + 1 > nl) nl = p->states[i].layer + 1;
-        int32_t *nkv = calloc((size_t)(nl > 0 ? nl : 1), sizeof(int32_t));
-        int32_t *hd = calloc((size_t)(nl > 0 ? nl : 1), sizeof(int32_t));
+        int32_t *nkv = kiln_calloc((size_t)(nl > 0 ? nl : 1), sizeof(int32_t));
+        int32_t *hd = kiln_calloc((size_t)(nl > 0 ? nl : 1), sizeof(int32_t));
         if (!nkv || !hd) st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
         for (int32_t i = 0; !st && i < p->n_states; i++) {
             nkv[p->states[i].layer] = p->states[i].n_kv_head;
@@ -131,26 +131,26 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
         if (!st && nl > 0)
             st = kiln_kv_pool_init(&e->kv, nl, nkv, hd, o->kv_f16 ? KILN_DTYPE_F16 : KILN_DTYPE_F32,
                                    (int32_t)blocks, err);
-        free(nkv);
-        free(hd);
+        kiln_free(nkv);
+        kiln_free(hd);
     }
     if (!st) {
-        e->seqs = calloc((size_t)e->max_seqs, sizeof(kiln_seq_state));
+        e->seqs = kiln_calloc((size_t)e->max_seqs, sizeof(kiln_seq_state));
         size_t ms = (size_t)e->max_step;
-        e->ids = calloc(ms, sizeof(int32_t));
-        e->tok_seq = calloc(ms, sizeof(int32_t));
-        e->tok_pos = calloc(ms, sizeof(int32_t));
-        e->logit_rows = calloc(ms, sizeof(int32_t));
-        e->step_seq = calloc((size_t)e->max_seqs, sizeof(int32_t));
-        e->step_kv = calloc((size_t)e->max_seqs, sizeof(kiln_kv_seq));
-        e->step_count = calloc((size_t)e->max_seqs, sizeof(int32_t));
-        e->seq_slot = calloc((size_t)e->max_seqs, sizeof(int32_t));
+        e->ids = kiln_calloc(ms, sizeof(int32_t));
+        e->tok_seq = kiln_calloc(ms, sizeof(int32_t));
+        e->tok_pos = kiln_calloc(ms, sizeof(int32_t));
+        e->logit_rows = kiln_calloc(ms, sizeof(int32_t));
+        e->step_seq = kiln_calloc((size_t)e->max_seqs, sizeof(int32_t));
+        e->step_kv = kiln_calloc((size_t)e->max_seqs, sizeof(kiln_kv_seq));
+        e->step_count = kiln_calloc((size_t)e->max_seqs, sizeof(int32_t));
+        e->seq_slot = kiln_calloc((size_t)e->max_seqs, sizeof(int32_t));
         if (!e->seqs || !e->ids || !e->tok_seq || !e->tok_pos || !e->logit_rows || !e->step_seq ||
             !e->step_kv || !e->step_count || !e->seq_slot)
             st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     }
     if (!st && o->counters) {
-        e->counters = calloc(KILN_OP_LIMIT, sizeof(uint64_t));
+        e->counters = kiln_calloc(KILN_OP_LIMIT, sizeof(uint64_t));
         if (!e->counters) st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     }
     if (!st && o->n_threads != 1) st = kiln_pool_create(o->n_threads, &e->pool, err);
@@ -168,28 +168,28 @@ void kiln_engine_free(kiln_engine *e) {
         for (int32_t i = 0; i < e->max_seqs; i++)
             if (e->seqs[i].used) {
                 kiln_kv_release(&e->kv, &e->seqs[i].kv);
-                free(e->seqs[i].kv.blocks);
+                kiln_free(e->seqs[i].kv.blocks);
             }
     kiln_kv_pool_free(&e->kv);
     for (int m = 0; m < 2; m++) {
-        free(e->mode[m].bufs);
+        kiln_free(e->mode[m].bufs);
         kiln_free_aligned(e->mode[m].arena);
     }
     kiln_free_aligned(e->work);
     kiln_free_aligned(e->scratch);
     kiln_bound_plan_free(&e->bp);
     kiln_pool_free(e->pool);
-    free(e->seqs);
-    free(e->ids);
-    free(e->tok_seq);
-    free(e->tok_pos);
-    free(e->logit_rows);
-    free(e->step_seq);
-    free(e->step_kv);
-    free(e->step_count);
-    free(e->seq_slot);
-    free(e->counters);
-    free(e);
+    kiln_free(e->seqs);
+    kiln_free(e->ids);
+    kiln_free(e->tok_seq);
+    kiln_free(e->tok_pos);
+    kiln_free(e->logit_rows);
+    kiln_free(e->step_seq);
+    kiln_free(e->step_kv);
+    kiln_free(e->step_count);
+    kiln_free(e->seq_slot);
+    kiln_free(e->counters);
+    kiln_free(e);
 }
 
 const struct kiln_load_plan *kiln_engine_load_plan(const kiln_engine *e) {
@@ -221,7 +221,7 @@ void kiln_seq_free(kiln_engine *e, int32_t seq) {
     kiln_seq_state *s = seq_get(e, seq);
     if (!s) return;
     kiln_kv_release(&e->kv, &s->kv);
-    free(s->kv.blocks);
+    kiln_free(s->kv.blocks);
     memset(s, 0, sizeof(*s));
 }
 

@@ -22,12 +22,12 @@ kiln_status kiln_kv_pool_init(kiln_kv_pool *p, int32_t n_layers, const int32_t *
     size_t elt = dtype == KILN_DTYPE_F16 ? 2 : 4;
     p->dtype = dtype;
     p->n_layers = n_layers;
-    p->layer_off = calloc((size_t)n_layers, sizeof(size_t));
-    p->layer_kv_bytes = calloc((size_t)n_layers, sizeof(size_t));
-    p->n_kv_head = calloc((size_t)n_layers, sizeof(int32_t));
-    p->head_dim = calloc((size_t)n_layers, sizeof(int32_t));
-    p->free_list = calloc((size_t)max_blocks, sizeof(int32_t));
-    p->refcount = calloc((size_t)max_blocks, sizeof(int32_t));
+    p->layer_off = kiln_calloc((size_t)n_layers, sizeof(size_t));
+    p->layer_kv_bytes = kiln_calloc((size_t)n_layers, sizeof(size_t));
+    p->n_kv_head = kiln_calloc((size_t)n_layers, sizeof(int32_t));
+    p->head_dim = kiln_calloc((size_t)n_layers, sizeof(int32_t));
+    p->free_list = kiln_calloc((size_t)max_blocks, sizeof(int32_t));
+    p->refcount = kiln_calloc((size_t)max_blocks, sizeof(int32_t));
     if (!p->layer_off || !p->layer_kv_bytes || !p->n_kv_head || !p->head_dim || !p->free_list ||
         !p->refcount) {
         kiln_kv_pool_free(p);
@@ -73,12 +73,12 @@ kiln_status kiln_kv_pool_init(kiln_kv_pool *p, int32_t n_layers, const int32_t *
 void kiln_kv_pool_free(kiln_kv_pool *p) {
     if (!p) return;
     if (p->base) munmap(p->base, p->reserved);
-    free(p->layer_off);
-    free(p->layer_kv_bytes);
-    free(p->n_kv_head);
-    free(p->head_dim);
-    free(p->free_list);
-    free(p->refcount);
+    kiln_free(p->layer_off);
+    kiln_free(p->layer_kv_bytes);
+    kiln_free(p->n_kv_head);
+    kiln_free(p->head_dim);
+    kiln_free(p->free_list);
+    kiln_free(p->refcount);
     memset(p, 0, sizeof(*p));
 }
 
@@ -123,7 +123,7 @@ void kiln_kv_table_init(kiln_kv_table *t) {
 static kiln_status table_push(kiln_kv_table *t, int32_t b, kiln_err *err) {
     if (t->n_blocks == t->cap) {
         int32_t nc = t->cap ? t->cap * 2 : 16;
-        int32_t *q = realloc(t->blocks, (size_t)nc * sizeof(int32_t));
+        int32_t *q = kiln_realloc(t->blocks, (size_t)nc * sizeof(int32_t));
         if (!q) return kiln_err_set(err, KILN_ERR_NOMEM, "kv block table: out of memory");
         t->blocks = q;
         t->cap = nc;

@@ -1,5 +1,6 @@
 /* sample.c — samplers, RNG and stop strings (see sample.h). */
 #include "sample/sample.h"
+#include "base/mem.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -76,14 +77,14 @@ kiln_status kiln_sampler_create(const kiln_sampler_params *p, int32_t n_vocab, k
         return kiln_err_set(
             err, KILN_ERR_INVALID_ARG,
             "sampler: top_p must be > 0, repeat_penalty > 0, temperature and min_p numbers");
-    kiln_sampler *s = calloc(1, sizeof(*s));
+    kiln_sampler *s = kiln_calloc(1, sizeof(*s));
     if (!s) return kiln_err_set(err, KILN_ERR_NOMEM, "sampler: out of memory");
     s->p = *p;
     s->n_vocab = n_vocab;
-    s->c = malloc((size_t)n_vocab * sizeof(cand));
-    s->count = calloc((size_t)n_vocab, sizeof(int32_t));
+    s->c = kiln_malloc((size_t)n_vocab * sizeof(cand));
+    s->count = kiln_calloc((size_t)n_vocab, sizeof(int32_t));
     s->hist_cap = p->repeat_last_n > 0 ? p->repeat_last_n : 256;
-    s->hist = malloc((size_t)s->hist_cap * sizeof(int32_t));
+    s->hist = kiln_malloc((size_t)s->hist_cap * sizeof(int32_t));
     if (!s->c || !s->count || !s->hist) {
         kiln_sampler_free(s);
         return kiln_err_set(err, KILN_ERR_NOMEM, "sampler: out of memory for %d candidates",
@@ -96,10 +97,10 @@ kiln_status kiln_sampler_create(const kiln_sampler_params *p, int32_t n_vocab, k
 
 void kiln_sampler_free(kiln_sampler *s) {
     if (!s) return;
-    free(s->c);
-    free(s->count);
-    free(s->hist);
-    free(s);
+    kiln_free(s->c);
+    kiln_free(s->count);
+    kiln_free(s->hist);
+    kiln_free(s);
 }
 
 void kiln_sampler_reset(kiln_sampler *s, uint64_t seed) {
@@ -217,20 +218,20 @@ kiln_status kiln_stopper_init(kiln_stopper *st, const char *const *stops, int n_
                               const int32_t *stop_tokens, int n_stop_tokens, kiln_err *err) {
     memset(st, 0, sizeof(*st));
     if (n_stops > 0) {
-        st->stops = calloc((size_t)n_stops, sizeof(char *));
-        st->stop_len = calloc((size_t)n_stops, sizeof(size_t));
+        st->stops = kiln_calloc((size_t)n_stops, sizeof(char *));
+        st->stop_len = kiln_calloc((size_t)n_stops, sizeof(size_t));
         if (!st->stops || !st->stop_len) goto oom;
         for (int i = 0; i < n_stops; i++) {
             size_t l = strlen(stops[i]);
             if (l == 0) continue;
-            st->stops[st->n_stops] = strdup(stops[i]);
+            st->stops[st->n_stops] = kiln_strdup(stops[i]);
             if (!st->stops[st->n_stops]) goto oom;
             st->stop_len[st->n_stops++] = l;
             if (l > st->max_stop) st->max_stop = l;
         }
     }
     if (n_stop_tokens > 0) {
-        st->stop_tokens = malloc((size_t)n_stop_tokens * sizeof(int32_t));
+        st->stop_tokens = kiln_malloc((size_t)n_stop_tokens * sizeof(int32_t));
         if (!st->stop_tokens) goto oom;
         memcpy(st->stop_tokens, stop_tokens, (size_t)n_stop_tokens * sizeof(int32_t));
         st->n_stop_tokens = n_stop_tokens;
@@ -243,12 +244,12 @@ oom:
 
 void kiln_stopper_free(kiln_stopper *st) {
     if (!st) return;
-    for (int i = 0; i < st->n_stops; i++) free(st->stops[i]);
-    free(st->stops);
-    free(st->stop_len);
-    free(st->stop_tokens);
-    free(st->buf);
-    free(st->out);
+    for (int i = 0; i < st->n_stops; i++) kiln_free(st->stops[i]);
+    kiln_free(st->stops);
+    kiln_free(st->stop_len);
+    kiln_free(st->stop_tokens);
+    kiln_free(st->buf);
+    kiln_free(st->out);
     memset(st, 0, sizeof(*st));
 }
 
@@ -276,7 +277,7 @@ static size_t held_suffix(const kiln_stopper *st) {
 static kiln_status reserve(char **b, size_t *cap, size_t need, kiln_err *err) {
     if (need <= *cap) return KILN_OK;
     size_t nc = need * 2;
-    char *q = realloc(*b, nc);
+    char *q = kiln_realloc(*b, nc);
     if (!q) return kiln_err_set(err, KILN_ERR_NOMEM, "stop strings: out of memory");
     *b = q;
     *cap = nc;

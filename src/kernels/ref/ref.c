@@ -1,5 +1,6 @@
 /* ref.c — reference kernels (see ref.h for the rules they follow). */
 #include "kernels/ref/ref.h"
+#include "base/mem.h"
 #include "kernels/ref/ref_fused.h"
 
 #include "format/dtype.h"
@@ -56,7 +57,7 @@ static void mm_range(void *ctx, int64_t n0, int64_t n1, int ith) {
     const kiln_matmul_args *a = j->a;
     float *row = NULL;
     if (a->w_dtype != KILN_DTYPE_F32) {
-        row = malloc((size_t)a->k * sizeof(float));
+        row = kiln_malloc((size_t)a->k * sizeof(float));
         if (!row) {
             atomic_store(&j->failed, KILN_ERR_NOMEM);
             return;
@@ -78,7 +79,7 @@ static void mm_range(void *ctx, int64_t n0, int64_t n1, int ith) {
         for (int64_t t = 0; t < a->t; t++)
             a->y[t * a->y_stride + n] = kiln_ref_dot(a->x + t * a->x_stride, w, a->k) + b;
     }
-    free(row);
+    kiln_free(row);
 }
 
 kiln_status kiln_ref_matmul(const kiln_kctx *c, const kiln_matmul_args *a) {
@@ -144,7 +145,7 @@ kiln_status kiln_ref_rope(const kiln_kctx *c, const kiln_rope_args *a) {
     (void)c;
     const int nd = a->n_rot;
     if (nd <= 0) return KILN_OK;
-    float *cache = malloc((size_t)nd * sizeof(float));
+    float *cache = kiln_malloc((size_t)nd * sizeof(float));
     if (!cache) return KILN_ERR_NOMEM;
     float corr[2] = {0, 0};
     if (a->ext_factor != 0.0f) {
@@ -187,7 +188,7 @@ kiln_status kiln_ref_rope(const kiln_kctx *c, const kiln_rope_args *a) {
             }
         }
     }
-    free(cache);
+    kiln_free(cache);
     return KILN_OK;
 }
 
@@ -251,7 +252,7 @@ static void attn_range(void *ctx, int64_t r0, int64_t r1, int ith) {
     const kiln_attention_args *a = j->a;
     const int hd = a->kv.head_dim;
     const int group = a->n_head / a->kv.n_kv_head;
-    float *tmp = malloc((size_t)hd * 3 * sizeof(float));
+    float *tmp = kiln_malloc((size_t)hd * 3 * sizeof(float));
     float *scores = NULL;
     size_t scores_cap = 0;
     if (!tmp) {
@@ -272,8 +273,8 @@ static void attn_range(void *ctx, int64_t r0, int64_t r1, int ith) {
             break;
         }
         if (n > scores_cap) {
-            free(scores);
-            scores = malloc(n * sizeof(float));
+            kiln_free(scores);
+            scores = kiln_malloc(n * sizeof(float));
             scores_cap = n;
             if (!scores) {
                 atomic_store(&j->failed, KILN_ERR_NOMEM);
@@ -315,8 +316,8 @@ static void attn_range(void *ctx, int64_t r0, int64_t r1, int ith) {
         }
         memcpy(a->out + t * a->out_stride + (int64_t)h * hd, acc, (size_t)hd * sizeof(float));
     }
-    free(scores);
-    free(tmp);
+    kiln_free(scores);
+    kiln_free(tmp);
 }
 
 static kiln_status attention(const kiln_kctx *c, const kiln_attention_args *a, bool ggml) {
