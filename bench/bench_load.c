@@ -371,9 +371,15 @@ static engine_load run_engine_load(const char *path, const char *backend, int th
     kiln_load_request_init(&rq);
     rq.threads = threads;
     rq.huge_pages = huge;
-    if (kiln_model_load(path, &m, &e) ||
+    kiln_device dev;
+    const kiln_backend *be = kiln_backend_find(backend);
+    if (!be) die("unknown backend");
+    kiln_bind_opts bo;
+    kiln_bind_opts_default(&bo);
+    bo.max_tokens = 512; /* the CLI's default step */
+    if (kiln_model_load(path, &m, &e) || kiln_device_open(be, 0, &dev, &e) ||
         m->family->compile(&m->cfg, KILN_MODE_PREFILL, &plan, &e) ||
-        kiln_bind_plan_load(kiln_backend_find(backend), m, &plan, false, &rq, &bp, NULL, &e)) {
+        kiln_bind_plan_load(&dev, m, &plan, &bo, &rq, &bp, NULL, &e)) {
         fprintf(stderr, "bench_load: %s\n", e.msg);
         exit(1);
     }
@@ -381,6 +387,7 @@ static engine_load run_engine_load(const char *path, const char *backend, int th
     r.seconds = (double)(kiln_now_ns() - t0) * 1e-9;
     r.rep = *kiln_load_plan_report(bp.load);
     kiln_bound_plan_free(&bp);
+    kiln_device_close(&dev);
     kiln_model_free(m);
     return r;
 }

@@ -283,7 +283,8 @@ int kiln_cmd_inspect(int argc, char **argv) {
     kiln_load_plan *plan = NULL;
     kiln_model *km = NULL;
     kiln_bound_plan bp;
-    bool have_bp = false;
+    bool have_bp = false, have_dev = false;
+    kiln_device dev;
     if (load && probe) {
         if (kiln_load_plan_build(mf, &req, &plan, &err) || kiln_load_execute(plan, &err)) {
             rc = kiln_cli_fail("inspect", &err);
@@ -301,7 +302,14 @@ int kiln_cmd_inspect(int argc, char **argv) {
         if (!st) st = kiln_model_load(path, &km, &err);
         if (!st) st = km->family->compile(&km->cfg, KILN_MODE_PREFILL, &cp, &err);
         if (!st) {
-            st = kiln_bind_select(be, km, &cp, false, &bp, NULL, &err);
+            st = kiln_device_open(be, 0, &dev, &err);
+            have_dev = !st;
+        }
+        if (!st) {
+            kiln_bind_opts bo; /* the engine's for the CLI defaults (max step 512) */
+            kiln_bind_opts_default(&bo);
+            bo.max_tokens = 512;
+            st = kiln_bind_select(&dev, km, &cp, &bo, &bp, NULL, &err);
             have_bp = !st;
         }
         kiln_plan_free(&cp);
@@ -344,6 +352,7 @@ out:
     if (have_bp && bp.load == plan) plan = NULL; /* owned by the bound plan */
     kiln_load_plan_free(plan);
     if (have_bp) kiln_bound_plan_free(&bp);
+    if (have_dev) kiln_device_close(&dev);
     kiln_model_free(km);
     kiln_model_file_close(mf);
     return rc;

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 static char gen_path[1024], tmp_dir[256];
+static kiln_device cpu;           /* the cpu backend's device, opened in setup */
 static int n_r16, n_f32, n_fixup; /* layouts the checks met */
 
 static int setup(void **state) {
@@ -35,11 +36,13 @@ static int setup(void **state) {
     snprintf(gen_path, sizeof gen_path, "%s/kiln-gen", bd ? bd : ".");
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/kiln_test_load_engine_XXXXXX");
     if (!mkdtemp(tmp_dir)) return -1;
-    return 0;
+    kiln_err e;
+    return kiln_device_open(kiln_backend_find("cpu"), 0, &cpu, &e) == KILN_OK ? 0 : -1;
 }
 
 static int teardown(void **state) {
     (void)state;
+    kiln_device_close(&cpu);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
     return system(cmd) == 0 ? 0 : -1;
@@ -200,7 +203,7 @@ static void check_model(const char *path, bool all_readers, int *lanes_seen) {
             kiln_plan_init(&plan);
             assert_int_equal(m->family->compile(&m->cfg, KILN_MODE_PREFILL, &plan, &e), KILN_OK);
             kiln_bound_plan bp;
-            if (kiln_bind_plan_load(kiln_backend_find("cpu"), m, &plan, false, &rq, &bp, NULL, &e))
+            if (kiln_bind_plan_load(&cpu, m, &plan, NULL, &rq, &bp, NULL, &e))
                 fail_msg("%s: bind (io %s, forced %d): %s", path, kiln_io_name(ios[io]), forced,
                          e.msg);
             check_items(m, bp.load, &rq, lanes_seen);
@@ -215,9 +218,7 @@ static void check_model(const char *path, bool all_readers, int *lanes_seen) {
             kiln_plan_init(&plan);
             assert_int_equal(m->family->compile(&m->cfg, KILN_MODE_PREFILL, &plan, &e), KILN_OK);
             kiln_bound_plan bp;
-            assert_int_equal(
-                kiln_bind_select(kiln_backend_find("cpu"), m, &plan, false, &bp, NULL, &e),
-                KILN_OK);
+            assert_int_equal(kiln_bind_select(&cpu, m, &plan, NULL, &bp, NULL, &e), KILN_OK);
             kiln_load_request rq;
             kiln_load_request_init(&rq);
             rq.shard = (kiln_shard_mode)mode;
@@ -294,7 +295,7 @@ static void test_memory_model(void **state) {
     kiln_bound_plan bp;
     kiln_load_request rq;
     kiln_load_request_init(&rq);
-    if (kiln_bind_plan_load(kiln_backend_find("cpu"), mm, &plan, false, &rq, &bp, NULL, &e))
+    if (kiln_bind_plan_load(&cpu, mm, &plan, NULL, &rq, &bp, NULL, &e))
         fail_msg("memory model: %s", e.msg);
     check_items(mm, bp.load, &rq, lanes);
     check_bound(&bp);
@@ -321,9 +322,7 @@ static void test_breaker_relayout(void **state) {
     kiln_plan_init(&plan);
     assert_int_equal(m->family->compile(&m->cfg, KILN_MODE_PREFILL, &plan, &e), KILN_OK);
     kiln_bound_plan bp;
-    assert_int_equal(
-        kiln_bind_plan_load(kiln_backend_find("cpu"), m, &plan, false, NULL, &bp, NULL, &e),
-        KILN_OK);
+    assert_int_equal(kiln_bind_plan_load(&cpu, m, &plan, NULL, NULL, &bp, NULL, &e), KILN_OK);
     int32_t fi = -1;
     int fs = -1;
     for (int32_t i = 0; i < bp.plan.n_insns && fi < 0; i++)
