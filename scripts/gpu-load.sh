@@ -12,10 +12,11 @@ mode=${1:-run}
 if [ "$mode" = pack ]; then
   D=${2:?pack DIR}
   cd "$(dirname "$0")/.."
-  B=build-gpu
-  cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_CUDA_ARCHITECTURES=90 \
+  B=${B:-build-gpu}
+  [ -n "${NO_BUILD:-}" ] || cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_CUDA_ARCHITECTURES=90 \
     -DKILN_OPENBLAS=OFF -DKILN_ONEDNN=OFF -DCMAKE_C_COMPILER_LAUNCHER=ccache >/dev/null
-  cmake --build $B -j2 --target bench_load kiln-gen kiln-bin test_load test_load_engine >/dev/null
+  [ -n "${NO_BUILD:-}" ] || cmake --build $B -j2 --target bench_load kiln-gen kiln-bin test_load \
+    test_load_engine >/dev/null
   rm -rf "$D" && mkdir -p "$D/bin" "$D/lib"
   cp $B/kiln $B/kiln-gen $B/bench/bench_load $B/tests/test_load $B/tests/test_load_engine "$D/bin/"
   for b in "$D"/bin/*; do
