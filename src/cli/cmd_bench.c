@@ -94,8 +94,8 @@ static double run_once(kiln_engine *e, int32_t n_vocab, int64_t n_prompt, int64_
 }
 
 static int bench_model(const char *path, const char *backend, int threads, int64_t n_prompt,
-                       int64_t n_gen, int reps, bool kv_f16, bool want_logits, bench_result *out,
-                       int *n_out) {
+                       int64_t n_gen, int reps, bool kv_f16, bool want_logits, bool load_report,
+                       bench_result *out, int *n_out) {
     kiln_err err;
     kiln_err_clear(&err);
     kiln_model *m = NULL;
@@ -113,6 +113,7 @@ static int bench_model(const char *path, const char *backend, int threads, int64
     o.max_seqs = 4;
     o.kv_f16 = kv_f16;
     if (kiln_engine_create(m, &o, &e, &err)) goto fail;
+    if (load_report) kiln_cli_print_load_report(e);
     const int32_t n_vocab = kiln_model_n_vocab(m);
     entries = kiln_calloc((size_t)(n_prompt > 1 ? n_prompt : 1), sizeof *entries);
     logits = kiln_malloc(sizeof(float) * (size_t)n_vocab);
@@ -178,6 +179,7 @@ int kiln_cmd_bench(int argc, char **argv) {
          "tg: materialize every step's logits and pick the token here (default: the engine's "
          "fused greedy LM head)",
          false, NULL},
+        KILN_OPT_LOAD_REPORT,
     };
     const char *pos[4];
     int n_pos;
@@ -217,7 +219,7 @@ int kiln_cmd_bench(int argc, char **argv) {
     for (char *p = strtok_r(models, ",", &save); p && n_res + 2 <= 64;
          p = strtok_r(NULL, ",", &save)) {
         if (bench_model(p, backend, (int)threads, n_prompt, n_gen, (int)reps, kv_f16, want_logits,
-                        res, &n_res))
+                        kiln_opt_find(opts, KILN_NOPTS(opts), "load-report")->seen, res, &n_res))
             rc = 1;
     }
     if (json) {

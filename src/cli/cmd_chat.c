@@ -275,6 +275,7 @@ int kiln_cmd_chat(int argc, char **argv) {
         {"threads", 't', true, "N", "threads (default: all cores)", false, NULL},
         {"backend", 0, true, "NAME", "cpu or ref (default cpu; ref is the scalar oracle)", false,
          NULL},
+        KILN_OPT_LOAD_REPORT,
     };
     const char *pos[4];
     int n_pos;
@@ -306,7 +307,8 @@ int kiln_cmd_chat(int argc, char **argv) {
                         .backend = kiln_opt_find(opts, KILN_NOPTS(opts), "backend")->value,
                         .n_threads = (int32_t)threads,
                         .n_ctx = n_ctx,
-                        .max_seqs = 1};
+                        .max_seqs = 1,
+                        .load_report = kiln_opt_find(opts, KILN_NOPTS(opts), "load-report")->seen};
     kiln_opt *o_tpl = kiln_opt_find(opts, KILN_NOPTS(opts), "chat-template");
     char *tpl = NULL;
     if (o_tpl->seen) {

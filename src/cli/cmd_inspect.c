@@ -1,8 +1,11 @@
 /*
  * cmd_inspect.c — `kiln inspect [--load] [--json] -m MODEL` (or MODEL as an argument):
- * the model's source, metadata and tensor table; with --load, loads it through a load
- * plan and prints the load report (per lane tensors, bytes, time, GB/s; residual bytes
- * and why; environment facts).
+ * the model's source, metadata and tensor table. With --load, the load plan the engine
+ * would execute for --backend (built by the engine's own functions: kiln_bind_select then
+ * kiln_bind_load_plan, runtime/exec.h), printed as a report (lanes, tensors, bytes, why;
+ * environment facts); --execute runs it and adds the measurements. --layout, --cuda or
+ * --copy instead plan the whole file with one target (a probe of the loader's lanes, not
+ * what the engine loads).
  */
 #include "base/utf8.h"
 #include "base/mem.h"
@@ -11,6 +14,8 @@
 #include "format/dtype.h"
 #include "format/model_file.h"
 #include "load/load.h"
+#include "model/model.h"
+#include "runtime/exec.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -192,8 +197,9 @@ int kiln_cmd_inspect(int argc, char **argv) {
     static const kiln_cmd_usage u = {
         "kiln inspect [options] -m MODEL   (or: kiln inspect [options] MODEL)",
         "Print a model's source, metadata and tensor table (GGUF file, .safetensors file, or a "
-        "safetensors directory). With --load, load every tensor through a load plan and print the "
-        "load report."};
+        "safetensors directory). With --load, print the load plan the engine would execute for "
+        "--backend (lanes, tensors, bytes, reasons); --execute also runs it and reports times and "
+        "GB/s. --layout, --cuda or --copy plan the whole file with one target instead."};
     kiln_opt opts[] = {
         {"model", 'm', true, "MODEL", "model path or short name (gemma3-270m)", false, NULL},
         {"load", 0, false, NULL, "load the model and print the load report", false, NULL},
@@ -213,6 +219,11 @@ int kiln_cmd_inspect(int argc, char **argv) {
          NULL},
         {"copy", 0, false, NULL, "with --load: copy into owned memory instead of aliasing", false,
          NULL},
+        {"backend", 0, true, "B", "with --load: the engine's plan for backend B (default cpu)",
+         false, NULL},
+        {"execute", 0, false, NULL, "with --load: run the plan and report what it did", false,
+         NULL},
+        {"no-huge-pages", 0, false, NULL, "with --load: owned memory in 4 KiB pages", false, NULL},
     };
     const char *pos[2];
     int n_pos;
@@ -255,14 +266,60 @@ int kiln_cmd_inspect(int argc, char **argv) {
     }
     if (opts[8].seen) req.populate = false;
     if (opts[10].seen) req.target.writable = true;
+    if (opts[13].seen) req.huge_pages = false;
     const bool load = opts[1].seen, json = opts[2].seen, verbose = opts[3].seen;
 
+    /* the whole file with one target (a loader probe), or the engine's plan */
+    const bool probe = opts[4].seen || opts[7].seen || opts[10].seen;
+    const bool execute = opts[12].seen || probe;
+    if (opts[11].seen && probe) {
+        fprintf(stderr, "kiln inspect: --backend plans what the engine loads; --layout, --cuda "
+                        "and --copy plan the whole file instead: give one or the other\n");
+        return 2;
+    }
     kiln_model_file *mf = NULL;
     if (kiln_model_file_open(path, 0, &mf, &err)) return kiln_cli_fail("inspect", &err);
     int rc = 0;
     kiln_load_plan *plan = NULL;
-    if (load) {
+    kiln_model *km = NULL;
+    kiln_bound_plan bp;
+    bool have_bp = false, have_dev = false;
+    kiln_device dev;
+    if (load && probe) {
         if (kiln_load_plan_build(mf, &req, &plan, &err) || kiln_load_execute(plan, &err)) {
+            rc = kiln_cli_fail("inspect", &err);
+            goto out;
+        }
+    } else if (load) {
+        /* exactly what kiln_engine_create does up to executing the plan */
+        const char *bname = opts[11].seen ? opts[11].value : "cpu";
+        const kiln_backend *be = kiln_backend_find(bname);
+        kiln_plan cp;
+        kiln_plan_init(&cp);
+        kiln_status st = KILN_OK;
+        if (!be)
+            st = kiln_err_set(&err, KILN_ERR_UNSUPPORTED, "backend '%s' is not built in", bname);
+        if (!st) st = kiln_model_load(path, &km, &err);
+        if (!st) st = km->family->compile(&km->cfg, KILN_MODE_PREFILL, &cp, &err);
+        if (!st) {
+            st = kiln_device_open(be, 0, &dev, &err);
+            have_dev = !st;
+        }
+        if (!st) {
+            kiln_bind_opts bo; /* the engine's for the CLI defaults (max step 512) */
+            kiln_bind_opts_default(&bo);
+            bo.max_tokens = 512;
+            st = kiln_bind_select(&dev, km, &cp, &bo, &bp, NULL, &err);
+            have_bp = !st;
+        }
+        kiln_plan_free(&cp);
+        req.progress = execute;
+        if (!st) st = kiln_bind_load_plan(&bp, km, &req, &plan, &err);
+        if (!st && execute) {
+            st = kiln_bind_execute_load(&bp, km, plan, &err); /* bp owns it now */
+            if (st) plan = NULL;
+        }
+        if (st) {
             rc = kiln_cli_fail("inspect", &err);
             goto out;
         }
@@ -292,7 +349,11 @@ int kiln_cmd_inspect(int argc, char **argv) {
         }
     }
 out:
+    if (have_bp && bp.load == plan) plan = NULL; /* owned by the bound plan */
     kiln_load_plan_free(plan);
+    if (have_bp) kiln_bound_plan_free(&bp);
+    if (have_dev) kiln_device_close(&dev);
+    kiln_model_free(km);
     kiln_model_file_close(mf);
     return rc;
 }

@@ -37,6 +37,7 @@ int kiln_cmd_perplexity(int argc, char **argv) {
         {"backend", 0, true, "NAME", "cpu or ref (default cpu; ref is the scalar oracle)", false,
          NULL},
         {"kv-f16", 0, false, NULL, "store the KV cache as f16", false, NULL},
+        KILN_OPT_LOAD_REPORT,
         {"numerics", 0, true, "MODE",
          "exact (default) or ggml: quantized matmuls with llama.cpp's 8-bit activations", false,
          NULL},
@@ -73,7 +74,8 @@ int kiln_cmd_perplexity(int argc, char **argv) {
                         .max_step = (int32_t)n_batch,
                         .max_seqs = 1,
                         .kv_f16 = kiln_opt_find(opts, KILN_NOPTS(opts), "kv-f16")->seen,
-                        .numerics = kiln_opt_find(opts, KILN_NOPTS(opts), "numerics")->value};
+                        .numerics = kiln_opt_find(opts, KILN_NOPTS(opts), "numerics")->value,
+                        .load_report = kiln_opt_find(opts, KILN_NOPTS(opts), "load-report")->seen};
     kiln_gen_ctx g;
     if (kiln_gen_open(&go, &g, &err)) {
         kiln_free(text);

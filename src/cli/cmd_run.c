@@ -27,7 +27,7 @@ typedef struct run_opts {
     const char *model, *prompt, *file, *chat_template, *stop, *backend, *numerics;
     const char *policy, *dispatch;
     int64_t n_predict, n_ctx, threads;
-    bool chat, ignore_eos, print_ids, kv_f16;
+    bool chat, ignore_eos, print_ids, kv_f16, load_report;
     kiln_sampler_params sp;
 } run_opts;
 
@@ -82,6 +82,7 @@ static int run_parse(int argc, char **argv, run_opts *o, bool *done) {
         {"ids", 0, false, NULL, "print token ids instead of text", false, NULL},
         {"stop", 0, true, "TEXT", "stop when this text is generated", false, NULL},
         {"kv-f16", 0, false, NULL, "store the KV cache as f16", false, NULL},
+        KILN_OPT_LOAD_REPORT,
         {"numerics", 0, true, "MODE",
          "exact (default) or ggml: quantized matmuls with llama.cpp's 8-bit activations", false,
          NULL},
@@ -133,6 +134,7 @@ static int run_parse(int argc, char **argv, run_opts *o, bool *done) {
     o->ignore_eos = OPT("ignore-eos")->seen;
     o->print_ids = OPT("ids")->seen;
     o->kv_f16 = OPT("kv-f16")->seen;
+    o->load_report = OPT("load-report")->seen;
     const bool tuned = OPT("policy")->seen || OPT("dispatch")->seen;
     if (!tuned) o->policy = o->dispatch = NULL;
 #undef OPT
@@ -214,7 +216,8 @@ int kiln_cmd_run(int argc, char **argv) {
                         .n_ctx = o.n_ctx,
                         .max_seqs = 1,
                         .kv_f16 = o.kv_f16,
-                        .numerics = o.numerics};
+                        .numerics = o.numerics,
+                        .load_report = o.load_report};
     uint64_t t_load = kiln_now_ns();
     if (kiln_gen_open(&go, &s.g, &err)) goto done;
     s.g_open = true;

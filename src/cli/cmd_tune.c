@@ -128,7 +128,10 @@ int kiln_cmd_tune(int argc, char **argv) {
                 if (kiln_select_check(env.sel, k, &c) & KILN_REASONS_HARD) continue;
                 kiln_tune_opts to = {
                     .warmup = 2, .reps = (int)reps, .max_seconds = max_s, .pool = pool};
-                if (ms->weight && k->spec.w_layout == 0) {
+                /* the loaded weight when it is in the layout this kernel reads (the
+                 * engine's load plan); else the tuner's own random weights — never a
+                 * read of the file behind the plan */
+                if (ms->weight && k->spec.w_layout == ms->weight->layout) {
                     to.weights = ms->weight->data;
                     to.w_row_bytes = ms->weight->row_bytes;
                 }

@@ -34,6 +34,17 @@ KILN_CMD_LIST(KILN_CMD_DECL)
 /* Print "kiln <cmd>: <msg>" for a failed status and return 1. */
 int kiln_cli_fail(const char *cmd, const kiln_err *err);
 
+/* --load-report (run, bench, perplexity, chat): after the engine loaded the model, its
+ * load report (lanes, tensors, bytes, time, GB/s, residual bytes and why, time to ready)
+ * goes to stderr. */
+#define KILN_OPT_LOAD_REPORT                                                                       \
+    {                                                                                              \
+        "load-report", 0, false, NULL, "print the load report (lanes, bytes, GB/s) to stderr",     \
+            false, NULL                                                                            \
+    }
+struct kiln_engine;
+void kiln_cli_print_load_report(const struct kiln_engine *e);
+
 /* Resolves -m MODEL: an existing path is used as is; a short name (e.g. "gemma3-270m")
  * maps to the model cache ($XDG_CACHE_HOME/kiln/models, default ~/.cache/kiln/models)
  * filled by scripts/fetch-model.sh. Errors name the cache path and the fetch command. */

@@ -36,6 +36,7 @@ kiln_status kiln_gen_open(const kiln_gen_opts *o, kiln_gen_ctx *g, kiln_err *err
     eo.kv_f16 = o->kv_f16;
     eo.numerics = o->numerics;
     st = kiln_engine_create(g->model, &eo, &g->engine, err);
+    if (!st && o->load_report) kiln_cli_print_load_report(g->engine);
     if (!st) {
         g->logits = kiln_malloc((size_t)g->max_step * (size_t)g->n_vocab * sizeof(float));
         if (!g->logits) st = kiln_err_set(err, KILN_ERR_NOMEM, "logits buffer");

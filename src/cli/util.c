@@ -1,4 +1,6 @@
 #include "cli/commands.h"
+#include "load/load.h"
+#include "runtime/engine.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,11 @@ int kiln_cli_fail(const char *cmd, const kiln_err *err) {
     fprintf(stderr, "kiln %s: error: %s\n", cmd,
             err->msg[0] ? err->msg : kiln_status_name(err->code));
     return 1;
+}
+
+void kiln_cli_print_load_report(const struct kiln_engine *e) {
+    const kiln_load_plan *p = e ? kiln_engine_load_plan(e) : NULL;
+    if (p) kiln_load_report_print(p, stderr, false);
 }
 
 /* Short names of models that scripts/fetch-model.sh knows. Keep the two in sync. */

@@ -115,9 +115,15 @@ static kiln_status uring_read(kiln_reader *r, const kiln_model_shard *sh, uint8_
     return KILN_OK;
 }
 
-static kiln_status read_range(kiln_reader *r, uint32_t file, uint64_t off, void *dst, size_t n,
-                              kiln_err *err) {
-    const kiln_model_shard *sh = kiln_model_file_shard(r->plan->mf, file);
+/* Reads n bytes of item it's tensor at offset off (in its file, or for a tensor in memory
+ * relative to its data as tensor offsets are). */
+static kiln_status read_range(kiln_reader *r, const kiln_load_item *it, uint64_t off, void *dst,
+                              size_t n, kiln_err *err) {
+    if (it->src->file == KILN_LOAD_MEMORY) {
+        memcpy(dst, (const uint8_t *)it->src->data + (off - it->src->offset), n);
+        return KILN_OK;
+    }
+    const kiln_model_shard *sh = kiln_model_file_shard(r->plan->mf, it->file);
     if (off > sh->size || n > sh->size - off)
         return kiln_err_set(err, KILN_ERR_INTERNAL, "read past end of %s", sh->path);
     switch (r->io) {
@@ -152,22 +158,23 @@ kiln_status kiln_load_produce(const kiln_load_plan *p, const kiln_load_item *it,
             prd.io = KILN_IO_PREAD;
             rd = &prd;
         }
-        if (contiguous) return read_range(rd, it->file, off, dst, src_bytes, err);
+        if (contiguous) return read_range(rd, it, off, dst, src_bytes, err);
         for (int64_t r = 0; r < rows; r++)
-            KILN_TRY(read_range(rd, it->file, off + (uint64_t)r * it->src_stride,
+            KILN_TRY(read_range(rd, it, off + (uint64_t)r * it->src_stride,
                                 (uint8_t *)dst + (size_t)r * it->src_row_bytes, it->src_row_bytes,
                                 err));
         return KILN_OK;
     }
-    if (rd->io == KILN_IO_MMAP && contiguous) {
-        src = kiln_model_file_shard(p->mf, it->file)->base + off; /* transform from the mapping */
+    if ((rd->io == KILN_IO_MMAP || it->src->file == KILN_LOAD_MEMORY) && contiguous) {
+        /* transform straight from the mapping (or the tensor in memory) */
+        src = kiln_load_src(p, it) + (uint64_t)r0 * it->src_stride;
     } else {
         if (!scratch) return kiln_err_set(err, KILN_ERR_INTERNAL, "no staging buffer");
         if (contiguous) {
-            KILN_TRY(read_range(rd, it->file, off, scratch, src_bytes, err));
+            KILN_TRY(read_range(rd, it, off, scratch, src_bytes, err));
         } else {
             for (int64_t r = 0; r < rows; r++)
-                KILN_TRY(read_range(rd, it->file, off + (uint64_t)r * it->src_stride,
+                KILN_TRY(read_range(rd, it, off + (uint64_t)r * it->src_stride,
                                     (uint8_t *)scratch + (size_t)r * it->src_row_bytes,
                                     it->src_row_bytes, err));
         }
@@ -197,7 +204,24 @@ typedef struct work {
     kiln_err err;
     atomic_uint_fast64_t done_bytes;
     atomic_int *left; /* per item: chunks still to run (the tensor commits at 0) */
+    bool *drop;       /* per item: unmap its source pages once transformed (no alias shares
+                         them): the transformed copy is the only one resident */
 } work;
+
+/* Progress of the whole load (src bytes): the bar appears once loading has run ~1 s. */
+static void progress(kiln_load_plan *p, uint64_t lane_done) {
+    if (!p->req.progress) return;
+    uint64_t now = kiln_now_ns();
+    if (!p->bar_on) {
+        if (now - p->bar_t0 < 1000000000ull) return;
+        uint64_t total = 0;
+        for (int l = 0; l < KILN_LANE_COUNT; l++) total += p->rep.lane[l].src_bytes;
+        kiln_progress_begin(&p->bar, p->req.label ? p->req.label : "loading", total);
+        p->bar.start_ns = p->bar_t0;
+        p->bar_on = true;
+    }
+    kiln_progress_update(&p->bar, p->bar_base + lane_done);
+}
 
 static void fail_work(work *w, const kiln_err *e, const kiln_load_item *it) {
     pthread_mutex_lock(&w->lock);
@@ -250,12 +274,26 @@ static void populate_range(const uint8_t *a, size_t n, bool cold) {
     if (n) (void)va[n - 1];
 }
 
+/* Unmaps the whole pages of a transformed chunk's source rows from this process (the
+ * page cache keeps them; a later access refaults): peak resident memory stays the
+ * aliased bytes plus the owned copies, not a second mapped copy of every transformed
+ * tensor. Only for tensors no alias item uses and contiguous rows read via the mapping. */
+static void drop_source(const kiln_load_plan *p, const kiln_load_item *it, int64_t r0, int64_t r1) {
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)(kiln_load_src(p, it) + (uint64_t)r0 * it->src_stride);
+    uintptr_t b = a + (uintptr_t)((uint64_t)(r1 - r0) * it->src_stride);
+    a = (a + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1); /* whole pages inside the range */
+    b &= ~(uintptr_t)(pg - 1);
+    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 /* Cold files: asks the kernel to start reading chunk c (large asynchronous readahead)
  * instead of the small synchronous windows that page faults or a read would start. */
 static void prefetch_chunk(const work *w, int64_t c) {
     if (c >= w->n_chunks) return;
     const chunk *ch = &w->chunks[c];
     const kiln_load_item *it = &w->p->items[ch->item];
+    if (it->src->file == KILN_LOAD_MEMORY) return;
     const kiln_model_shard *sh = kiln_model_file_shard(w->p->mf, it->file);
     uint64_t off = it->src_offset + (uint64_t)ch->r0 * it->src_stride;
     uint64_t span = (uint64_t)(ch->r1 - ch->r0 - 1) * it->src_stride + it->src_row_bytes;
@@ -278,9 +316,9 @@ static void run_chunks(void *ctx, int64_t begin, int64_t end, int ith) {
             prefetch_chunk(w, c + w->nth);
         }
         if (w->lane == KILN_LANE_ALIAS) {
-            const kiln_model_shard *sh = kiln_model_file_shard(w->p->mf, it->file);
-            uint64_t off = it->src_offset + (uint64_t)ch->r0 * it->src_row_bytes;
-            populate_range(sh->base + off, (size_t)bytes, w->cold);
+            if (it->src->file != KILN_LOAD_MEMORY)
+                populate_range(kiln_load_src(w->p, it) + (uint64_t)ch->r0 * it->src_row_bytes,
+                               (size_t)bytes, w->cold);
         } else {
             kiln_err e;
             kiln_err_clear(&e);
@@ -291,8 +329,11 @@ static void run_chunks(void *ctx, int64_t begin, int64_t end, int ith) {
                 fail_work(w, &e, it);
                 return;
             }
+            if (w->drop && w->drop[ch->item]) drop_source(w->p, it, ch->r0, ch->r1);
         }
-        atomic_fetch_add_explicit(&w->done_bytes, bytes, memory_order_relaxed);
+        uint64_t done =
+            atomic_fetch_add_explicit(&w->done_bytes, bytes, memory_order_relaxed) + bytes;
+        if (ith == 0) progress(w->p, done);
         /* the last chunk of a tensor commits it: done tensors stay valid even when a later
          * tensor fails */
         if (atomic_fetch_sub_explicit(&w->left[ch->item], 1, memory_order_acq_rel) == 1)
@@ -322,6 +363,20 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
     kiln_status st = KILN_OK;
     if (!w.chunks || !w.readers || !w.scratch)
         st = kiln_err_set(err, KILN_ERR_NOMEM, "load chunks");
+    if (!st && lane == KILN_LANE_TRANSFORM && p->rep.env.io == KILN_IO_MMAP) {
+        w.drop = kiln_calloc(p->n ? p->n : 1, sizeof *w.drop);
+        if (!w.drop) st = kiln_err_set(err, KILN_ERR_NOMEM, "load chunks");
+        for (size_t i = 0; !st && i < p->n; i++) {
+            const kiln_load_item *it = &p->items[i];
+            bool identity =
+                strcmp(it->layout->name, "native") == 0 && it->src->fixup == KILN_FIXUP_NONE;
+            w.drop[i] = it->lane == KILN_LANE_TRANSFORM && !identity &&
+                        it->src->file != KILN_LOAD_MEMORY && it->src_stride == it->src_row_bytes;
+            for (size_t j = 0; w.drop[i] && j < p->n; j++) /* an alias keeps its pages */
+                if (p->items[j].src == it->src && p->items[j].lane == KILN_LANE_ALIAS)
+                    w.drop[i] = false;
+        }
+    }
     int64_t k = 0;
     for (size_t i = 0; !st && i < p->n; i++) {
         const kiln_load_item *it = &p->items[i];
@@ -360,6 +415,7 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
     for (int t = 0; w.readers && t < nth; t++) kiln_reader_free(&w.readers[t]);
     for (int t = 0; w.scratch && t < nth; t++) kiln_free_aligned(w.scratch[t]);
     kiln_free(w.chunks);
+    kiln_free(w.drop);
     kiln_free(w.left);
     kiln_free(w.readers);
     kiln_free(w.scratch);
@@ -369,15 +425,49 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
 
 /* ---- lanes ---------------------------------------------------------------------------- */
 
-static kiln_status allocate_owned(kiln_load_plan *p, kiln_lane lane, kiln_err *err) {
+/* The owned host memory of the transform and residual lanes: one arena, each tensor at a
+ * 64-byte aligned offset. Its interior is 2 MiB aligned and, with req.huge_pages, advised
+ * MADV_HUGEPAGE before the first touch: kernels stream these weights every token, and
+ * with 4 KiB pages each page is a TLB miss and a prefetcher stop (docs/CPU.md: q4_0 R16
+ * decode 34-36 GB/s with huge pages, 22-25 without). */
+#define HUGE_ALIGN ((size_t)2 << 20)
+
+static kiln_status allocate_arena(kiln_load_plan *p, kiln_err *err) {
+    size_t total = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        const kiln_load_item *it = &p->items[i];
+        if (it->lane != KILN_LANE_TRANSFORM && it->lane != KILN_LANE_RESIDUAL) continue;
+        size_t sz = ((size_t)it->nbytes + 63) & ~(size_t)63;
+        if (it->nbytes > SIZE_MAX - 64 || !kiln_size_add(total, sz ? sz : 64, &total))
+            return kiln_err_set(err, KILN_ERR_OVERFLOW, "owned host memory: size overflow");
+    }
+    if (total == 0) return KILN_OK;
+    const bool big = total >= HUGE_ALIGN;
+    size_t bytes = total;
+    if (big && !kiln_size_add(total, HUGE_ALIGN, &bytes))
+        return kiln_err_set(err, KILN_ERR_OVERFLOW, "owned host memory: size overflow");
+    p->arena = kiln_load_owned_alloc(bytes);
+    if (!p->arena)
+        return kiln_err_set(err, KILN_ERR_NOMEM,
+                            "owned host memory: %zu bytes for %s: out of memory", bytes,
+                            "the transform and residual lanes");
+    p->arena_bytes = bytes;
+    uint8_t *dst = p->arena;
+    if (big) {
+        dst = (uint8_t *)(((uintptr_t)p->arena + HUGE_ALIGN - 1) & ~(uintptr_t)(HUGE_ALIGN - 1));
+        size_t huge = total & ~(HUGE_ALIGN - 1);
+        if (p->req.huge_pages && huge && madvise(dst, huge, MADV_HUGEPAGE) != 0)
+            p->rep.env.huge_pages = false;
+        else
+            p->rep.env.huge_pages = p->req.huge_pages && huge;
+    }
     for (size_t i = 0; i < p->n; i++) {
         kiln_load_item *it = &p->items[i];
-        if (it->lane != lane) continue;
-        p->owned[i] = kiln_load_owned_alloc((size_t)it->nbytes);
-        if (!p->owned[i])
-            return kiln_err_set(err, KILN_ERR_NOMEM, "lane %s: tensor '%s': %" PRIu64 " bytes",
-                                kiln_lane_name(lane), it->src->name, it->nbytes);
-        it->data = p->owned[i];
+        if (it->lane != KILN_LANE_TRANSFORM && it->lane != KILN_LANE_RESIDUAL) continue;
+        p->owned[i] = dst;
+        it->data = dst;
+        size_t sz = ((size_t)it->nbytes + 63) & ~(size_t)63;
+        dst += sz ? sz : 64;
     }
     return KILN_OK;
 }
@@ -390,6 +480,7 @@ static kiln_status residual_lane(kiln_load_plan *p, kiln_err *err) {
     void *scratch = p->max_chunk_src ? kiln_alloc_aligned(p->max_chunk_src) : NULL;
     if (p->max_chunk_src && !scratch) return kiln_err_set(err, KILN_ERR_NOMEM, "residual staging");
     kiln_status st = KILN_OK;
+    uint64_t done = 0;
     for (size_t i = 0; i < p->n && !st; i++) {
         kiln_load_item *it = &p->items[i];
         if (it->lane != KILN_LANE_RESIDUAL) continue;
@@ -399,6 +490,8 @@ static kiln_status residual_lane(kiln_load_plan *p, kiln_err *err) {
             st = kiln_load_produce(p, it, r, r1,
                                    (uint8_t *)p->owned[i] + (size_t)r * it->out_row_bytes, scratch,
                                    &rd, err);
+            done += it->src_row_bytes * (uint64_t)(r1 - r);
+            progress(p, done);
         }
         if (st) kiln_err_wrap(err, st, "lane residual: tensor '%s'", it->src->name);
         it->done = !st;
@@ -413,6 +506,7 @@ kiln_status kiln_load_execute(kiln_load_plan *p, kiln_err *err) {
         return kiln_err_set(err, KILN_ERR_STATE, "the load plan was already executed");
     p->rep.executed = true;
     uint64_t t0 = kiln_now_ns();
+    p->bar_t0 = t0;
     kiln_pool *pool = NULL;
     KILN_TRY(kiln_pool_create(p->rep.env.threads, &pool, err));
     kiln_status st = KILN_OK;
@@ -422,27 +516,28 @@ kiln_status kiln_load_execute(kiln_load_plan *p, kiln_err *err) {
     for (size_t i = 0; i < p->n; i++) {
         kiln_load_item *it = &p->items[i];
         if (it->lane != KILN_LANE_ALIAS) continue;
-        it->data = kiln_model_file_shard(p->mf, it->file)->base + it->src_offset;
+        it->data = kiln_load_src(p, it);
         it->done = true;
     }
     if (p->req.populate) st = run_parallel(p, pool, KILN_LANE_ALIAS, err);
     p->rep.lane[KILN_LANE_ALIAS].seconds = (double)(kiln_now_ns() - ts) * 1e-9;
+    p->bar_base += p->rep.lane[KILN_LANE_ALIAS].src_bytes;
 
     /* transform: parallel over row chunks of every tensor */
     if (!st) {
         ts = kiln_now_ns();
-        st = allocate_owned(p, KILN_LANE_TRANSFORM, err);
+        st = allocate_arena(p, err);
         if (!st) st = run_parallel(p, pool, KILN_LANE_TRANSFORM, err);
         for (size_t i = 0; !st && i < p->n; i++) /* empty tensors have no chunks */
             if (p->items[i].lane == KILN_LANE_TRANSFORM && p->items[i].n_rows == 0)
                 p->items[i].done = true;
         p->rep.lane[KILN_LANE_TRANSFORM].seconds = (double)(kiln_now_ns() - ts) * 1e-9;
+        p->bar_base += p->rep.lane[KILN_LANE_TRANSFORM].src_bytes;
     }
     /* residual */
     if (!st) {
         ts = kiln_now_ns();
-        st = allocate_owned(p, KILN_LANE_RESIDUAL, err);
-        if (!st) st = residual_lane(p, err);
+        st = residual_lane(p, err);
         p->rep.lane[KILN_LANE_RESIDUAL].seconds = (double)(kiln_now_ns() - ts) * 1e-9;
     }
     /* upload */
@@ -463,9 +558,11 @@ kiln_status kiln_load_execute(kiln_load_plan *p, kiln_err *err) {
             }
             kiln_free(ups);
         }
-        p->rep.lane[KILN_LANE_UPLOAD].seconds = (double)(kiln_now_ns() - ts) * 1e-9;
+        p->rep.lane[KILN_LANE_UPLOAD].seconds =
+            (double)(kiln_now_ns() - ts) * 1e-9 - p->rep.upload_setup_seconds;
     }
     kiln_pool_free(pool);
+    if (p->bar_on) kiln_progress_end(&p->bar);
     p->rep.exec_seconds = (double)(kiln_now_ns() - t0) * 1e-9;
     p->rep.total_seconds = p->rep.plan_seconds + p->rep.exec_seconds;
     if (st) kiln_err_wrap(err, st, "loading %s", kiln_model_file_path(p->mf));

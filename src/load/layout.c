@@ -210,11 +210,11 @@ static kiln_status x4_run(uint32_t src, int64_t ne0, uint32_t fixup, const void 
 /* ---- registry ---------------------------------------------------------------------------- */
 
 static const kiln_layout builtins[] = {
-    {"native", "bytes as stored", 1, native_plan, native_run},
-    {"f32", "convert or dequantize to f32", 1, f32_plan, f32_run},
-    {"f16", "convert f32/f16/bf16 to f16", 1, f16_plan, f16_run},
-    {"bf16", "convert f32/f16/bf16 to bf16", 1, bf16_plan, bf16_run},
-    {"blocks_x4", "quantized blocks of 4 rows interleaved", 4, x4_plan, x4_run},
+    {"native", "bytes as stored", 1, native_plan, native_run, false},
+    {"f32", "convert or dequantize to f32", 1, f32_plan, f32_run, false},
+    {"f16", "convert f32/f16/bf16 to f16", 1, f16_plan, f16_run, false},
+    {"bf16", "convert f32/f16/bf16 to bf16", 1, bf16_plan, bf16_run, false},
+    {"blocks_x4", "quantized blocks of 4 rows interleaved", 4, x4_plan, x4_run, false},
 };
 #define N_BUILTIN   (sizeof builtins / sizeof builtins[0])
 #define MAX_LAYOUTS 64

@@ -46,6 +46,10 @@ typedef struct kiln_layout {
     /* Transforms n_rows rows (a multiple of row_group) of contiguous source rows into dst. */
     kiln_status (*run)(uint32_t src_dtype, int64_t ne0, uint32_t fixup, const void *src,
                        int64_t n_rows, void *dst, kiln_err *err);
+    /* true: a tensor's row count need not be a multiple of row_group; the last group is
+     * padded (the output holds ceil(n_rows / row_group) * row_group rows' bytes) and run
+     * is then called with a partial group at the end. */
+    bool pad_last_group;
 } kiln_layout;
 
 /* The layout called name (NULL and "" mean "native"), or NULL when unknown. */

@@ -78,6 +78,19 @@ typedef struct kiln_load_target {
     bool writable;      /* host: private writable memory (never an alias) */
 } kiln_load_target;
 
+/* kiln_tensor_info.file of a tensor whose bytes are in memory at .data (a tensor a model
+ * family computed, or a model built from tensors in memory): read with memcpy, aliased by
+ * pointer; never populated or prefetched. */
+#define KILN_LOAD_MEMORY UINT32_MAX
+
+/* One (tensor, target) pair of an explicit load request: what the engine's binding asks
+ * for after it chose every call site's kernel. A tensor may be wanted in several targets
+ * (e.g. the tied embedding: native rows for the lookup, repacked for the LM head). */
+typedef struct kiln_load_want {
+    const kiln_tensor_info *src; /* a tensor of the model file, or KILN_LOAD_MEMORY bytes */
+    kiln_load_target target;
+} kiln_load_want;
+
 /* Per-tensor target override (e.g. norms in f32, matrices repacked). */
 typedef kiln_load_target (*kiln_target_fn)(void *user, const kiln_tensor_info *t);
 
@@ -88,7 +101,12 @@ typedef enum kiln_shard_mode {
 } kiln_shard_mode;
 
 typedef struct kiln_load_request {
-    /* selection */
+    /* explicit selection: exactly these (tensor, target) pairs, in this order (pattern,
+     * layers, target and target_for are then ignored; sharding still applies). The
+     * array and the tensor infos it points to must outlive the plan. */
+    const kiln_load_want *wants;
+    size_t n_wants;
+    /* selection over the file's tensors (when wants is NULL) */
     const char *pattern; /* fnmatch(3) glob over tensor names; NULL = all */
     int layer_begin;     /* with layer_end > layer_begin: only blk.N for N in [begin, end) */
     int layer_end;       /*   ... plus the non-layer tensors unless skip_globals */
@@ -108,9 +126,15 @@ typedef struct kiln_load_request {
     uint64_t memory_budget; /* host bytes the plan may allocate; 0: MemAvailable */
     uint32_t alias_align;   /* alias needs data % alias_align == 0; 0 (default): the type's
                                natural alignment (f32 4, f16 2, q8_0 2, q4_K 8) */
+    bool huge_pages;        /* owned host memory (transform + residual lanes) is one arena whose
+                               interior is 2 MiB aligned and advised MADV_HUGEPAGE (default true:
+                               kernels stream weights; 4 KiB pages cost them ~30 %, docs/CPU.md) */
+    bool progress;          /* draw a progress bar on stderr (a TTY) once loading passes ~1 s */
+    const char *label;      /* progress label (default "loading") */
 } kiln_load_request;
 
-/* Defaults: everything, host, native, KILN_IO_AUTO, populate, no forced lane. */
+/* Defaults: everything, host, native, KILN_IO_AUTO, populate, no forced lane, huge pages,
+ * no progress bar. */
 void kiln_load_request_init(kiln_load_request *r);
 
 /* One planned tensor and, after execution, where it is. */
@@ -146,7 +170,8 @@ typedef struct kiln_load_env {
     bool uring_ok;
     bool cuda_built;
     int cuda_devices;
-    kiln_io io; /* the reader chosen */
+    kiln_io io;      /* the reader chosen */
+    bool huge_pages; /* the owned arena was advised MADV_HUGEPAGE (after execution) */
 } kiln_load_env;
 
 typedef struct kiln_lane_stats {
@@ -161,6 +186,9 @@ typedef struct kiln_load_report {
     kiln_load_env env;
     double plan_seconds, exec_seconds;
     double total_seconds; /* plan + execute: time to ready */
+    /* upload lane: setting up pinned staging, the device arena and threads; excluded from
+     * lane[UPLOAD].seconds (its bandwidth), included in exec and total time */
+    double upload_setup_seconds;
     bool executed;
 } kiln_load_report;
 
@@ -169,6 +197,12 @@ typedef struct kiln_load_plan kiln_load_plan;
 /* Builds the plan (no tensor bytes are read). */
 kiln_status kiln_load_plan_build(const kiln_model_file *mf, const kiln_load_request *req,
                                  kiln_load_plan **out, kiln_err *err);
+/* The request the plan was built from (its wants pointer is only valid while planning) and
+ * the model file it reads (NULL for a plan of tensors in memory). */
+const kiln_load_request *kiln_load_plan_request(const kiln_load_plan *p);
+const kiln_model_file *kiln_load_plan_file(const kiln_load_plan *p);
+/* The path named in messages (the model file's, or "memory"). */
+const char *kiln_load_plan_path(const kiln_load_plan *p);
 /* Runs the plan (once). On failure the message names the tensor and lane. */
 kiln_status kiln_load_execute(kiln_load_plan *p, kiln_err *err);
 /* NULL-safe; frees owned host and device memory. */
@@ -177,6 +211,9 @@ void kiln_load_plan_free(kiln_load_plan *p);
 size_t kiln_load_plan_count(const kiln_load_plan *p);
 const kiln_load_item *kiln_load_plan_item(const kiln_load_plan *p, size_t i);
 const kiln_load_item *kiln_load_plan_find(const kiln_load_plan *p, const char *name);
+/* The item of tensor `src` (pointer identity) in layout `layout` (NULL = native). */
+const kiln_load_item *kiln_load_plan_find_want(const kiln_load_plan *p, const kiln_tensor_info *src,
+                                               const char *layout);
 const kiln_load_report *kiln_load_plan_report(const kiln_load_plan *p);
 /* Copies a loaded tensor's nbytes output bytes to dst, from host memory or the device. */
 kiln_status kiln_load_item_read(const kiln_load_item *it, void *dst, kiln_err *err);

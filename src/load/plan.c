@@ -6,6 +6,7 @@
 #include "load/load_impl.h"
 
 #include <fnmatch.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <liburing.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@ void kiln_load_request_init(kiln_load_request *r) {
     r->force_lane = -1;
     r->alias_align = 0; /* natural alignment of the element type */
     r->shard_count = 1;
+    r->huge_pages = true;
 }
 
 /* ---- environment facts ---------------------------------------------------------------- */
@@ -92,7 +94,7 @@ static bool uring_probe(void) {
 
 static void gather_env(kiln_load_plan *p) {
     kiln_load_env *e = &p->rep.env;
-    for (size_t s = 0; s < kiln_model_file_shard_count(p->mf); s++) {
+    for (size_t s = 0; p->mf && s < kiln_model_file_shard_count(p->mf); s++) {
         const kiln_model_shard *sh = kiln_model_file_shard(p->mf, s);
         e->file_bytes += sh->size;
         e->resident_bytes += resident_bytes(sh->fd, sh->base, sh->size);
@@ -170,11 +172,17 @@ static kiln_status plan_source(const kiln_load_request *r, const kiln_tensor_inf
     return KILN_OK;
 }
 
-static kiln_status plan_item(kiln_load_plan *p, const kiln_tensor_info *t, kiln_load_item *it,
-                             kiln_err *err) {
+static kiln_status plan_item(kiln_load_plan *p, const kiln_tensor_info *t,
+                             const kiln_load_target *target, kiln_load_item *it, kiln_err *err) {
     const kiln_load_request *r = &p->req;
     it->src = t;
-    it->target = r->target_for ? r->target_for(r->target_user, t) : r->target;
+    it->target = *target;
+    const bool mem = t->file == KILN_LOAD_MEMORY;
+    if (mem && !t->data)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "a tensor in memory without data");
+    if (!mem && (!p->mf || t->file >= kiln_model_file_shard_count(p->mf)))
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "file %u is not a shard of the model",
+                            t->file);
     if (!t->supported)
         return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "type %s is not supported by kiln",
                             kiln_dtype_name(t->dtype));
@@ -187,11 +195,13 @@ static kiln_status plan_item(kiln_load_plan *p, const kiln_tensor_info *t, kiln_
     kiln_status st = it->layout->plan(t->dtype, it->shape[0], it->n_rows, t->fixup, &it->dtype,
                                       &it->out_row_bytes, err);
     if (st) return kiln_err_wrap(err, st, "layout %s", it->layout->name);
-    if (!kiln_u64_mul(it->out_row_bytes, (uint64_t)it->n_rows, &it->nbytes))
-        return kiln_err_set(err, KILN_ERR_OVERFLOW, "output size overflows");
-    if (it->n_rows % it->layout->row_group)
+    const int64_t g = it->layout->row_group;
+    if (it->n_rows % g && !it->layout->pad_last_group)
         return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "layout %s needs rows in groups of %u",
                             it->layout->name, it->layout->row_group);
+    const int64_t out_rows = (it->n_rows + g - 1) / g * g; /* padded last group */
+    if (!kiln_u64_mul(it->out_row_bytes, (uint64_t)out_rows, &it->nbytes))
+        return kiln_err_set(err, KILN_ERR_OVERFLOW, "output size overflows");
 
     const bool native = strcmp(it->layout->name, "native") == 0 && t->fixup == KILN_FIXUP_NONE;
     const bool host = it->target.place == KILN_PLACE_HOST;
@@ -201,8 +211,7 @@ static kiln_status plan_item(kiln_load_plan *p, const kiln_tensor_info *t, kiln_
     natural &= ~(natural - 1);
     if (natural > 8) natural = 8;
     const uint64_t align = r->alias_align ? r->alias_align : natural;
-    const uint64_t addr =
-        (uint64_t)(uintptr_t)kiln_model_file_shard(p->mf, it->file)->base + it->src_offset;
+    const uint64_t addr = (uint64_t)(uintptr_t)kiln_load_src(p, it);
     char alias_no[80] = "";
     if (!host)
         snprintf(alias_no, sizeof alias_no, "target is cuda:%d", it->target.device);
@@ -260,7 +269,8 @@ static kiln_status plan_item(kiln_load_plan *p, const kiln_tensor_info *t, kiln_
                  it->layout->name);
     } else if (!alias_no[0]) {
         it->lane = KILN_LANE_ALIAS;
-        snprintf(it->why, sizeof it->why, "native bytes in the mapping");
+        snprintf(it->why, sizeof it->why, "%s",
+                 mem ? "native bytes in memory" : "native bytes in the mapping");
     } else if (col && native) {
         it->lane = KILN_LANE_RESIDUAL;
         snprintf(it->why, sizeof it->why, "column shard: %lld strided byte ranges",
@@ -280,6 +290,63 @@ int64_t kiln_load_chunk_rows(const kiln_load_item *it) {
     return rows;
 }
 
+/* Sorts item indexes by (tensor, layout) to find repeated pairs and each tensor's first
+ * item; the name index maps a name to that first item. */
+static const kiln_load_plan *sort_plan; /* qsort has no context argument; planning holds
+                                           sort_lock while it is set */
+static pthread_mutex_t sort_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int by_src(const void *a, const void *b) {
+    const kiln_load_item *x = &sort_plan->items[*(const size_t *)a],
+                         *y = &sort_plan->items[*(const size_t *)b];
+    if (x->src != y->src) return (uintptr_t)x->src < (uintptr_t)y->src ? -1 : 1;
+    int c = strcmp(x->layout->name, y->layout->name);
+    if (c) return c;
+    if (x->target.place != y->target.place) return x->target.place < y->target.place ? -1 : 1;
+    if (x->target.device != y->target.device) return x->target.device < y->target.device ? -1 : 1;
+    return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+}
+
+static kiln_status index_names(kiln_load_plan *p, kiln_err *err) {
+    size_t *ord = kiln_malloc((p->n ? p->n : 1) * sizeof *ord);
+    if (!ord) return kiln_err_set(err, KILN_ERR_NOMEM, "load plan index");
+    for (size_t i = 0; i < p->n; i++) ord[i] = i;
+    pthread_mutex_lock(&sort_lock);
+    sort_plan = p;
+    qsort(ord, p->n, sizeof *ord, by_src);
+    sort_plan = NULL;
+    pthread_mutex_unlock(&sort_lock);
+    kiln_status st = KILN_OK;
+    size_t k = 0;
+    for (size_t j = 0; j < p->n && !st; j++) {
+        const kiln_load_item *it = &p->items[ord[j]];
+        if (j > 0) {
+            const kiln_load_item *prev = &p->items[ord[j - 1]];
+            if (prev->src == it->src) {
+                if (prev->layout == it->layout && prev->target.place == it->target.place &&
+                    prev->target.device == it->target.device)
+                    st = kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                                      "planning the load of %s: tensor '%s' requested twice in "
+                                      "layout %s",
+                                      kiln_load_plan_path(p), it->src->name, it->layout->name);
+                continue;
+            }
+        }
+        p->names[k].ptr = it->src->name;
+        p->names[k].len = it->src->name_len ? it->src->name_len : strlen(it->src->name);
+        p->name_item[k++] = ord[j];
+    }
+    kiln_free(ord);
+    if (st) return st;
+    size_t dup = 0;
+    st = kiln_strmap_build(&p->index, p->names, k, &dup, NULL);
+    if (st)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                            "planning the load of %s: two tensors named '%s'",
+                            kiln_load_plan_path(p), p->names[dup].ptr);
+    return KILN_OK;
+}
+
 kiln_status kiln_load_plan_build(const kiln_model_file *mf, const kiln_load_request *req,
                                  kiln_load_plan **out, kiln_err *err) {
     *out = NULL;
@@ -290,32 +357,41 @@ kiln_status kiln_load_plan_build(const kiln_model_file *mf, const kiln_load_requ
                             req->shard_count);
     if (req->force_lane >= KILN_LANE_COUNT)
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "forced lane %d", req->force_lane);
+    if (!req->wants && !mf)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "load plan: no model file and no tensors");
     kiln_load_plan *p = kiln_calloc(1, sizeof *p);
     if (!p) return kiln_err_set(err, KILN_ERR_NOMEM, "load plan");
     p->mf = mf;
     p->req = *req;
-    size_t n = kiln_model_file_tensor_count(mf);
+    size_t n = req->wants ? req->n_wants : kiln_model_file_tensor_count(mf);
     p->items = kiln_calloc(n ? n : 1, sizeof *p->items);
     p->owned = kiln_calloc(n ? n : 1, sizeof *p->owned);
     p->names = kiln_calloc(n ? n : 1, sizeof *p->names);
-    if (!p->items || !p->owned || !p->names) {
+    p->name_item = kiln_calloc(n ? n : 1, sizeof *p->name_item);
+    if (!p->items || !p->owned || !p->names || !p->name_item) {
         kiln_load_plan_free(p);
         return kiln_err_set(err, KILN_ERR_NOMEM, "load plan of %zu tensors", n);
     }
     gather_env(p);
     kiln_status st = KILN_OK;
     for (size_t i = 0; i < n && !st; i++) {
-        const kiln_tensor_info *t = kiln_model_file_tensor(mf, i);
-        if (!selected(req, t->name)) continue;
+        const kiln_tensor_info *t;
+        kiln_load_target target;
+        if (req->wants) {
+            t = req->wants[i].src;
+            target = req->wants[i].target;
+        } else {
+            t = kiln_model_file_tensor(mf, i);
+            if (!selected(req, t->name)) continue;
+            target = req->target_for ? req->target_for(req->target_user, t) : req->target;
+        }
         kiln_load_item *it = &p->items[p->n];
-        st = plan_item(p, t, it, err);
+        st = plan_item(p, t, &target, it, err);
         if (st) {
-            kiln_err_wrap(err, st, "planning the load of %s: tensor '%s'", kiln_model_file_path(mf),
+            kiln_err_wrap(err, st, "planning the load of %s: tensor '%s'", kiln_load_plan_path(p),
                           t->name);
             break;
         }
-        p->names[p->n].ptr = t->name;
-        p->names[p->n].len = t->name_len;
         kiln_lane_stats *ls = &p->rep.lane[it->lane];
         ls->tensors++;
         ls->bytes += it->nbytes;
@@ -328,13 +404,28 @@ kiln_status kiln_load_plan_build(const kiln_model_file *mf, const kiln_load_requ
         if (chunk > p->max_chunk_src) p->max_chunk_src = (size_t)chunk;
         p->n++;
     }
-    if (!st && p->rep.lane[KILN_LANE_UPLOAD].tensors)
+    if (!st) st = index_names(p, err);
+    if (!st && p->rep.lane[KILN_LANE_UPLOAD].tensors) {
         p->rep.env.owned_bytes += 2 * (uint64_t)p->max_chunk_src; /* pinned staging */
+        /* contexts of the target devices, created now (see kiln_cuda_device_init) */
+        uint64_t seen = 0;
+        for (size_t i = 0; i < p->n && !st; i++) {
+            const kiln_load_item *it = &p->items[i];
+            if (it->lane != KILN_LANE_UPLOAD || it->target.device >= 64 ||
+                (seen >> it->target.device & 1))
+                continue;
+            seen |= (uint64_t)1 << it->target.device;
+            st = kiln_cuda_device_init(it->target.device, err);
+            if (st)
+                kiln_err_wrap(err, st, "planning the load of %s: cuda:%d", kiln_load_plan_path(p),
+                              it->target.device);
+        }
+    }
     if (!st && p->rep.env.budget && p->rep.env.owned_bytes > p->rep.env.budget)
         st = kiln_err_set(err, KILN_ERR_CAPACITY,
                           "planning the load of %s: the plan needs %.2f GiB of host memory, the "
                           "budget is %.2f GiB",
-                          kiln_model_file_path(mf), (double)p->rep.env.owned_bytes / (1 << 30),
+                          kiln_load_plan_path(p), (double)p->rep.env.owned_bytes / (1 << 30),
                           (double)p->rep.env.budget / (1 << 30));
     /* the reader: page-cache facts decide between the mapping and real I/O */
     kiln_load_env *e = &p->rep.env;
@@ -349,7 +440,6 @@ kiln_status kiln_load_plan_build(const kiln_model_file *mf, const kiln_load_requ
                               "io_uring requested but the kernel refuses io_uring_setup here");
         }
     }
-    if (!st) st = kiln_strmap_build(&p->index, p->names, p->n, NULL, err);
     if (st) {
         kiln_load_plan_free(p);
         return st;
@@ -361,14 +451,14 @@ kiln_status kiln_load_plan_build(const kiln_model_file *mf, const kiln_load_requ
 
 void kiln_load_plan_free(kiln_load_plan *p) {
     if (!p) return;
-    for (size_t i = 0; i < p->n; i++) {
-        kiln_load_owned_free(p->owned[i], (size_t)p->items[i].nbytes);
+    for (size_t i = 0; i < p->n; i++)
         if (p->items[i].device_alloc) kiln_upload_free(p->items[i].device_alloc);
-    }
+    kiln_load_owned_free(p->arena, p->arena_bytes);
     kiln_strmap_free(&p->index);
     kiln_free(p->items);
     kiln_free(p->owned);
     kiln_free(p->names);
+    kiln_free(p->name_item);
     kiln_free(p);
 }
 
@@ -380,7 +470,23 @@ const kiln_load_item *kiln_load_plan_item(const kiln_load_plan *p, size_t i) {
 }
 const kiln_load_item *kiln_load_plan_find(const kiln_load_plan *p, const char *name) {
     int64_t i = kiln_strmap_find(&p->index, p->names, kiln_str_c(name));
-    return i < 0 ? NULL : &p->items[i];
+    return i < 0 ? NULL : &p->items[p->name_item[i]];
+}
+const kiln_load_item *kiln_load_plan_find_want(const kiln_load_plan *p, const kiln_tensor_info *src,
+                                               const char *layout) {
+    const kiln_layout *l = kiln_layout_find(layout);
+    for (size_t i = 0; l && i < p->n; i++)
+        if (p->items[i].src == src && p->items[i].layout == l) return &p->items[i];
+    return NULL;
+}
+const kiln_load_request *kiln_load_plan_request(const kiln_load_plan *p) {
+    return &p->req;
+}
+const kiln_model_file *kiln_load_plan_file(const kiln_load_plan *p) {
+    return p->mf;
+}
+const char *kiln_load_plan_path(const kiln_load_plan *p) {
+    return p->mf ? kiln_model_file_path(p->mf) : "memory";
 }
 const kiln_load_report *kiln_load_plan_report(const kiln_load_plan *p) {
     return &p->rep;

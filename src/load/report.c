@@ -21,9 +21,10 @@ static void fmt_shape(const kiln_load_item *it, char *buf, size_t n) {
 void kiln_load_report_print(const kiln_load_plan *p, FILE *f, bool verbose) {
     const kiln_load_report *r = &p->rep;
     const kiln_load_env *e = &r->env;
-    fprintf(f, "load report: %s (%s, %zu shard%s)\n", kiln_model_file_path(p->mf),
-            kiln_model_source_name(kiln_model_file_source(p->mf)),
-            kiln_model_file_shard_count(p->mf), kiln_model_file_shard_count(p->mf) == 1 ? "" : "s");
+    size_t shards = p->mf ? kiln_model_file_shard_count(p->mf) : 0;
+    fprintf(f, "load report: %s (%s, %zu shard%s)\n", kiln_load_plan_path(p),
+            p->mf ? kiln_model_source_name(kiln_model_file_source(p->mf)) : "tensors in memory",
+            shards, shards == 1 ? "" : "s");
     fprintf(f,
             "  environment: %.1f MiB in files, %.1f%% in page cache; %.1f GiB available, budget "
             "%.1f GiB, plan owns %.1f MiB; %d cores, %d threads; io_uring %s; CUDA %s (%d "
@@ -34,8 +35,11 @@ void kiln_load_report_print(const kiln_load_plan *p, FILE *f, bool verbose) {
             (double)e->owned_bytes / (1 << 20), e->cores, e->threads,
             e->uring_ok ? "usable" : "unavailable", e->cuda_built ? "built" : "not built",
             e->cuda_devices);
-    fprintf(f, "  executor: %s reader; alias %s\n", kiln_io_name(e->io),
-            p->req.populate ? "populated (MADV_POPULATE_READ)" : "lazy (pages fault in on use)");
+    fprintf(f, "  executor: %s reader; alias %s; owned memory %s\n", kiln_io_name(e->io),
+            p->req.populate ? "populated" : "lazy (pages fault in on use)",
+            !r->executed    ? (p->req.huge_pages ? "huge pages asked" : "4 KiB pages")
+            : e->huge_pages ? "huge pages (MADV_HUGEPAGE)"
+                            : "4 KiB pages");
     fprintf(f, "  %-10s %8s %12s %12s %10s %9s\n", "lane", "tensors", "out MiB", "read MiB", "ms",
             "GB/s");
     for (int l = 0; l < KILN_LANE_COUNT; l++) {
@@ -44,6 +48,10 @@ void kiln_load_report_print(const kiln_load_plan *p, FILE *f, bool verbose) {
                 s->tensors, (double)s->bytes / (1 << 20), (double)s->src_bytes / (1 << 20),
                 s->seconds * 1e3, gbps(s->src_bytes, s->seconds));
     }
+    if (r->lane[KILN_LANE_UPLOAD].tensors)
+        fprintf(f,
+                "  upload setup (pinned staging, device arena) %.2f ms, not in the lane's GB/s\n",
+                r->upload_setup_seconds * 1e3);
     fprintf(f, "  plan %.2f ms, execute %.2f ms, ready in %.2f ms%s\n", r->plan_seconds * 1e3,
             r->exec_seconds * 1e3, r->total_seconds * 1e3, r->executed ? "" : " (not executed)");
     if (r->lane[KILN_LANE_RESIDUAL].tensors) {
@@ -56,14 +64,15 @@ void kiln_load_report_print(const kiln_load_plan *p, FILE *f, bool verbose) {
                         p->items[i].nbytes, p->items[i].why);
     }
     if (!verbose) return;
-    fprintf(f, "  %-40s %-9s %-9s %-20s %12s  %s\n", "tensor", "lane", "dtype", "shape", "bytes",
-            "why");
+    fprintf(f, "  %-40s %-9s %-9s %-9s %-20s %12s  %s\n", "tensor", "lane", "layout", "dtype",
+            "shape", "bytes", "why");
     for (size_t i = 0; i < p->n; i++) {
         const kiln_load_item *it = &p->items[i];
         char sh[64];
         fmt_shape(it, sh, sizeof sh);
-        fprintf(f, "  %-40s %-9s %-9s %-20s %12" PRIu64 "  %s\n", it->src->name,
-                kiln_lane_name(it->lane), kiln_dtype_name(it->dtype), sh, it->nbytes, it->why);
+        fprintf(f, "  %-40s %-9s %-9s %-9s %-20s %12" PRIu64 "  %s\n", it->src->name,
+                kiln_lane_name(it->lane), it->layout->name, kiln_dtype_name(it->dtype), sh,
+                it->nbytes, it->why);
     }
 }
 
@@ -84,6 +93,7 @@ char *kiln_load_report_json(const kiln_load_plan *p, bool verbose) {
                   "owned_bytes", (json_int_t)e->owned_bytes, "cores", e->cores, "threads",
                   e->threads, "io_uring", e->uring_ok, "cuda_built", e->cuda_built, "cuda_devices",
                   e->cuda_devices, "reader", kiln_io_name(e->io), "populate", p->req.populate);
+    if (env) json_object_set_new(env, "huge_pages", json_boolean(e->huge_pages));
     if (!root || !lanes || !residual || !env) {
         json_decref(root), json_decref(lanes), json_decref(residual), json_decref(env);
         return NULL;
@@ -95,14 +105,16 @@ char *kiln_load_report_json(const kiln_load_plan *p, bool verbose) {
             json_array_append_new(
                 residual, json_pack("{s:s, s:I, s:s}", "tensor", p->items[i].src->name, "bytes",
                                     (json_int_t)p->items[i].nbytes, "why", p->items[i].why));
-    json_object_set_new(root, "model", json_string(kiln_model_file_path(p->mf)));
-    json_object_set_new(root, "source",
-                        json_string(kiln_model_source_name(kiln_model_file_source(p->mf))));
+    json_object_set_new(root, "model", json_string(kiln_load_plan_path(p)));
+    json_object_set_new(
+        root, "source",
+        json_string(p->mf ? kiln_model_source_name(kiln_model_file_source(p->mf)) : "memory"));
     json_object_set_new(root, "environment", env);
     json_object_set_new(root, "lanes", lanes);
     json_object_set_new(root, "residual", residual);
     json_object_set_new(root, "plan_seconds", json_real(r->plan_seconds));
     json_object_set_new(root, "execute_seconds", json_real(r->exec_seconds));
+    json_object_set_new(root, "upload_setup_seconds", json_real(r->upload_setup_seconds));
     json_object_set_new(root, "ready_seconds", json_real(r->total_seconds));
     json_object_set_new(root, "executed", json_boolean(r->executed));
     if (verbose) {

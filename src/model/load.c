@@ -1,8 +1,10 @@
 /*
- * load.c — opening a model: the format layer's model file -> tensors + metadata ->
- * the family's config. Tensors are aliased from the file mapping (zero copy), except
- * those the format layer marks with a fixup (HF Gemma norms: w + 1), which are
- * converted into f32 copies owned by the model.
+ * load.c — opening a model: the format layer's model file -> tensor descriptions +
+ * metadata -> the family's config. No tensor byte is touched here: a file tensor's
+ * kiln_tensor has data == NULL (name, dtype, shape as stored; fixups such as HF Gemma's
+ * w + 1 are the loader's). The engine's binding chooses kernels, derives the load
+ * request and runs the load plan (src/load/, runtime/bind.c): the one path by which
+ * weights reach a kernel.
  */
 #include "model/model.h"
 #include "base/mem.h"
@@ -204,43 +206,11 @@ kiln_status kiln_model_load(const char *path, kiln_model **out, kiln_err *err) {
         const kiln_tensor_info *ti = kiln_model_file_tensor(mf, i);
         kiln_tensor *t = &m->tensors[m->n_tensors++];
         t->name = ti->name;
-        t->data = ti->data;
         t->dtype = ti->dtype;
         t->rank = ti->rank;
         for (int d = 0; d < 4; d++) t->shape[d] = d < ti->rank ? ti->shape[d] : 1;
         t->nbytes = (size_t)ti->nbytes;
-        if (ti->fixup == KILN_FIXUP_ADD_ONE) {
-            int64_t ne = kiln_tensor_nelements(ti);
-            float *f = kiln_arena_alloc(&m->arena, (size_t)ne * sizeof(float));
-            if (!f) {
-                st = kiln_err_set(err, KILN_ERR_NOMEM, "%s: out of memory", path);
-                break;
-            }
-            const kiln_dtype_info *di = kiln_dtype_get(ti->dtype);
-            if (!di || di->block_size != 1) {
-                st = kiln_err_set(err, KILN_ERR_UNSUPPORTED,
-                                  "%s: tensor '%s': +1 fixup of a %s tensor", path, ti->name,
-                                  kiln_dtype_name(ti->dtype));
-                break;
-            }
-            if (ti->dtype == KILN_DTYPE_F32)
-                memcpy(f, ti->data, (size_t)ne * sizeof(float));
-            else if (ti->dtype == KILN_DTYPE_F16 || ti->dtype == KILN_DTYPE_BF16) {
-                const uint16_t *h = ti->data;
-                for (int64_t j = 0; j < ne; j++)
-                    f[j] = ti->dtype == KILN_DTYPE_F16 ? kiln_fp16_to_f32(h[j])
-                                                       : kiln_bf16_to_f32(h[j]);
-            } else {
-                st = kiln_err_set(err, KILN_ERR_UNSUPPORTED,
-                                  "%s: tensor '%s': +1 fixup of a %s tensor", path, ti->name,
-                                  kiln_dtype_name(ti->dtype));
-                break;
-            }
-            for (int64_t j = 0; j < ne; j++) f[j] += 1.0f;
-            t->data = f;
-            t->dtype = KILN_DTYPE_F32;
-            t->nbytes = (size_t)ne * sizeof(float);
-        }
+        t->data = NULL; /* bytes reach kernels only through the load plan (runtime/bind.c) */
     }
     if (!st) {
         const char *arch = kiln_model_file_arch(mf);

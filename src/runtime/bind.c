@@ -11,11 +11,12 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ref/ref.h"
 #include "kernels/spec.h"
+#include "load/load.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <pthread.h>
 
 kiln_status kiln_bind_callsite(kiln_device *dev, const kiln_callsite *cs, kiln_kernel_fn *out,
                                uint32_t *layout, kiln_err *err) {
@@ -64,21 +65,14 @@ static kiln_status bind_weight(kiln_bound_plan *bp, const kiln_model *m, const k
     }
     int64_t k = t->shape[0], n = t->rank > 1 ? t->shape[1] : 1;
     memset(out, 0, sizeof(*out));
+    /* selection first: the weight is described here (dtype, shape, the layout the loader
+     * will produce); its bytes are bound after the load plan ran (bind_loaded_weights) */
     if (ref->wclass == KILN_WCLASS_VECTOR) {
-        if (t->dtype == KILN_DTYPE_F32) {
-            out->data = t->data;
-        } else if (t->dtype == KILN_DTYPE_F16 || t->dtype == KILN_DTYPE_BF16) {
-            float *f = kiln_arena_alloc(&bp->arena, (size_t)k * sizeof(float));
-            if (!f)
-                return kiln_err_set(err, KILN_ERR_NOMEM, "binding '%s': out of memory", ref->name);
-            kiln_ref_row_to_f32(t->dtype, t->data, f, k);
-            out->data = f;
-        } else {
+        if (t->dtype != KILN_DTYPE_F32 && t->dtype != KILN_DTYPE_F16 && t->dtype != KILN_DTYPE_BF16)
             return bind_fail(chk, KILN_PLAN_EWEIGHT_DTYPE, insn, err,
                              "tensor '%s' is %s; vectors must be f32/f16/bf16", ref->name,
                              kiln_dtype_name(t->dtype));
-        }
-        out->dtype = KILN_DTYPE_F32;
+        out->dtype = KILN_DTYPE_F32; /* the loader converts (layout "f32") */
         out->row_bytes = (size_t)k * sizeof(float);
         out->n = 1;
         out->k = k;
@@ -92,7 +86,6 @@ static kiln_status bind_weight(kiln_bound_plan *bp, const kiln_model *m, const k
     if (kiln_dtype_row_bytes(t->dtype, k, &out->row_bytes, &e2))
         return bind_fail(chk, KILN_PLAN_EWEIGHT_SHAPE, insn, err, "tensor '%s': %s", ref->name,
                          e2.msg);
-    out->data = t->data;
     out->dtype = t->dtype;
     out->n = n;
     out->k = k;
@@ -120,7 +113,7 @@ static void site_mm(kiln_bound_insn *bi, int idx, const char *what, int layer,
     cs->w_dtype = w->dtype;
     cs->n = w->n;
     cs->k = w->k;
-    if (bias && bias->data) cs->features |= KILN_CS_BIAS;
+    if (bias && bias->k > 0) cs->features |= KILN_CS_BIAS; /* bound (bytes come later) */
 }
 
 /* Describes the call sites of one bound instruction; returns workspace floats/token. */
@@ -180,7 +173,7 @@ static size_t describe_sites(kiln_bound_insn *bi, const kiln_plan *p, uint32_t k
         }
         bi->site[KILN_SITE_ROPE].desc.features |=
             (a->ext_factor != 0 ? KILN_CS_YARN : 0) |
-            (bi->w[KILN_W_ATT_ROPE_FREQS].data ? KILN_CS_FREQ_FAC : 0);
+            (bi->w[KILN_W_ATT_ROPE_FREQS].k > 0 ? KILN_CS_FREQ_FAC : 0);
         bi->site[KILN_SITE_ROPE_KV].desc.features |= bi->site[KILN_SITE_ROPE].desc.features;
         bi->site[KILN_SITE_KV_WRITE].desc.features |= KILN_CS_PAGED;
         bi->site[KILN_SITE_ROPE_KV].desc.features |= KILN_CS_PAGED;
@@ -218,50 +211,228 @@ static bool wants_r16(const kiln_bound_insn *bi, int s) {
     return w->layout != KILN_WLAYOUT_CPU_R16 && kiln_cpu_r16_supports(w->dtype);
 }
 
-/* Every R16 weight of the plan is repacked into one arena block whose interior is
- * 2 MiB aligned and advised MADV_HUGEPAGE before it is first touched: decode streams
- * the weights once per token, and with 4 KiB pages every page is a TLB miss and a point
- * where the hardware prefetcher stops (measured, bench on 64 MB of tinyllama-shaped
- * R16 weights, 2 threads: q4_0 34-36 GB/s with huge pages against 22-25 with 4 KiB
- * pages; docs/CPU.md). Without THP (or with it off) madvise fails harmlessly. */
-#define HUGE_ALIGN ((size_t)2 << 20)
+/* ---- the load request: what the chosen kernels need, loaded by the load plan ----
+ *
+ * After selection every bound weight knows the layout its kernels read. That becomes
+ * one (tensor, target) want per distinct pair; the loader (load/load.h) plans the lanes
+ * and executes them, and nothing else maps, copies or repacks a weight. */
 
-static kiln_status relayout_weights(kiln_bound_plan *bp, kiln_err *err) {
+/* The cpu R16 layout (kernels/cpu/cpu_kernels.h) as a loader layout: groups of 16 rows,
+ * the last one padded; the transform is the cpu kernels' own repack. */
+#define LAYOUT_CPU_R16 "cpu_r16"
+
+static kiln_status r16_plan(uint32_t src, int64_t ne0, int64_t n_rows, uint32_t fixup,
+                            uint32_t *out_dtype, uint64_t *out_row_bytes, kiln_err *err) {
+    if (fixup != 0)
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "R16 layout: no fixups (%u)", fixup);
+    size_t total;
+    KILN_TRY(kiln_cpu_r16_size(src, n_rows > 0 ? n_rows : 16, ne0, &total, err));
+    *out_dtype = src;
+    *out_row_bytes = kiln_cpu_r16_group_bytes(src, ne0) / 16; /* every R16 group is 16 x */
+    return KILN_OK;
+}
+
+static kiln_status r16_run(uint32_t src, int64_t ne0, uint32_t fixup, const void *in,
+                           int64_t n_rows, void *dst, kiln_err *err) {
+    (void)fixup;
+    size_t rb;
+    KILN_TRY(kiln_dtype_row_bytes(src, ne0, &rb, err));
+    return kiln_cpu_r16_repack(src, in, rb, n_rows, ne0, dst, err);
+}
+
+static const kiln_layout r16_layout = {LAYOUT_CPU_R16,
+                                       "cpu kernels: 16 rows interleaved per quant block",
+                                       16,
+                                       r16_plan,
+                                       r16_run,
+                                       true};
+static kiln_status r16_registered; /* written once under register_once */
+static pthread_once_t register_once = PTHREAD_ONCE_INIT;
+
+static void register_layouts(void) {
+    kiln_err e;
+    r16_registered =
+        kiln_layout_find(LAYOUT_CPU_R16) ? KILN_OK : kiln_layout_register(&r16_layout, &e);
+}
+
+/* Where the device's kernels read weights: host memory (ref, cpu) or the CUDA device. */
+static kiln_load_target weight_target(const kiln_bound_plan *bp, const char *layout) {
+    kiln_load_target t = {KILN_PLACE_HOST, 0, layout, false};
+    if (bp->be && !bp->be->host_memory) {
+        t.place = KILN_PLACE_CUDA;
+        t.device = bp->dev ? bp->dev->ordinal : 0;
+    }
+    return t;
+}
+
+/* The loader layout of a bound weight. */
+static const char *load_layout(const kiln_weight_ref *ref, const kiln_bound_weight *w,
+                               const kiln_tensor_info *src) {
+    if (ref->wclass == KILN_WCLASS_VECTOR)
+        return src->dtype == KILN_DTYPE_F32 && src->fixup == KILN_FIXUP_NONE ? "native" : "f32";
+    return w->layout == KILN_WLAYOUT_CPU_R16 ? LAYOUT_CPU_R16 : "native";
+}
+
+/* The loader's description of model tensor `name`: the file's, or (a tensor the family
+ * computed, a model built from tensors in memory) one in memory, kept in bp->mem. */
+static const kiln_tensor_info *source_of(kiln_bound_plan *bp, const kiln_model *m, const char *name,
+                                         kiln_err *err) {
+    if (m->file) {
+        const kiln_tensor_info *ti = kiln_model_file_find_tensor(m->file, name);
+        if (ti) return ti;
+    }
+    for (size_t i = 0; i < bp->n_mem; i++)
+        if (strcmp(bp->mem[i].name, name) == 0) return &bp->mem[i];
+    const kiln_tensor *t = kiln_model_tensor(m, name);
+    if (!t || !t->data) {
+        kiln_err_set(err, KILN_ERR_NOT_FOUND, "tensor '%s': no bytes (not in %s)", name, m->path);
+        return NULL;
+    }
+    kiln_tensor_info *ti = &bp->mem[bp->n_mem++];
+    memset(ti, 0, sizeof(*ti));
+    ti->name = t->name;
+    ti->name_len = strlen(t->name);
+    ti->dtype = t->dtype;
+    const kiln_dtype_info *di = kiln_dtype_get(t->dtype);
+    ti->supported = di && di->supported;
+    ti->rank = t->rank;
+    for (int d = 0; d < 4; d++) ti->shape[d] = d < t->rank ? t->shape[d] : 1;
+    ti->file = KILN_LOAD_MEMORY;
+    ti->nbytes = t->nbytes;
+    ti->data = t->data;
+    return ti;
+}
+
+kiln_status kiln_bind_load_plan(kiln_bound_plan *bp, const kiln_model *m,
+                                const kiln_load_request *base, kiln_load_plan **out,
+                                kiln_err *err) {
+    *out = NULL;
+    pthread_once(&register_once, register_layouts);
+    if (r16_registered)
+        return kiln_err_set(err, r16_registered, "registering the cpu R16 load layout");
     const kiln_plan *p = &bp->plan;
-    size_t total = 0;
+    size_t cap = 0;
     for (int32_t i = 0; i < p->n_insns; i++)
-        for (int s = 0; s < bp->bi[i].n_sites; s++) {
-            if (!wants_r16(&bp->bi[i], s)) continue;
-            const kiln_bound_weight *w = &bp->bi[i].w[bp->bi[i].site[s].widx];
-            size_t bytes;
-            KILN_TRY(kiln_cpu_r16_size(w->dtype, w->n, w->k, &bytes, err));
-            if (!kiln_size_add(total, (bytes + 63) & ~(size_t)63, &total))
-                return kiln_err_set(err, KILN_ERR_OVERFLOW, "repacking weights: size overflow");
+        for (int k = 0; k < KILN_PLAN_MAX_WEIGHTS; k++)
+            if (p->insns[i].w[k] != KILN_PLAN_NO_WEIGHT) cap++;
+    kiln_free(bp->wants);
+    kiln_free(bp->mem);
+    bp->n_wants = bp->n_mem = 0;
+    bp->wants = kiln_calloc(cap ? cap : 1, sizeof(*bp->wants));
+    bp->mem = kiln_calloc(cap ? cap : 1, sizeof(*bp->mem));
+    if (!bp->wants || !bp->mem)
+        return kiln_err_set(err, KILN_ERR_NOMEM, "load request of %zu weights", cap);
+    for (int32_t i = 0; i < p->n_insns; i++)
+        for (int k = 0; k < KILN_PLAN_MAX_WEIGHTS; k++) {
+            if (p->insns[i].w[k] == KILN_PLAN_NO_WEIGHT) continue;
+            const kiln_weight_ref *ref = &p->weights[p->insns[i].w[k]];
+            const kiln_tensor_info *src = source_of(bp, m, ref->name, err);
+            if (!src) return KILN_ERR_NOT_FOUND;
+            kiln_load_target tg = weight_target(bp, load_layout(ref, &bp->bi[i].w[k], src));
+            bool seen = false;
+            for (size_t j = 0; j < bp->n_wants && !seen; j++)
+                seen =
+                    bp->wants[j].src == src && strcmp(bp->wants[j].target.layout, tg.layout) == 0;
+            if (!seen) bp->wants[bp->n_wants++] = (kiln_load_want){src, tg};
         }
-    if (total == 0) return KILN_OK;
-    size_t alloc;
-    if (!kiln_size_add(total, HUGE_ALIGN, &alloc))
-        return kiln_err_set(err, KILN_ERR_OVERFLOW, "repacking weights: size overflow");
-    uint8_t *block = kiln_arena_alloc(&bp->arena, alloc);
-    if (!block)
-        return kiln_err_set(err, KILN_ERR_NOMEM, "repacking weights: %zu bytes: out of memory",
-                            alloc);
-    uint8_t *dst = (uint8_t *)(((uintptr_t)block + HUGE_ALIGN - 1) & ~(uintptr_t)(HUGE_ALIGN - 1));
-    size_t huge = total & ~(HUGE_ALIGN - 1);
-    if (huge && madvise(dst, huge, MADV_HUGEPAGE) != 0)
-        KILN_DEBUG("madvise(MADV_HUGEPAGE) on %zu bytes of repacked weights failed", huge);
+    kiln_load_request req;
+    if (base)
+        req = *base;
+    else
+        kiln_load_request_init(&req);
+    req.wants = bp->wants;
+    req.n_wants = bp->n_wants;
+    return kiln_load_plan_build(m->file, &req, out, err);
+}
+
+/* Points every bound weight at the bytes the executed load plan produced. */
+static kiln_status bind_loaded_weights(kiln_bound_plan *bp, const kiln_model *m, kiln_err *err) {
+    const kiln_plan *p = &bp->plan;
     for (int32_t i = 0; i < p->n_insns; i++)
-        for (int s = 0; s < bp->bi[i].n_sites; s++) {
-            if (!wants_r16(&bp->bi[i], s)) continue;
-            kiln_bound_weight *w = &bp->bi[i].w[bp->bi[i].site[s].widx];
-            size_t bytes;
-            KILN_TRY(kiln_cpu_r16_size(w->dtype, w->n, w->k, &bytes, err));
-            KILN_TRY(kiln_cpu_r16_repack(w->dtype, w->data, w->row_bytes, w->n, w->k, dst, err));
-            w->data = dst;
-            w->layout = KILN_WLAYOUT_CPU_R16;
-            dst += (bytes + 63) & ~(size_t)63;
+        for (int k = 0; k < KILN_PLAN_MAX_WEIGHTS; k++) {
+            if (p->insns[i].w[k] == KILN_PLAN_NO_WEIGHT) continue;
+            const kiln_weight_ref *ref = &p->weights[p->insns[i].w[k]];
+            kiln_bound_weight *w = &bp->bi[i].w[k];
+            const kiln_tensor_info *src = source_of(bp, m, ref->name, err);
+            if (!src) return KILN_ERR_NOT_FOUND;
+            const char *lay = load_layout(ref, w, src);
+            const kiln_load_item *it = kiln_load_plan_find_want(bp->load, src, lay);
+            const void *bytes = it ? (it->device_ptr ? it->device_ptr : it->data) : NULL;
+            if (!it || !it->done || !bytes)
+                return kiln_err_set(err, KILN_ERR_INTERNAL,
+                                    "binding '%s': the load plan holds no %s bytes of it",
+                                    ref->name, lay);
+            w->data = bytes; /* host bytes, or the device pointer for a device backend */
         }
     return KILN_OK;
+}
+
+kiln_status kiln_bind_execute_load(kiln_bound_plan *bp, const kiln_model *m, kiln_load_plan *load,
+                                   kiln_err *err) {
+    kiln_load_plan_free(bp->load);
+    bp->load = load;
+    KILN_TRY(kiln_load_execute(load, err));
+    return bind_loaded_weights(bp, m, err);
+}
+
+kiln_status kiln_bind_relayout_weight(kiln_bound_plan *bp, int32_t insn, int widx, uint32_t wlayout,
+                                      kiln_err *err) {
+    if (!bp->load) return kiln_err_set(err, KILN_ERR_STATE, "no load plan backs this bound plan");
+    const kiln_plan *p = &bp->plan;
+    if (insn < 0 || insn >= p->n_insns || widx < 0 || widx >= KILN_PLAN_MAX_WEIGHTS ||
+        p->insns[insn].w[widx] == KILN_PLAN_NO_WEIGHT)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "relayout: no weight (%d, %d)", (int)insn,
+                            widx);
+    const kiln_weight_ref *ref = &p->weights[p->insns[insn].w[widx]];
+    if (ref->wclass != KILN_WCLASS_MATRIX ||
+        (wlayout != KILN_WLAYOUT_PLAIN && wlayout != KILN_WLAYOUT_CPU_R16))
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "relayout of '%s' to layout %u", ref->name,
+                            wlayout);
+    const kiln_tensor_info *src = NULL; /* the tensor the load request named */
+    for (size_t j = 0; j < bp->n_wants && !src; j++)
+        if (strcmp(bp->wants[j].src->name, ref->name) == 0) src = bp->wants[j].src;
+    if (!src) return kiln_err_set(err, KILN_ERR_NOT_FOUND, "relayout: '%s' not loaded", ref->name);
+    kiln_bound_weight *w = &bp->bi[insn].w[widx];
+    const char *lay = wlayout == KILN_WLAYOUT_CPU_R16 ? LAYOUT_CPU_R16 : "native";
+    /* reuse a loaded copy in that layout, else plan and load just that one */
+    const kiln_load_item *it = kiln_load_plan_find_want(bp->load, src, lay);
+    for (size_t j = 0; !it && j < bp->n_extra; j++)
+        it = kiln_load_plan_find_want(bp->extra[j], src, lay);
+    if (!it) {
+        kiln_load_plan **x = kiln_realloc(bp->extra, (bp->n_extra + 1) * sizeof(*x));
+        if (!x) return kiln_err_set(err, KILN_ERR_NOMEM, "relayout of '%s'", ref->name);
+        bp->extra = x;
+        const kiln_load_item *first = kiln_load_plan_item(bp->load, 0);
+        kiln_load_want one = {src,
+                              {first ? first->target.place : KILN_PLACE_HOST,
+                               first ? first->target.device : 0, lay, false}};
+        kiln_load_request req = *kiln_load_plan_request(bp->load);
+        req.wants = &one; /* read while planning only */
+        req.n_wants = 1;
+        req.progress = false;
+        kiln_load_plan *lp;
+        kiln_status st = kiln_load_plan_build(kiln_load_plan_file(bp->load), &req, &lp, err);
+        if (!st) st = kiln_load_execute(lp, err);
+        if (st) {
+            kiln_load_plan_free(lp);
+            return kiln_err_wrap(err, st, "circuit breaker: loading '%s' in layout %s", ref->name,
+                                 lay);
+        }
+        bp->extra[bp->n_extra++] = lp;
+        it = kiln_load_plan_item(lp, 0);
+    }
+    w->data = it->device_ptr ? it->device_ptr : it->data;
+    w->layout = wlayout;
+    return KILN_OK;
+}
+
+/* After selection: a weight whose matmul kernels all read R16 is loaded in R16. */
+static void choose_layouts(kiln_bound_plan *bp) {
+    const kiln_plan *p = &bp->plan;
+    for (int32_t i = 0; i < p->n_insns; i++)
+        for (int s = 0; s < bp->bi[i].n_sites; s++)
+            if (wants_r16(&bp->bi[i], s))
+                bp->bi[i].w[bp->bi[i].site[s].widx].layout = KILN_WLAYOUT_CPU_R16;
 }
 
 void kiln_bind_opts_default(kiln_bind_opts *o) {
@@ -277,6 +448,26 @@ kiln_status kiln_bind_plan(kiln_device *dev, const kiln_model *m, kiln_plan *pla
 kiln_status kiln_bind_plan_opts(kiln_device *dev, const kiln_model *m, kiln_plan *plan,
                                 const kiln_bind_opts *o, kiln_bound_plan *out, kiln_plan_check *chk,
                                 kiln_err *err) {
+    return kiln_bind_plan_load(dev, m, plan, o, NULL, out, chk, err);
+}
+
+kiln_status kiln_bind_plan_load(kiln_device *dev, const kiln_model *m, kiln_plan *plan,
+                                const kiln_bind_opts *o, const kiln_load_request *load,
+                                kiln_bound_plan *out, kiln_plan_check *chk, kiln_err *err) {
+    KILN_TRY(kiln_bind_select(dev, m, plan, o, out, chk, err));
+    kiln_load_plan *lp = NULL;
+    kiln_status st = kiln_bind_load_plan(out, m, load, &lp, err);
+    if (!st)
+        st = kiln_bind_execute_load(out, m, lp, err);
+    else
+        kiln_load_plan_free(lp);
+    if (st) kiln_bound_plan_free(out);
+    return st;
+}
+
+kiln_status kiln_bind_select(kiln_device *dev, const kiln_model *m, kiln_plan *plan,
+                             const kiln_bind_opts *o, kiln_bound_plan *out, kiln_plan_check *chk,
+                             kiln_err *err) {
     kiln_bind_opts d;
     if (!o) {
         kiln_bind_opts_default(&d);
@@ -348,7 +539,7 @@ kiln_status kiln_bind_plan_opts(kiln_device *dev, const kiln_model *m, kiln_plan
                                         &bi->site[s].layout[b], err);
             }
     }
-    if (!st) st = relayout_weights(out, err);
+    if (!st) choose_layouts(out);
     if (st) {
         kiln_bound_plan_free(out);
         return st;
@@ -359,6 +550,11 @@ kiln_status kiln_bind_plan_opts(kiln_device *dev, const kiln_model *m, kiln_plan
 void kiln_bound_plan_free(kiln_bound_plan *bp) {
     if (!bp) return;
     kiln_free(bp->bi);
+    kiln_load_plan_free(bp->load); /* the weights' bytes (after the kernels are gone) */
+    for (size_t i = 0; i < bp->n_extra; i++) kiln_load_plan_free(bp->extra[i]);
+    kiln_free(bp->extra);
+    kiln_free(bp->wants);
+    kiln_free(bp->mem);
     kiln_plan_free(&bp->plan);
     kiln_arena_free(&bp->arena);
     memset(bp, 0, sizeof(*bp));

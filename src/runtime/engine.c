@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/mem.h"
 #include "format/dtype.h"
+#include "load/load.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -106,7 +107,12 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     bo.ggml_numerics = ggml_numerics;
     bo.kv_dtype = kv_dtype;
     bo.max_tokens = e->max_step;
-    st = kiln_bind_plan_opts(&e->dev, m, &plan, &bo, &e->bp, NULL, err);
+    /* weights: selection, then the load plan the chosen kernels ask for (runtime/bind.c) */
+    kiln_load_request lr;
+    kiln_load_request_init(&lr);
+    lr.progress = true;
+    lr.threads = o->n_threads > 0 ? o->n_threads : 0;
+    st = kiln_bind_plan_load(&e->dev, m, &plan, &bo, &lr, &e->bp, NULL, err);
     if (st) {
         kiln_device_close(&e->dev);
         kiln_free(e);
@@ -194,6 +200,10 @@ void kiln_engine_free(kiln_engine *e) {
     kiln_free(e->row_of_entry);
     kiln_free(e->counters);
     kiln_free(e);
+}
+
+const struct kiln_load_plan *kiln_engine_load_plan(const kiln_engine *e) {
+    return e->bp.load;
 }
 
 const uint64_t *kiln_engine_counters(const kiln_engine *e) {

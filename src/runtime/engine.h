@@ -86,6 +86,9 @@ struct kiln_engine {
     uint64_t *counters;
 };
 
+/* The executed load plan of the engine's weights (its report: load/load.h). */
+const struct kiln_load_plan *kiln_engine_load_plan(const kiln_engine *e);
+
 /* Runs the prepared step with the outputs written to caller memory instead of the
  * engine's (logits / ids: host memory on host backends; NULL = the engine's own). The
  * public wrappers kiln_engine_step / _greedy use this to skip a copy. */

@@ -66,6 +66,16 @@ typedef struct kiln_bound_plan {
     bool ggml_numerics; /* quantized matmuls in llama.cpp's arithmetic (ref.h) */
     uint32_t kv_dtype;  /* the KV pool's dtype the attention sites are bound for */
     int64_t max_tokens; /* largest step (0 = unbounded) */
+    /* the weights: the executed load plan owns (or aliases) every byte a kernel reads;
+     * wants is the load request binding derived from the chosen kernels; mem describes
+     * the tensors that live in memory (computed by a family, or a model from tensors) */
+    struct kiln_load_plan *load;
+    struct kiln_load_want *wants;
+    size_t n_wants;
+    struct kiln_tensor_info *mem;
+    size_t n_mem;
+    struct kiln_load_plan **extra; /* layouts loaded later (circuit breaker) */
+    size_t n_extra;
 } kiln_bound_plan;
 
 /* How a plan is bound (kiln_bind_opts_default: exact numerics, f32 KV, unbounded). */
@@ -89,6 +99,36 @@ kiln_status kiln_bind_plan_opts(kiln_device *dev, const kiln_model *m, kiln_plan
                                 kiln_err *err);
 kiln_status kiln_bind_plan(kiln_device *dev, const kiln_model *m, kiln_plan *plan,
                            kiln_bound_plan *out, kiln_plan_check *chk, kiln_err *err);
+/* The same in its three steps, which the engine runs (kiln_bind_plan_load; kiln_bind_plan
+ * and _opts run them with default load knobs) and `kiln inspect --load` stops after the
+ * second:
+ *   kiln_bind_select       validate, compile, describe every weight and call site and choose
+ *                          every kernel; no weight byte is read (bound weights have no data);
+ *   kiln_bind_load_plan    the load request of the chosen kernels (per tensor: layout and
+ *                          placement: host, or the CUDA device of a device backend) -> the
+ *                          load plan (lanes decided, nothing read); base gives the execution
+ *                          knobs (io, threads, progress; NULL: defaults);
+ *   kiln_bind_execute_load executes the plan (the bound plan takes it over, also on failure)
+ *                          and points every bound weight at its bytes (host, or device ptr).
+ * kiln_bind_plan_load runs all three; on failure *out is freed. */
+struct kiln_load_request;
+kiln_status kiln_bind_plan_load(kiln_device *dev, const kiln_model *m, kiln_plan *plan,
+                                const kiln_bind_opts *o, const struct kiln_load_request *load,
+                                kiln_bound_plan *out, kiln_plan_check *chk, kiln_err *err);
+kiln_status kiln_bind_select(kiln_device *dev, const kiln_model *m, kiln_plan *plan,
+                             const kiln_bind_opts *o, kiln_bound_plan *out, kiln_plan_check *chk,
+                             kiln_err *err);
+kiln_status kiln_bind_load_plan(kiln_bound_plan *bp, const kiln_model *m,
+                                const struct kiln_load_request *base, struct kiln_load_plan **out,
+                                kiln_err *err);
+kiln_status kiln_bind_execute_load(kiln_bound_plan *bp, const kiln_model *m,
+                                   struct kiln_load_plan *load, kiln_err *err);
+/* Points weight (insn, widx) at its bytes in layout wlayout (KILN_WLAYOUT_PLAIN or _CPU_R16):
+ * a copy the load plans already hold, else a load of just that layout through the loader
+ * (never a read of the file behind the plan). The circuit breaker uses it when a weight's
+ * replacement kernel reads another layout. KILN_ERR_STATE without a load plan. */
+kiln_status kiln_bind_relayout_weight(kiln_bound_plan *bp, int32_t insn, int widx, uint32_t wlayout,
+                                      kiln_err *err);
 void kiln_bound_plan_free(kiln_bound_plan *bp);
 
 kiln_status kiln_exec_run(const kiln_bound_plan *bp, kiln_exec *x, kiln_err *err);

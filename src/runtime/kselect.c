@@ -327,8 +327,23 @@ kiln_status kiln_plan_kernel_failed(struct kiln_bound_plan *bp, int32_t insn, in
              * replacement must read that layout (kernels of a repacked layout also read
              * plain rows, not the other way round) */
             uint32_t wl = ks->widx >= 0 ? bp->bi[i].w[ks->widx].layout : 0;
+            bool other = false; /* a replacement kernel reads another layout */
+            for (int b = 0; b < KILN_BUCKETS; b++) other |= wl != 0 && ks->layout[b] != wl;
+            /* with a load plan, load the layout the replacement reads (plain rows serve
+             * every kernel when the buckets disagree; load/ and bind.c) */
+            if (other && bp->load) {
+                uint32_t want = ks->layout[0];
+                for (int b = 1; b < KILN_BUCKETS; b++)
+                    if (ks->layout[b] != want) want = KILN_WLAYOUT_PLAIN;
+                kiln_status rs = kiln_bind_relayout_weight(bp, i, ks->widx, want, err);
+                if (rs) {
+                    *ks = saved;
+                    return rs;
+                }
+                other = false;
+            }
             for (int b = 0; b < KILN_BUCKETS; b++)
-                if (wl != 0 && ks->layout[b] != wl) {
+                if (other && ks->layout[b] != wl) {
                     *ks = saved;
                     return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
                                         "circuit breaker: call site '%s' keeps its kernel: its "

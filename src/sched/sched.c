@@ -464,7 +464,8 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
         r->cap = p->n_prompt + 16;
         r->tok = kiln_malloc((size_t)r->cap * sizeof(int32_t));
         r->stops = p->n_stop ? kiln_calloc((size_t)p->n_stop, sizeof(char *)) : NULL;
-        r->stop_toks = p->n_stop_tokens ? kiln_malloc((size_t)p->n_stop_tokens * sizeof(int32_t)) : NULL;
+        r->stop_toks =
+            p->n_stop_tokens ? kiln_malloc((size_t)p->n_stop_tokens * sizeof(int32_t)) : NULL;
         ok = r->tok && (!p->n_stop || r->stops) && (!p->n_stop_tokens || r->stop_toks);
     }
     for (int32_t i = 0; ok && i < p->n_stop; i++) {

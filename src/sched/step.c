@@ -1042,8 +1042,8 @@ void ks_shutdown_all(kiln_sched *s) {
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
         snprintf(msg, cap, __VA_ARGS__);                                                           \
-        kiln_free(users);                                                                               \
-        kiln_free(refs);                                                                                \
+        kiln_free(users);                                                                          \
+        kiln_free(refs);                                                                           \
         return false;                                                                              \
     } while (0)
 

@@ -614,8 +614,8 @@ static kiln_load_target failing_target(void *user, const kiln_tensor_info *t) {
  * stay committed; nothing is retried on another lane. */
 static void test_failure_commits(void **state) {
     (void)state;
-    static const kiln_layout failing = {"test_failing", "fails on f32", 1, failing_plan,
-                                        failing_run};
+    static const kiln_layout failing = {"test_failing", "fails on f32", 1,
+                                        failing_plan,   failing_run,    false};
     kiln_err e;
     if (!kiln_layout_find("test_failing"))
         assert_int_equal(kiln_layout_register(&failing, &e), KILN_OK);
@@ -639,7 +639,7 @@ static void test_failure_commits(void **state) {
 /* A layout registered from outside (as the kernel layer will) is used like a built-in. */
 static void test_registry(void **state) {
     (void)state;
-    static const kiln_layout neg = {"test_negate", "negate f32", 1, dummy_plan, dummy_run};
+    static const kiln_layout neg = {"test_negate", "negate f32", 1, dummy_plan, dummy_run, false};
     kiln_err e;
     assert_int_equal(kiln_layout_register(&neg, &e), KILN_OK);
     assert_int_equal(kiln_layout_register(&neg, &e), KILN_ERR_STATE);

@@ -13,8 +13,9 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-# checks a `kiln inspect --load --json` document: fields present, lanes add up to the
-# tensor count and bytes of the tensor table
+# checks a `kiln inspect --load --execute -v --json` document (the engine's plan):
+# fields present, executed, lanes add up to the planned tensors, every file tensor the
+# model uses is planned, and each planned tensor is a tensor of the file or of memory
 check_json() {
   python3 - "$1" "$2" <<'PY' || exit 1
 import json, sys
@@ -28,6 +29,23 @@ for n in ("token_embd.weight", "output_norm.weight", "blk.0.attn_q.weight", "blk
     assert n in names, n
 L = d["load"]; lanes = L["lanes"]
 assert L["executed"]
+planned = L["tensors"]
+assert sum(l["tensors"] for l in lanes.values()) == len(planned)
+assert sum(l["bytes"] for l in lanes.values()) == sum(t["bytes"] for t in planned)
+pn = {t["name"] for t in planned}
+for n in names:
+    if n != "rope_freqs.weight": assert n in pn, ("not planned", n)
+for t in planned:
+    assert t["lane"] in ("alias", "transform", "upload", "residual"), t
+PY
+}
+
+# the whole-file probe (--layout/--copy): every tensor of the file, once
+check_probe() {
+  python3 - "$1" <<'PY' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1])); L = d["load"]; lanes = L["lanes"]
+assert L["executed"]
 assert sum(l["tensors"] for l in lanes.values()) == len(d["tensors"])
 assert sum(l["read_bytes"] for l in lanes.values()) == sum(t["bytes"] for t in d["tensors"])
 PY
@@ -37,13 +55,21 @@ command -v python3 >/dev/null || { echo "skipping: python3 needed to check the J
 for fam in llama qwen2 qwen3 gemma3; do
   for ty in q4_K f16; do
     "$GEN" -q -f "$fam" -t "$ty" -o "$T/$fam.gguf"
-    "$KILN" inspect --load --json "$T/$fam.gguf" > "$T/out.json" || fail "$fam $ty: inspect --load"
+    "$KILN" inspect --load --execute -v --json "$T/$fam.gguf" > "$T/out.json" \
+      || fail "$fam $ty: inspect --load"
     check_json "$T/out.json" "$fam" || fail "$fam $ty: report"
+    "$KILN" inspect --load --layout native --json "$T/$fam.gguf" > "$T/out.json" \
+      || fail "$fam $ty: inspect --load --layout native"
+    check_probe "$T/out.json" || fail "$fam $ty: probe report"
+    # the plan without executing it names the same lanes and says it did not run
+    "$KILN" inspect --load --backend ref -m "$T/$fam.gguf" > "$T/out.txt" || fail "$fam $ty: plan"
+    grep -q "(not executed)" "$T/out.txt" || fail "$fam $ty: plan said it ran"
     "$KILN" inspect --load --layout f32 -m "$T/$fam.gguf" > "$T/out.txt" || fail "$fam $ty: --layout f32"
     grep -q "^  transform " "$T/out.txt" || fail "$fam $ty: no transform lane line"
   done
   "$GEN" -q -f "$fam" -t bf16 --format hf --shard-mb 1 -o "$T/hf-$fam"
-  "$KILN" inspect --load --json "$T/hf-$fam" > "$T/out.json" || fail "hf $fam: inspect --load"
+  "$KILN" inspect --load --execute -v --json "$T/hf-$fam" > "$T/out.json" \
+    || fail "hf $fam: inspect --load"
   check_json "$T/out.json" "$fam" || fail "hf $fam: report"
   grep -q '"source": "safetensors"' "$T/out.json" || fail "hf $fam: source"
   "$KILN" inspect --load --copy --io pread "$T/hf-$fam/model.safetensors.index.json" > /dev/null \
@@ -57,10 +83,12 @@ set +e
 [ $rc -eq 1 ] && grep -q "unknown target layout 'bogus'" "$T/err" || fail "bad layout: rc $rc"
 "$KILN" inspect 2> /dev/null; rc=$?
 [ $rc -eq 2 ] || fail "no model: rc $rc"
+"$KILN" inspect --load --backend nope "$T/llama.gguf" 2> "$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "backend 'nope'" "$T/err" || fail "bad backend: rc $rc"
 set -e
 G="${XDG_CACHE_HOME:-$HOME/.cache}/kiln/models/gemma-3-270m-q4_k_m.gguf"
 if [ -f "$G" ]; then
-  "$KILN" inspect --load --json gemma3-270m > "$T/out.json" || fail "gemma3-270m"
+  "$KILN" inspect --load --execute -v --json gemma3-270m > "$T/out.json" || fail "gemma3-270m"
   check_json "$T/out.json" gemma3 || fail "gemma3-270m: report"
 else
   echo "skipping the real model: $G not found (scripts/fetch-model.sh gemma3-270m)"
