@@ -12,6 +12,7 @@
  * owned by one run_state and released in one place (run_free), whatever step failed.
  */
 #include "base/timer.h"
+#include "base/mem.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/gen.h"
@@ -44,9 +45,9 @@ static void run_free(run_state *s) {
     if (s->g_open && s->seq >= 0) kiln_seq_free(s->g.engine, s->seq);
     if (s->g_open) kiln_gen_close(&s->g);
     kiln_tokens_free(&s->toks);
-    free(s->chat_text);
-    free(s->tpl);
-    free(s->prompt_buf);
+    kiln_free(s->chat_text);
+    kiln_free(s->tpl);
+    kiln_free(s->prompt_buf);
     memset(s, 0, sizeof(*s));
 }
 

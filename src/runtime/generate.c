@@ -1,6 +1,7 @@
 /* generate.c — one sequence from prompt ids to streamed text (see generate.h) and the
  * public text API of include/kiln/kiln.h ("text and generation"). */
 #include "runtime/generate.h"
+#include "base/mem.h"
 
 #include "base/timer.h"
 #include "model/model.h"
@@ -13,7 +14,7 @@
 static kiln_status prefill(kiln_engine *e, int32_t seq, const int32_t *ids, size_t n, float *logits,
                            kiln_err *err) {
     const int32_t step = e->max_step > 0 ? e->max_step : 512;
-    kiln_batch_entry *b = malloc((size_t)step * sizeof(*b));
+    kiln_batch_entry *b = kiln_malloc((size_t)step * sizeof(*b));
     if (!b) return kiln_err_set(err, KILN_ERR_NOMEM, "generate: batch of %d", (int)step);
     kiln_status st = KILN_OK;
     for (size_t i = 0; i < n && !st; i += (size_t)step) {
@@ -23,7 +24,7 @@ static kiln_status prefill(kiln_engine *e, int32_t seq, const int32_t *ids, size
             b[j] = (kiln_batch_entry){seq, ids[i + j], pos + (int32_t)j, i + j == n - 1};
         st = kiln_engine_step(e, b, (int32_t)m, i + m == n ? logits : NULL, err);
     }
-    free(b);
+    kiln_free(b);
     return st;
 }
 
@@ -40,7 +41,7 @@ kiln_status kiln_generate_seq(kiln_engine *e, const kiln_vocab *v, const kiln_ge
     kiln_sampler *smp = NULL;
     kiln_text_stream ts;
     memset(&ts, 0, sizeof(ts));
-    float *logits = malloc((size_t)n_vocab * sizeof(float));
+    float *logits = kiln_malloc((size_t)n_vocab * sizeof(float));
     if (!logits) return kiln_err_set(err, KILN_ERR_NOMEM, "generate: logits (%d)", (int)n_vocab);
     kiln_status st = kiln_sampler_create(sp, n_vocab, &smp, err);
     if (!st && !r->no_text)
@@ -92,13 +93,13 @@ kiln_status kiln_generate_seq(kiln_engine *e, const kiln_vocab *v, const kiln_ge
         size_t len;
         if ((st = kiln_text_stream_finish(&ts, &rest, &len, err))) goto done;
         if (cb && len > 0) cb(user, -1, rest, len);
-        free(rest);
+        kiln_free(rest);
     }
     stats->gen_ms = kiln_elapsed_ms(t1);
 done:
     kiln_text_stream_free(&ts);
     kiln_sampler_free(smp);
-    free(logits);
+    kiln_free(logits);
     return st;
 }
 
@@ -161,7 +162,7 @@ kiln_status kiln_model_detokenize(const kiln_model *m, const int32_t *ids, int32
                           "kiln_model_detokenize: the text has %zu bytes, room for %zu", len, cap);
     else
         memcpy(buf, t, len + 1);
-    free(t);
+    kiln_free(t);
     return st;
 }
 

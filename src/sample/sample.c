@@ -1,5 +1,6 @@
 /* sample.c — the sampling chain and its RNG (see sample.h; docs/SAMPLING.md). */
 #include "sample/sample.h"
+#include "base/mem.h"
 
 #include <math.h>
 #ifdef __SSE2__
@@ -121,17 +122,17 @@ kiln_status kiln_sampler_create(const kiln_sampler_params *p, int32_t n_vocab, k
                                 "sampler: logit_bias of token %d is not a number or -inf",
                                 (int)b->token);
     }
-    kiln_sampler *s = calloc(1, sizeof(*s));
+    kiln_sampler *s = kiln_calloc(1, sizeof(*s));
     if (!s) return kiln_err_set(err, KILN_ERR_NOMEM, "sampler: out of memory");
     s->p = *p;
     s->p.logit_bias = NULL;
     s->n_vocab = n_vocab;
     s->hist_cap = p->repeat_last_n > 0 ? p->repeat_last_n : 256;
-    s->hist = malloc((size_t)s->hist_cap * sizeof(int32_t));
-    s->win = malloc((size_t)s->hist_cap * sizeof(int32_t));
-    s->ov = malloc(((size_t)p->n_logit_bias + (size_t)s->hist_cap) * sizeof(ovr));
+    s->hist = kiln_malloc((size_t)s->hist_cap * sizeof(int32_t));
+    s->win = kiln_malloc((size_t)s->hist_cap * sizeof(int32_t));
+    s->ov = kiln_malloc(((size_t)p->n_logit_bias + (size_t)s->hist_cap) * sizeof(ovr));
     if (p->n_logit_bias > 0) {
-        s->bias = malloc((size_t)p->n_logit_bias * sizeof(kiln_logit_bias));
+        s->bias = kiln_malloc((size_t)p->n_logit_bias * sizeof(kiln_logit_bias));
         if (s->bias) {
             memcpy(s->bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof(kiln_logit_bias));
             qsort(s->bias, (size_t)p->n_logit_bias, sizeof(kiln_logit_bias), cmp_bias);
@@ -156,14 +157,14 @@ kiln_status kiln_sampler_create(const kiln_sampler_params *p, int32_t n_vocab, k
 
 void kiln_sampler_free(kiln_sampler *s) {
     if (!s) return;
-    free(s->bias);
-    free(s->hist);
-    free(s->win);
-    free(s->ov);
-    free(s->heap);
-    free(s->all);
-    free(s->bsum);
-    free(s);
+    kiln_free(s->bias);
+    kiln_free(s->hist);
+    kiln_free(s->win);
+    kiln_free(s->ov);
+    kiln_free(s->heap);
+    kiln_free(s->all);
+    kiln_free(s->bsum);
+    kiln_free(s);
 }
 
 void kiln_sampler_reset(kiln_sampler *s, uint64_t seed) {
@@ -176,13 +177,13 @@ void kiln_sampler_reset(kiln_sampler *s, uint64_t seed) {
 static bool grow_hist(kiln_sampler *s) {
     if (s->hist_cap > INT32_MAX / 4) return false;
     int32_t nc = s->hist_cap * 2;
-    int32_t *h = realloc(s->hist, (size_t)nc * sizeof(int32_t));
+    int32_t *h = kiln_realloc(s->hist, (size_t)nc * sizeof(int32_t));
     if (!h) return false;
     s->hist = h;
-    int32_t *w = realloc(s->win, (size_t)nc * sizeof(int32_t));
+    int32_t *w = kiln_realloc(s->win, (size_t)nc * sizeof(int32_t));
     if (!w) return false;
     s->win = w;
-    ovr *o = realloc(s->ov, ((size_t)s->n_bias + (size_t)nc) * sizeof(ovr));
+    ovr *o = kiln_realloc(s->ov, ((size_t)s->n_bias + (size_t)nc) * sizeof(ovr));
     if (!o) return false;
     s->ov = o;
     s->hist_cap = nc;
@@ -274,7 +275,7 @@ static bool is_override(const kiln_sampler *s, int32_t id) {
 
 static kiln_status ensure_heap(kiln_sampler *s, int32_t cap, kiln_err *err) {
     if (cap <= s->heap_cap) return KILN_OK;
-    cand *h = realloc(s->heap, (size_t)cap * sizeof(cand));
+    cand *h = kiln_realloc(s->heap, (size_t)cap * sizeof(cand));
     if (!h) return kiln_err_set(err, KILN_ERR_NOMEM, "sampler: out of memory (heap of %d)", cap);
     s->heap = h;
     s->heap_cap = cap;
@@ -283,7 +284,7 @@ static kiln_status ensure_heap(kiln_sampler *s, int32_t cap, kiln_err *err) {
 
 static kiln_status ensure_all(kiln_sampler *s, kiln_err *err) {
     if (s->all) return KILN_OK;
-    s->all = malloc((size_t)s->n_vocab * sizeof(cand));
+    s->all = kiln_malloc((size_t)s->n_vocab * sizeof(cand));
     if (!s->all)
         return kiln_err_set(err, KILN_ERR_NOMEM, "sampler: out of memory for %d candidates",
                             (int)s->n_vocab);
@@ -691,7 +692,7 @@ static kiln_status draw_all(kiln_sampler *s, const float *lg, int32_t n, int32_t
     *tok = -1;
     const int32_t nb = (n + BLOCK - 1) / BLOCK;
     if (!s->bsum) {
-        s->bsum = malloc((size_t)((s->n_vocab + BLOCK - 1) / BLOCK) * sizeof(double));
+        s->bsum = kiln_malloc((size_t)((s->n_vocab + BLOCK - 1) / BLOCK) * sizeof(double));
         if (!s->bsum) return kiln_err_set(err, KILN_ERR_NOMEM, "sampler: out of memory");
     }
     const float inv_t = 1.0f / s->p.temperature;

@@ -1,5 +1,6 @@
 /* stop.c — stop strings across token boundaries (see sample.h). */
 #include "sample/sample.h"
+#include "base/mem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -10,20 +11,20 @@ kiln_status kiln_stopper_init(kiln_stopper *st, const char *const *stops, int n_
                               const int32_t *stop_tokens, int n_stop_tokens, kiln_err *err) {
     memset(st, 0, sizeof(*st));
     if (n_stops > 0) {
-        st->stops = calloc((size_t)n_stops, sizeof(char *));
-        st->stop_len = calloc((size_t)n_stops, sizeof(size_t));
+        st->stops = kiln_calloc((size_t)n_stops, sizeof(char *));
+        st->stop_len = kiln_calloc((size_t)n_stops, sizeof(size_t));
         if (!st->stops || !st->stop_len) goto oom;
         for (int i = 0; i < n_stops; i++) {
             size_t l = strlen(stops[i]);
             if (l == 0) continue;
-            st->stops[st->n_stops] = strdup(stops[i]);
+            st->stops[st->n_stops] = kiln_strdup(stops[i]);
             if (!st->stops[st->n_stops]) goto oom;
             st->stop_len[st->n_stops++] = l;
             if (l > st->max_stop) st->max_stop = l;
         }
     }
     if (n_stop_tokens > 0) {
-        st->stop_tokens = malloc((size_t)n_stop_tokens * sizeof(int32_t));
+        st->stop_tokens = kiln_malloc((size_t)n_stop_tokens * sizeof(int32_t));
         if (!st->stop_tokens) goto oom;
         memcpy(st->stop_tokens, stop_tokens, (size_t)n_stop_tokens * sizeof(int32_t));
         st->n_stop_tokens = n_stop_tokens;
@@ -36,12 +37,12 @@ oom:
 
 void kiln_stopper_free(kiln_stopper *st) {
     if (!st) return;
-    for (int i = 0; i < st->n_stops; i++) free(st->stops[i]);
-    free(st->stops);
-    free(st->stop_len);
-    free(st->stop_tokens);
-    free(st->buf);
-    free(st->out);
+    for (int i = 0; i < st->n_stops; i++) kiln_free(st->stops[i]);
+    kiln_free(st->stops);
+    kiln_free(st->stop_len);
+    kiln_free(st->stop_tokens);
+    kiln_free(st->buf);
+    kiln_free(st->out);
     memset(st, 0, sizeof(*st));
 }
 
@@ -69,7 +70,7 @@ static size_t held_suffix(const kiln_stopper *st) {
 static kiln_status reserve(char **b, size_t *cap, size_t need, kiln_err *err) {
     if (need <= *cap) return KILN_OK;
     size_t nc = need * 2;
-    char *q = realloc(*b, nc);
+    char *q = kiln_realloc(*b, nc);
     if (!q) return kiln_err_set(err, KILN_ERR_NOMEM, "stop strings: out of memory");
     *b = q;
     *cap = nc;

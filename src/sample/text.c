@@ -1,5 +1,6 @@
 /* text.c — the exact-text stream (see text.h). */
 #include "sample/text.h"
+#include "base/mem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -48,14 +49,14 @@ kiln_status kiln_text_stream_finish(kiln_text_stream *ts, char **text, size_t *l
     kiln_detok_stream_flush(ts->ds, &piece, &n);
     if (!stopped) KILN_TRY(kiln_stopper_feed(&ts->stop, piece, n, &a, &na, &stopped, err));
     /* a is valid until the next feed; flush does not feed */
-    char *out = malloc(na + 1);
+    char *out = kiln_malloc(na + 1);
     if (!out) return kiln_err_set(err, KILN_ERR_NOMEM, "text stream: out of memory");
     memcpy(out, a, na);
     if (!stopped) {
         kiln_stopper_flush(&ts->stop, &b, &nb);
-        char *q = realloc(out, na + nb + 1);
+        char *q = kiln_realloc(out, na + nb + 1);
         if (!q) {
-            free(out);
+            kiln_free(out);
             return kiln_err_set(err, KILN_ERR_NOMEM, "text stream: out of memory");
         }
         out = q;
