@@ -199,9 +199,9 @@ static kiln_status load_spm(json_t *root, json_t *model, const char *path, kiln_
     if (n == 0 || n > (1u << 24))
         return kiln_err_set(err, KILN_ERR_FORMAT, "%s: vocabulary of %zu tokens", path, n);
     kiln_status st = KILN_OK;
-    kiln_str *tokens = calloc(n, sizeof *tokens);
-    int32_t *types = calloc(n, sizeof *types);
-    float *scores = calloc(n, sizeof *scores);
+    kiln_str *tokens = kiln_calloc(n, sizeof *tokens);
+    int32_t *types = kiln_calloc(n, sizeof *types);
+    float *scores = kiln_calloc(n, sizeof *scores);
     kiln_vocab *tmp = NULL;
     json_t *cfg = NULL;
     if (!tokens || !types || !scores) goto oom;
@@ -296,9 +296,9 @@ oom:
 done:
     kiln_vocab_free(tmp);
     json_decref(cfg);
-    free(tokens);
-    free(types);
-    free(scores);
+    kiln_free(tokens);
+    kiln_free(types);
+    kiln_free(scores);
     return st;
 }
 
