@@ -14,10 +14,10 @@
  *
  * Decode with the default chain against greedy decode on a real model, in one process:
  * two sequences with the same prompt; each round decodes one token of sequence A with
- * kiln_engine_step (logits) + the default chain and one of sequence B with
- * kiln_engine_step_greedy (argmax fused into the LM head), alternating which goes first,
- * so machine load hits both alike. Medians of the per-token wall times, and their
- * ratio (issue #16: sampled >= 0.95 x greedy speed).
+ * kiln_engine_prepare/run (the engine's own logits row, as kiln run) + the default chain and one of
+ * sequence B with kiln_engine_step_greedy (argmax fused into the LM head), alternating which goes
+ * first, so machine load hits both alike. Medians of the per-token wall times, and their ratio
+ * (issue #16: sampled >= 0.95 x greedy speed).
  */
 #include "base/timer.h"
 #include "kiln/kiln.h"
@@ -103,8 +103,9 @@ static int decode_ab(const char *path, int threads, int n_tok) {
             kiln_batch_entry b = {seq[s], last[s], kiln_seq_len(e, seq[s]), 1};
             uint64_t t0 = kiln_now_ns();
             if (s == 0) {
-                if (kiln_engine_step(e, &b, 1, logits, err)) goto fail;
-                last[0] = kiln_sampler_sample(smp, logits, nt);
+                kiln_step_opts so = {.greedy = 0, .n_vocab_limit = nt};
+                if (kiln_engine_prepare(e, &b, 1, &so, err) || kiln_engine_run(e, err)) goto fail;
+                last[0] = kiln_sampler_sample(smp, kiln_engine_logits(e, 0), nt);
                 kiln_sampler_accept(smp, last[0]);
                 ta[i] = (double)(kiln_now_ns() - t0) * 1e-6;
             } else {
