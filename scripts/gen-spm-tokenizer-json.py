@@ -22,7 +22,7 @@ import os
 import struct
 import sys
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 
 def read_gguf_meta(path):
@@ -102,6 +102,10 @@ def main():
                                    byte_fallback=True))
         special = [p for p, t in zip(pieces, types) if t == 3]  # control: <s>, </s>
         tok.add_special_tokens(special)
+        # user-defined pieces (Gemma's white-space runs, ...) as transformers' converter adds
+        # them: matched in the raw text before the model, not special
+        tok.add_tokens([AddedToken(p, normalized=False, special=False)
+                        for p, t in zip(pieces, types) if t == 4])
         if style == "prepend":
             tok.normalizer = normalizers.Sequence(
                 [normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
