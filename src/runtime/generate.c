@@ -11,18 +11,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-static kiln_status prefill(kiln_engine *e, int32_t seq, const int32_t *ids, size_t n, float *logits,
-                           kiln_err *err) {
-    const int32_t step = e->max_step > 0 ? e->max_step : 512;
+/* One step through the engine's own outputs (no copy of the logits): *logits points at
+ * the engine's row 0 until the next step. */
+static kiln_status run_step(kiln_engine *e, const kiln_batch_entry *b, int32_t n, bool greedy,
+                            int32_t n_tok, const float **logits, int32_t *token, kiln_err *err) {
+    kiln_step_opts so = {.greedy = greedy, .n_vocab_limit = n_tok};
+    KILN_TRY(kiln_engine_prepare(e, b, n, &so, err));
+    KILN_TRY(kiln_engine_run(e, err));
+    if (greedy)
+        *token = kiln_engine_token(e, 0);
+    else
+        *logits = kiln_engine_logits(e, 0);
+    return KILN_OK;
+}
+
+static kiln_status prefill(kiln_engine *e, int32_t seq, const int32_t *ids, size_t n,
+                           const float **logits, kiln_err *err) {
+    const int32_t step = kiln_engine_max_step_tokens(e) > 0 ? kiln_engine_max_step_tokens(e) : 512;
     kiln_batch_entry *b = kiln_malloc((size_t)step * sizeof(*b));
     if (!b) return kiln_err_set(err, KILN_ERR_NOMEM, "generate: batch of %d", (int)step);
     kiln_status st = KILN_OK;
+    int32_t unused;
     for (size_t i = 0; i < n && !st; i += (size_t)step) {
         size_t m = n - i < (size_t)step ? n - i : (size_t)step;
         int32_t pos = kiln_seq_len(e, seq);
         for (size_t j = 0; j < m; j++)
             b[j] = (kiln_batch_entry){seq, ids[i + j], pos + (int32_t)j, i + j == n - 1};
-        st = kiln_engine_step(e, b, (int32_t)m, i + m == n ? logits : NULL, err);
+        st = run_step(e, b, (int32_t)m, false, 0, logits, &unused, err);
     }
     kiln_free(b);
     return st;
@@ -41,15 +56,14 @@ kiln_status kiln_generate_seq(kiln_engine *e, const kiln_vocab *v, const kiln_ge
     kiln_sampler *smp = NULL;
     kiln_text_stream ts;
     memset(&ts, 0, sizeof(ts));
-    float *logits = kiln_malloc((size_t)n_vocab * sizeof(float));
-    if (!logits) return kiln_err_set(err, KILN_ERR_NOMEM, "generate: logits (%d)", (int)n_vocab);
+    const float *logits = NULL; /* the engine's row */
     kiln_status st = kiln_sampler_create(sp, n_vocab, &smp, err);
     if (!st && !r->no_text)
         st = kiln_text_stream_init(&ts, v, r->prompt, r->n_prompt, r->stops, r->n_stops, err);
     if (st) goto done;
     for (size_t i = 0; i < r->n_prompt; i++) kiln_sampler_accept(smp, r->prompt[i]);
     uint64_t t0 = kiln_now_ns();
-    if ((st = prefill(e, r->seq, r->prompt, r->n_prompt, logits, err))) goto done;
+    if ((st = prefill(e, r->seq, r->prompt, r->n_prompt, &logits, err))) goto done;
     stats->n_prompt = (int64_t)r->n_prompt;
     stats->prompt_ms = kiln_elapsed_ms(t0);
     uint64_t t1 = kiln_now_ns();
@@ -60,7 +74,7 @@ kiln_status kiln_generate_seq(kiln_engine *e, const kiln_vocab *v, const kiln_ge
     int32_t next = -2; /* -2: sample from logits */
     bool stop = false;
     while (stats->n_gen < r->n_predict && !stop) {
-        int32_t id = next != -2 ? next : kiln_sampler_sample(smp, logits, n_tok);
+        int32_t id = next != -2 ? next : logits ? kiln_sampler_sample(smp, logits, n_tok) : -1;
         if (id < 0) {
             st = kiln_err_set(err, KILN_ERR_INTERNAL,
                               "generate: no token could be sampled (every logit NaN or -inf)");
@@ -82,11 +96,7 @@ kiln_status kiln_generate_seq(kiln_engine *e, const kiln_vocab *v, const kiln_ge
         }
         if (stats->n_gen == r->n_predict) break;
         kiln_batch_entry b = {r->seq, id, kiln_seq_len(e, r->seq), 1};
-        if (fused)
-            st = kiln_engine_step_greedy(e, &b, 1, n_tok, &next, err);
-        else
-            st = kiln_engine_step(e, &b, 1, logits, err);
-        if (st) goto done;
+        if ((st = run_step(e, &b, 1, fused, n_tok, &logits, &next, err))) goto done;
     }
     if (!r->no_text) {
         char *rest;
@@ -99,7 +109,6 @@ kiln_status kiln_generate_seq(kiln_engine *e, const kiln_vocab *v, const kiln_ge
 done:
     kiln_text_stream_free(&ts);
     kiln_sampler_free(smp);
-    kiln_free(logits);
     return st;
 }
 

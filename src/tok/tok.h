@@ -86,6 +86,12 @@ typedef struct kiln_vocab_desc {
     int64_t bos, eos, eot, eom, unk, sep, pad, mask;
     /* -1 = not given (the family's default applies), 0 = false, 1 = true */
     int add_bos, add_eos, add_sep, add_space_prefix;
+    /* SPM space prefix as HF tokenizers' Metaspace pre-tokenizer adds it (tokenizer.json):
+     * 0 = llama.cpp's rule (every text fragment after a special token or the start; the
+     * HF Prepend normalizer does the same), 1 = "first": only the fragment at the start
+     * of the text, 2 = "always": every fragment; with 1 and 2 no prefix when the fragment
+     * already starts with a space */
+    int metaspace_prefix;
 } kiln_vocab_desc;
 
 /* Sets every field to "absent" (ids KILN_TOKEN_NULL, flags -1, pointers NULL). */

@@ -157,6 +157,7 @@ struct kiln_vocab {
     kiln_token *eog;
     size_t n_eog;
     bool add_bos, add_eos, add_sep, add_space_prefix, clean_spaces, ignore_merges;
+    int metaspace_prefix; /* kiln_vocab_desc.metaspace_prefix */
     bool escape_ws;
     bool gemma4_newlines; /* pre type GEMMA4: newline runs that are tokens stay whole */
     /* SPM: <0xXX> token per byte (-1 when absent); BPE: the token of each byte's

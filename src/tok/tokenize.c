@@ -260,6 +260,8 @@ kiln_status kiln_tokenize(const kiln_vocab *v, const char *text, size_t len, uns
         size_t j = i;
         while (j < len && mark[j] == FREE) j++;
         bool prefix = v->type == KILN_VOCAB_SPM && v->add_space_prefix && prev_special;
+        if (prefix && v->metaspace_prefix) /* HF Metaspace: not over a space, maybe first only */
+            prefix = text[i] != ' ' && (v->metaspace_prefix == 2 || i == 0);
         st = raw_fragment(v, &pb, &scratch, &scratch_cap, text + i, j - i, len, prefix, out, err);
         if (st) goto done;
         prev_special = false;

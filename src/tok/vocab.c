@@ -470,6 +470,7 @@ static kiln_status create(const kiln_vocab_desc *d, kiln_vocab *v, kiln_err *err
     }
     snprintf(v->pre, sizeof v->pre, "%s", pre);
     if (d->add_space_prefix >= 0) v->add_space_prefix = d->add_space_prefix;
+    v->metaspace_prefix = d->metaspace_prefix;
 
     if (d->n_tokens == 0 || !d->tokens)
         return kiln_err_set(err, KILN_ERR_FORMAT,
