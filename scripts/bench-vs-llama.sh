@@ -23,7 +23,7 @@
 # alternating rounds, decode tokens per second as each tool reports it.
 #
 # This script never builds llama.cpp: LLAMA_BENCH (and LLAMA_COMPLETION for -g) must point
-# at existing binaries. -j FILE writes every raw number as JSON lines.
+# at existing binaries. -j FILE writes every raw number as JSON lines, as the rounds finish.
 set -euo pipefail
 
 threads=2 n_prompt=128 n_gen=32 reps=3 gguf_s="" n_s=64
@@ -58,7 +58,7 @@ fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-raw="$tmp/raw.jsonl"
+raw="${json_out:-$tmp/raw.jsonl}" # -j: written as the rounds finish
 : > "$raw"
 
 # median / min / max of the numbers on stdin
@@ -129,7 +129,7 @@ for m in "$@"; do
     read -r _ pmin pmax <<< "$(paste -d' ' <(tr ' ' '\n' <<< "${K[$i,$test]}" | grep .) \
       <(tr ' ' '\n' <<< "${L[$i,$test]}" | grep .) | awk '$2 > 0 { print $1 / $2 }' | stats)"
     ratio=$(awk -v a="$km" -v b="$lm" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
-    extra="| | |"
+    extra=" | |"
     if [ "${test#tg}" != "$test" ] && [ "${wb:-0}" -gt 0 ]; then
       extra=$(awk -v w="$wb" -v k="$km" -v l="$lm" -v bw="$bw" 'BEGIN {
         kg = w * k / 1e9; lg = w * l / 1e9
@@ -165,4 +165,3 @@ if [ -n "$gguf_s" ]; then
   printf '| %s | %.2f [%.2f-%.2f] | %.2f [%.2f-%.2f] | %s |\n' "$(basename "$gguf_s")" "$km" "$kmin" "$kmax" \
     "$lm" "$lmin" "$lmax" "$ratio"
 fi
-[ -z "$json_out" ] || cp "$raw" "$json_out"
