@@ -2,18 +2,22 @@
  * bench_cpu_matmul.c — microbenchmarks of the CPU backend's matmul kernels against the
  * machine's measured limits.
  *
- *   bench_cpu_matmul [-t THREADS] [-r REPS] [-i avx512|avx2] [-d DTYPE,...] [-m MB] [-H 0|1]
+ *   bench_cpu_matmul [-t THREADS] [-r REPS] [-i avx512|avx2] [-d DTYPE,...|none] [-m MB] [-H 0|1]
+ *                    [-b 0|1] [-D 0|1] [-P 0|1]
  *
  * 1. Memory read bandwidth: THREADS threads sum disjoint halves of a 1 GiB buffer
  *    (AVX2 loads, 8 accumulators); best and median of REPS passes, with 4 KiB pages and
  *    with 2 MiB pages (madvise(MADV_HUGEPAGE); the machine's THP setting decides).
  *    -H 1 (default) puts the weights in huge pages too, as the binding does for the
  *    R16 repack (runtime/bind.c); "of bw" is against the huge-page bandwidth then.
+ *    -d none measures only this (scripts/bench-vs-llama.sh does, in the same run);
+ *    -b 0 skips it (for valgrind --tool=callgrind instruction counts of the kernels).
  * 2. Decode (GEMV, t = 1): tinyllama-1.1b shaped matrices (2048x2048, 256x2048 k/v,
  *    5632x2048, 2048x5632) repeated until the set is MB megabytes (default 256, far
  *    above the 32 MiB L3), one pass = one matmul per matrix: weight GB/s and its
  *    fraction of the measured bandwidth.
- * 3. Prefill (GEMM, t = 128) on 2048x2048 (L3 resident weights): GFLOP/s.
+ * 3. Prefill (GEMM, t = 128) on 2048x2048 (L3 resident weights): GFLOP/s; -P 0 skips it,
+ *    -D 0 skips the decode test.
  * Numbers go to docs/PERF.md (CPU backend section) with the command and commit.
  */
 #include "base/mem.h"
@@ -27,6 +31,7 @@
 #include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef kiln_status (*mm_fn)(const kiln_kctx *, const kiln_matmul_args *);
 
@@ -143,6 +148,16 @@ typedef struct mat {
     uint8_t *w;
 } mat;
 
+static bool do_decode = true, do_prefill = true;
+
+/* CPU seconds of the process (all threads): with -t 1 the kernels' compute rate, which a
+ * loaded machine's descheduling does not inflate. */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void bench_dtype(mm_fn fn, kiln_pool *pool, uint32_t dt, double bw, int reps, size_t mb,
                         uint32_t layout, bool huge) {
     static const int64_t shapes[][2] = {{2048, 2048}, {256, 2048},  {256, 2048}, {2048, 2048},
@@ -183,7 +198,7 @@ static void bench_dtype(mm_fn fn, kiln_pool *pool, uint32_t dt, double bw, int r
     kiln_kctx ctx = {.pool = pool, .scratch = scratch, .scratch_size = ws};
     /* decode */
     double best = 1e30;
-    for (int r = 0; r < reps + 1; r++) {
+    for (int r = 0; r < reps + 1 && do_decode; r++) {
         uint64_t t0 = kiln_now_ns();
         for (int i = 0; i < nm; i++) {
             kiln_matmul_args a = {.w = m[i].w,
@@ -204,8 +219,8 @@ static void bench_dtype(mm_fn fn, kiln_pool *pool, uint32_t dt, double bw, int r
     }
     double gbs = (double)total / best * 1e-9;
     /* prefill: 2048 x 2048, t = 128 */
-    double pbest = 1e30;
-    for (int r = 0; r < reps + 1; r++) {
+    double pbest = 1e30, pcpu = 1e30;
+    for (int r = 0; r < reps + 1 && do_prefill; r++) {
         kiln_matmul_args a = {.w = m[0].w,
                               .w_dtype = dt,
                               .w_layout = layout,
@@ -217,22 +232,26 @@ static void bench_dtype(mm_fn fn, kiln_pool *pool, uint32_t dt, double bw, int r
                               .y = y,
                               .y_stride = m[0].n,
                               .t = T};
+        double c0 = cpu_s();
         uint64_t t0 = kiln_now_ns();
         fn(&ctx, &a);
         double s = (double)(kiln_now_ns() - t0) * 1e-9;
         if (r > 0 && s < pbest) pbest = s;
+        double cs = cpu_s() - c0;
+        if (r > 0 && cs < pcpu) pcpu = cs;
     }
     double gflops = 2.0 * (double)m[0].n * (double)m[0].k * (double)T / pbest * 1e-9;
-    printf("| %-5s%s | %7.1f MB | %6.2f ms | %6.1f GB/s | %5.1f %% | %7.1f |\n",
+    double gcpu = 2.0 * (double)m[0].n * (double)m[0].k * (double)T / pcpu * 1e-9;
+    printf("| %-5s%s | %7.1f MB | %6.2f ms | %6.1f GB/s | %5.1f %% | %7.1f | %7.1f |\n",
            kiln_dtype_name(dt), layout ? " R16" : "    ", (double)total * 1e-6, best * 1e3, gbs,
-           bw > 0 ? 100.0 * gbs / bw : 0.0, gflops);
+           bw > 0 ? 100.0 * gbs / bw : 0.0, gflops, gcpu);
     for (int i = 0; i < nm; i++) buf_free(m[i].w, huge);
     kiln_free_aligned(x), kiln_free_aligned(y), kiln_free_aligned(scratch);
 }
 
 int main(int argc, char **argv) {
     int threads = 2, reps = 5;
-    bool huge = true;
+    bool huge = true, do_bw = true;
     size_t mb = 256;
     const char *isa = kiln_cpu_avx512_ok() ? "avx512" : "avx2";
     const char *dts = "f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q4_K,q5_K,q6_K";
@@ -249,6 +268,12 @@ int main(int argc, char **argv) {
             mb = (size_t)atol(argv[i + 1]);
         else if (!strcmp(argv[i], "-H"))
             huge = atoi(argv[i + 1]) != 0;
+        else if (!strcmp(argv[i], "-b"))
+            do_bw = atoi(argv[i + 1]) != 0;
+        else if (!strcmp(argv[i], "-P"))
+            do_prefill = atoi(argv[i + 1]) != 0;
+        else if (!strcmp(argv[i], "-D"))
+            do_decode = atoi(argv[i + 1]) != 0;
     }
     if (reps < 1) reps = 1;
     mm_fn fn = !strcmp(isa, "avx2") ? kiln_cpu_matmul_avx2 : kiln_cpu_matmul_avx512;
@@ -258,13 +283,20 @@ int main(int argc, char **argv) {
     }
     kiln_pool *pool = NULL;
     if (kiln_pool_create(threads, &pool, NULL)) return 1;
-    double bw4k = measure_bw(pool, reps, false), bw2m = measure_bw(pool, reps, true);
+    double bw4k = do_bw ? measure_bw(pool, reps, false) : 0,
+           bw2m = do_bw ? measure_bw(pool, reps, true) : 0;
     double bw = huge ? bw2m : bw4k;
+    if (!strcmp(dts, "none")) {
+        kiln_pool_free(pool);
+        return 0;
+    }
     printf("isa %s, %d threads; decode = t 1 over tinyllama-shaped matrices, prefill = "
            "2048x2048 t 128\n\n",
            isa, threads);
-    printf("| dtype     | weights    | decode     | weight rate | of bw   | prefill GFLOP/s |\n");
-    printf("|-----------|------------|------------|-------------|---------|-----------------|\n");
+    printf("| dtype     | weights    | decode     | weight rate | of bw   | prefill GFLOP/s | per "
+           "CPU-s |\n");
+    printf("|-----------|------------|------------|-------------|---------|-----------------|------"
+           "-----|\n");
     char buf[256];
     snprintf(buf, sizeof buf, "%s", dts);
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {

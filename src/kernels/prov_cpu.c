@@ -37,13 +37,12 @@ static size_t cpu_matmul_ws(const kiln_sel_ctx *c) {
  * INT32_MAX tokens: no step is larger, and the sizes stay in range) */
 
 #define R16_DTYPES (CPU_DTYPES & ~KILN_DT_FLOATS) /* every quantized type of the cpu kernels */
-/* AVX2 R16 by default for the 4- and 5-bit types only: its decode unpacks each unit into
- * an L1 buffer first, and for q8_0 / q6_K that measured slower than the plain AVX2 rows
- * (bench_cpu_matmul -i avx2 -t 1: q8_0 12-18 vs 19-21 GB/s, q6_K 7.5-13 vs 12-13) while
- * prefill was faster (docs/CPU.md). For those two the same kernel is registered below the
- * plain one (cpu.avx2.matmul.r16.opt, priority 75): a policy can prefer it
- * (KILN_PREFER=cpu.avx2.matmul.r16.opt). */
-#define R16_DTYPES_AVX2 (R16_DTYPES & ~KILN_DT(KILN_DTYPE_Q8_0) & ~KILN_DT(KILN_DTYPE_Q6_K))
+/* AVX2 R16 for every quantized type. Until session 3 its decode unpacked each unit into an
+ * L1 buffer first and q8_0 / q6_K stayed on plain rows by default (cpu.avx2.matmul.r16.opt,
+ * priority 75); decode now runs register resident (matmul_r16_avx2.c) and measured faster
+ * than or equal to the plain rows for both (bench_cpu_matmul -t 1 -m 6: q8_0 23.1 vs 12.5
+ * GB/s, q6_K 10.2 vs 10.3), with faster prefill (docs/CPU.md). */
+#define R16_DTYPES_AVX2 R16_DTYPES
 #define F32             KILN_DT(KILN_DTYPE_F32)
 #define KV_DT           (KILN_DT(KILN_DTYPE_F32) | KILN_DT(KILN_DTYPE_F16))
 #define PROPS           (KILN_KPROP_DETERMINISTIC | KILN_KPROP_BATCH_INVARIANT)
@@ -118,21 +117,6 @@ static const kiln_kernel_spec cpu_specs[] = {
      .w_layout = KILN_WLAYOUT_CPU_R16,
      .fn.matmul = kiln_cpu_matmul_avx2,
      .summary = "AVX2 maddubs on 16-row interleaved blocks (R16 repack): 8 rows per vpmaddubsw"},
-    {.id = "cpu.avx2.matmul.r16.opt",
-     .op = KILN_KOP_MATMUL,
-     .provider = "cpu",
-     .platform = KILN_PLATFORM_HOST,
-     .isa = ISA_AVX2,
-     .w_dtypes = KILN_DT(KILN_DTYPE_Q8_0) | KILN_DT(KILN_DTYPE_Q6_K),
-     .act_dtypes = KILN_DT(KILN_DTYPE_F32),
-     .k_multiple = 32,
-     .features = KILN_KFEAT_BIAS,
-     .props = PROPS,
-     .workspace = cpu_matmul_ws,
-     .priority = 75,
-     .w_layout = KILN_WLAYOUT_CPU_R16,
-     .fn.matmul = kiln_cpu_matmul_avx2,
-     .summary = "AVX2 R16 for q8_0 / q6_K: faster prefill, slower decode than plain rows (opt-in)"},
     {.id = "cpu.avx2.matmul",
      .op = KILN_KOP_MATMUL,
      .provider = "cpu",

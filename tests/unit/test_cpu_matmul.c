@@ -241,6 +241,25 @@ static int check_one(mm_fn fn, kiln_pool *pool, uint32_t dt, int64_t n, int64_t 
             }
         }
     }
+    /* R16 kernels are batch invariant (docs/CPU.md): each token's row of a t-token call
+     * is bitwise the row of a one-token call (decode and prefill run different loops) */
+    if (layout == KILN_CPU_WLAYOUT_R16 && t > 1) {
+        float *y1 = malloc(sizeof(float) * (size_t)n);
+        assert_non_null(y1);
+        for (int64_t j = 0; j < t && bad < 5; j++) {
+            kiln_matmul_args a1 = a;
+            a1.x = x + j * xs, a1.y = y1, a1.y_stride = n, a1.t = 1;
+            assert_int_equal(fn(&ctx, &a1), KILN_OK);
+            if (memcmp(y1, y + j * ys, sizeof(float) * (size_t)n) != 0) {
+                print_error("%s (R16) n=%lld k=%lld t=%lld: token %lld differs from its "
+                            "one-token call\n",
+                            kiln_dtype_name(dt), (long long)n, (long long)k, (long long)t,
+                            (long long)j);
+                bad++;
+            }
+        }
+        free(y1);
+    }
     for (int64_t i = 0; i < guard; i++) {
         if (ybuf[i] != -12345.0f || ybuf[guard + t * ys + i] != -12345.0f) {
             print_error("%s: write outside y\n", kiln_dtype_name(dt));

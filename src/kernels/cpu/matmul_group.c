@@ -30,8 +30,8 @@ typedef struct isa_impl {
 static const isa_impl impl_avx512 = {kiln_cpu_q8act_avx512,  kiln_cpu_mmq_avx512,
                                      kiln_cpu_mmf_avx512,    kiln_cpu_mmr16_avx512,
                                      kiln_cpu_matmul_avx512, kiln_cpu_glu_avx512};
-static const isa_impl impl_avx2 = {kiln_cpu_q8act_avx2,  kiln_cpu_mmq_avx2, kiln_cpu_mmf_avx2, NULL,
-                                   kiln_cpu_matmul_avx2, kiln_cpu_glu_avx2};
+static const isa_impl impl_avx2 = {kiln_cpu_q8act_avx2, kiln_cpu_mmq_avx2,    kiln_cpu_mmf_avx2,
+                                   kiln_cpu_mmr16_avx2, kiln_cpu_matmul_avx2, kiln_cpu_glu_avx2};
 
 static bool is_float_type(uint32_t dt) {
     return dt == KILN_DTYPE_F32 || dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_BF16;

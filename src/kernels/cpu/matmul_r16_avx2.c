@@ -12,9 +12,12 @@
  *    L = 8; u <= 31 (5-bit): L = 4; u <= 63 (q6_K): L = 2.
  *  - q8_0 keeps its signed quants (u = q, offset 0) and uses the sign trick
  *    maddubs(|q|, sign(a, q)) (|q| <= 128: pair <= 32512, L = 1): q + 128 would saturate.
- *  - Every unit is unpacked into the kiln_r16 panel format (16 x 64 bytes u, 4 x 16
- *    floats s and o) first, also for decode (a one-unit buffer in L1), and one dot
- *    routine serves decode and prefill: batch invariant like the AVX-512 kernel.
+ *  - Prefill unpacks every unit into the kiln_r16 panel format (16 x 64 bytes u, 4 x 16
+ *    floats s and o) once per group and streams the tokens over it. Decode computes
+ *    straight from the layout in registers (unit_dots + unit_fsteps): the same integer
+ *    sums and the same float steps in the same order as the panel's unit_dot, so a
+ *    token's row is bitwise the same in both (batch invariant like the AVX-512 kernel;
+ *    tests/unit/test_cpu_matmul.c checks it).
  */
 #include "format/dtype.h"
 #include "kernels/cpu/cpu_impl.h"
@@ -263,6 +266,186 @@ INLINE void store_rows(float *y, int64_t rows, __m256 lo, __m256 hi, const float
 /* Software prefetch distance of the decode stream (as matmul_r16_avx512.c). */
 #define PF 2048
 
+/* ---- decode, register resident ----
+ * The int32 dots of one unit-half (rows 8hh..8hh+7) with the two activation levels, per
+ * scale group q: d[q] = 256 * dot(u, a1) + dot(u, a2), computed straight from the layout
+ * without the L1 round trip of unpack() (which costs a store and a reload of every
+ * unpacked vector, and register spills). Integer sums are exact, so d[q] is the value
+ * unit_dot() computes from the unpacked unit; the float steps after it (unit_fsteps) are
+ * unit_dot's, in its order: decode stays bitwise equal to prefill (batch invariance). */
+
+/* s16 accumulators of 2 scale groups x 2 levels, flushed to s32 every L vectors. */
+typedef struct acc16 {
+    __m256i s1[2], s2[2], p1[2], p2[2];
+    int n[2];
+} acc16;
+
+INLINE void acc_init(acc16 *A) {
+    for (int q = 0; q < 2; q++) {
+        A->s1[q] = A->s2[q] = A->p1[q] = A->p2[q] = _mm256_setzero_si256();
+        A->n[q] = 0;
+    }
+}
+
+INLINE void acc_flush(acc16 *A, int q) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    A->p1[q] = _mm256_add_epi32(A->p1[q], _mm256_madd_epi16(A->s1[q], ones));
+    A->p2[q] = _mm256_add_epi32(A->p2[q], _mm256_madd_epi16(A->s2[q], ones));
+    A->s1[q] = A->s2[q] = _mm256_setzero_si256();
+    A->n[q] = 0;
+}
+
+/* u (element group j of the unit, 8 rows) into scale group slot q (0 or 1). */
+INLINE void acc_add(uint32_t dt, acc16 *A, int q, __m256i u, const int8_t *a1, const int8_t *a2,
+                    int j) {
+    A->s1[q] = _mm256_add_epi16(A->s1[q], mul8(dt, u, bcast(a1 + 4 * j)));
+    A->s2[q] = _mm256_add_epi16(A->s2[q], mul8(dt, u, bcast(a2 + 4 * j)));
+    if (++A->n[q] == lanes16(dt)) acc_flush(A, q);
+}
+
+INLINE __m256i acc_dot(acc16 *A, int q) {
+    if (A->n[q]) acc_flush(A, q);
+    return _mm256_add_epi32(_mm256_slli_epi32(A->p1[q], 8), A->p2[q]);
+}
+
+/* d[G] of unit c (a whole unit: both 32-blocks present), half hh. */
+INLINE void unit_dots(uint32_t dt, const uint8_t *g, int64_t c, int hh, const int8_t *a1,
+                      const int8_t *a2, __m256i *d) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const uint8_t *b = g + kiln_r16_unit_off(dt, c);
+    switch (dt) {
+    case KILN_DTYPE_Q4_0:
+    case KILN_DTYPE_Q4_1:
+    case KILN_DTYPE_Q5_0:
+    case KILN_DTYPE_Q5_1:
+    case KILN_DTYPE_Q8_0: {
+        const size_t hdr = kiln_r16_hdr(dt), bl = kiln_r16_blk(dt);
+        const bool five = dt == KILN_DTYPE_Q5_0 || dt == KILN_DTYPE_Q5_1;
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *q = b + hdr + (size_t)h * bl;
+            acc16 A;
+            acc_init(&A);
+            if (dt == KILN_DTYPE_Q8_0) {
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++)
+                    acc_add(dt, &A, 0, ld(q + 64 * j + 32 * hh), a1, a2, 8 * h + j);
+            } else {
+                const uint8_t *qs = five ? q + 64 : q;
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    __m256i v = ld(qs + 64 * i + 32 * hh);
+                    __m256i lo = _mm256_and_si256(v, m4);
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    if (five) {
+                        lo = _mm256_or_si256(lo, hibits(q + 8 * i, hh));
+                        hi = _mm256_or_si256(hi, hibits(q + 32 + 8 * i, hh));
+                    }
+                    acc_add(dt, &A, 0, lo, a1, a2, 8 * h + i);
+                    acc_add(dt, &A, 0, hi, a1, a2, 8 * h + 4 + i);
+                }
+            }
+            d[h] = acc_dot(&A, 0);
+        }
+        break;
+    }
+    case KILN_DTYPE_Q4_K:
+    case KILN_DTYPE_Q5_K: {
+        const int cc = (int)(c & 3);
+        const bool five = dt == KILN_DTYPE_Q5_K;
+        const uint8_t *qs = b + (five ? 832 : 320) + 512 * cc, *qh = b + 320 + 128 * cc;
+        acc16 A;
+        acc_init(&A);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            __m256i v = ld(qs + 64 * i + 32 * hh);
+            __m256i lo = _mm256_and_si256(v, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (five) {
+                lo = _mm256_or_si256(lo, hibits(qh + 8 * i, hh));
+                hi = _mm256_or_si256(hi, hibits(qh + 64 + 8 * i, hh));
+            }
+            acc_add(dt, &A, 0, lo, a1, a2, i);
+            acc_add(dt, &A, 1, hi, a1, a2, 8 + i);
+        }
+        d[0] = acc_dot(&A, 0);
+        d[1] = acc_dot(&A, 1);
+        break;
+    }
+    default: { /* q6_K: scale groups of 16 (4 element groups); i < 4 -> 0, 2; i >= 4 -> 1, 3 */
+        const int cc = (int)(c & 3);
+        const __m256i m3 = _mm256_set1_epi8(0x30);
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; half++) {
+            acc16 A;
+            acc_init(&A);
+#pragma GCC unroll 4
+            for (int i4 = 0; i4 < 4; i4++) {
+                const int i = 4 * half + i4;
+                __m256i hv = ld(b + 2368 + 64 * (4 * cc + i4) + 32 * hh);
+                __m256i v = ld(b + 320 + 64 * (8 * cc + i) + 32 * hh);
+                __m256i lo_a = _mm256_and_si256(v, m4);
+                __m256i lo_b = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                __m256i ha = half == 0 ? _mm256_slli_epi16(hv, 4) : _mm256_slli_epi16(hv, 2);
+                __m256i hb = half == 0 ? hv : _mm256_srli_epi16(hv, 2);
+                acc_add(dt, &A, 0, _mm256_or_si256(lo_a, _mm256_and_si256(ha, m3)), a1, a2, i);
+                acc_add(dt, &A, 1, _mm256_or_si256(lo_b, _mm256_and_si256(hb, m3)), a1, a2, 8 + i);
+            }
+            d[half] = acc_dot(&A, 0);     /* group 0 or 1 */
+            d[2 + half] = acc_dot(&A, 1); /* group 2 or 3 */
+        }
+        break;
+    }
+    }
+}
+
+/* The float steps of unit_dot() for one unit-half, from the unit's raw scales (the same
+ * expressions unpack() stores), in unit_dot's order. */
+INLINE __m256 unit_fsteps(uint32_t dt, const uint8_t *g, int64_t c, int hh, const __m256i *d,
+                          const float *dl, const float *gs, __m256 acc) {
+    const uint8_t *b = g + kiln_r16_unit_off(dt, c);
+    const int G = per32(dt) ? 2 : 4;
+#pragma GCC unroll 4
+    for (int q = 0; q < G; q++) {
+        __m256 s, o;
+        switch (dt) {
+        case KILN_DTYPE_Q4_0:
+        case KILN_DTYPE_Q4_1:
+        case KILN_DTYPE_Q5_0:
+        case KILN_DTYPE_Q5_1:
+        case KILN_DTYPE_Q8_0: {
+            const bool min = dt == KILN_DTYPE_Q4_1 || dt == KILN_DTYPE_Q5_1;
+            const float off = dt == KILN_DTYPE_Q4_0 ? -8.0f : dt == KILN_DTYPE_Q5_0 ? -16.0f : 0.0f;
+            s = ld_h8(b + 32 * q + 16 * hh);
+            o = min ? ld_h8(b + 64 + 32 * q + 16 * hh) : _mm256_mul_ps(s, _mm256_set1_ps(off));
+            break;
+        }
+        case KILN_DTYPE_Q4_K:
+        case KILN_DTYPE_Q5_K: {
+            const int cc = (int)(c & 3);
+            __m256 dd = ld_h8(b + 16 * hh), dmin = ld_h8(b + 32 + 16 * hh);
+            s = _mm256_mul_ps(ld_u8x8(b + 64 + 16 * (2 * cc + q) + 8 * hh), dd);
+            o = _mm256_mul_ps(ld_u8x8(b + 192 + 16 * (2 * cc + q) + 8 * hh), dmin);
+            o = _mm256_sub_ps(_mm256_setzero_ps(), o);
+            break;
+        }
+        default: { /* q6_K */
+            const int cc = (int)(c & 3);
+            __m256 dd = _mm256_loadu_ps((const float *)b + 8 * hh);
+            s = _mm256_mul_ps(ld_i8x8(b + 64 + 16 * (4 * cc + q) + 8 * hh), dd);
+            o = _mm256_mul_ps(s, _mm256_set1_ps(-32.0f));
+            break;
+        }
+        }
+        const int sq = per32(dt) ? 2 * q : q;
+        float gsum = per32(dt) ? gs[2 * q] + gs[2 * q + 1] : gs[q];
+        __m256 sc = _mm256_mul_ps(s, _mm256_set1_ps(dl[8 * (sq >> 1)]));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[q]), sc, acc);
+        acc = _mm256_fmadd_ps(o, _mm256_set1_ps(gsum), acc);
+    }
+    return acc;
+}
+
 INLINE void gemv_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *buf) {
     const int64_t k = p->k, kc = kiln_q8act_chunks(k);
     const bool odd = (k % 64) != 0;
@@ -275,11 +458,20 @@ INLINE void gemv_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *bu
     const bool k256 = kiln_r16_is256(dt);
     const size_t ub = k256 ? kiln_r16_sb(dt) / 4 : kiln_r16_unit_off(dt, 1),
                  span = k256 ? ub + 63 : ub;
-    for (int64_t c = 0; c < kc; c++) {
+    const int64_t full = odd ? kc - 1 : kc; /* whole units */
+    for (int64_t c = 0; c < full; c++) {
         const char *pa =
             (const char *)gp + kiln_r16_unit_off(dt, c) + (k256 ? (size_t)(c & 3) * ub : 0) + PF;
         for (size_t o = 0; o < span; o += 64) _mm_prefetch(pa + o, _MM_HINT_T0);
-        unpack(dt, gp, c, !(odd && c == kc - 1), buf);
+        __m256i d[4];
+        unit_dots(dt, gp, c, 0, aq + 64 * c, aq2 + 64 * c, d);
+        lo = unit_fsteps(dt, gp, c, 0, d, dl + 16 * c, gs + 4 * c, lo);
+        unit_dots(dt, gp, c, 1, aq + 64 * c, aq2 + 64 * c, d);
+        hi = unit_fsteps(dt, gp, c, 1, d, dl + 16 * c, gs + 4 * c, hi);
+    }
+    if (odd) { /* the last half unit (32-block types, k % 64 == 32): unpacked as before */
+        const int64_t c = kc - 1;
+        unpack(dt, gp, c, false, buf);
         lo = unit_dot(dt, buf, 0, aq + 64 * c, aq2 + 64 * c, dl + 16 * c, gs + 4 * c, lo);
         hi = unit_dot(dt, buf, 1, aq + 64 * c, aq2 + 64 * c, dl + 16 * c, gs + 4 * c, hi);
     }
