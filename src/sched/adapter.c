@@ -7,6 +7,7 @@
  * file of src/sched/ that includes runtime internals.
  */
 #include "sched/adapter.h"
+#include "base/mem.h"
 
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -44,7 +45,7 @@ static kiln_status a_seq_attach(void *impl, int32_t seq, const int32_t *blocks, 
         return kiln_err_set(err, KILN_ERR_STATE, "attach: sequence %d is not empty", (int)seq);
     if (n <= 0) return KILN_OK;
     if (s->kv.cap < n) {
-        int32_t *q = realloc(s->kv.blocks, (size_t)n * sizeof(int32_t));
+        int32_t *q = kiln_realloc(s->kv.blocks, (size_t)n * sizeof(int32_t));
         if (!q) return kiln_err_set(err, KILN_ERR_NOMEM, "attach: out of memory");
         s->kv.blocks = q;
         s->kv.cap = n;
@@ -90,7 +91,7 @@ kiln_status kiln_sched_engine_wrap(kiln_engine *e, kiln_sched_engine *out, kiln_
     if (KILN_KV_BLOCK != KILN_SCHED_BLOCK)
         return kiln_err_set(err, KILN_ERR_INTERNAL, "scheduler: KV block size %d, expected %d",
                             KILN_KV_BLOCK, KILN_SCHED_BLOCK);
-    wrap *w = calloc(1, sizeof(*w));
+    wrap *w = kiln_calloc(1, sizeof(*w));
     if (!w) return kiln_err_set(err, KILN_ERR_NOMEM, "scheduler: out of memory");
     w->e = e;
     snprintf(w->model_id, sizeof(w->model_id), "%s|%s|%d|%d", e->model->cfg.arch, e->model->path,
@@ -118,6 +119,6 @@ kiln_status kiln_sched_engine_wrap(kiln_engine *e, kiln_sched_engine *out, kiln_
 
 void kiln_sched_engine_unwrap(kiln_sched_engine *se) {
     if (!se) return;
-    free(se->impl);
+    kiln_free(se->impl);
     memset(se, 0, sizeof(*se));
 }

@@ -1,5 +1,6 @@
 /* prefix.c — the prefix-cache index (see prefix.h). */
 #include "sched/prefix.h"
+#include "base/mem.h"
 
 #include "base/hash.h"
 
@@ -12,11 +13,11 @@ kiln_status kiln_prefix_init(kiln_prefix_cache *pc, const kiln_sched_engine *eng
     if (cap < 1) cap = 1;
     uint32_t nb = 16;
     while (nb < (uint32_t)cap * 2u && nb < (1u << 30)) nb <<= 1;
-    pc->e = calloc((size_t)cap, sizeof(kiln_prefix_entry));
-    pc->buckets = malloc((size_t)nb * sizeof(int32_t));
+    pc->e = kiln_calloc((size_t)cap, sizeof(kiln_prefix_entry));
+    pc->buckets = kiln_malloc((size_t)nb * sizeof(int32_t));
     if (!pc->e || !pc->buckets) {
-        free(pc->e);
-        free(pc->buckets);
+        kiln_free(pc->e);
+        kiln_free(pc->buckets);
         memset(pc, 0, sizeof(*pc));
         return kiln_err_set(err, KILN_ERR_NOMEM, "prefix cache: %d entries", (int)cap);
     }
@@ -76,8 +77,8 @@ void kiln_prefix_free(kiln_prefix_cache *pc) {
             pc->eng->block_unref(pc->eng->impl, pc->e[i].block);
             pc->e[i].live = false;
         }
-    free(pc->e);
-    free(pc->buckets);
+    kiln_free(pc->e);
+    kiln_free(pc->buckets);
     memset(pc, 0, sizeof(*pc));
 }
 

@@ -4,6 +4,7 @@
  * itself is in step.c. Decisions and reasons: docs/SCHED.md.
  */
 #include "sched/sched_impl.h"
+#include "base/mem.h"
 
 #include "base/timer.h"
 #include "tok/tok.h"
@@ -55,7 +56,7 @@ kiln_status kiln_sched_create_with(const kiln_sched_engine *eng, const kiln_voca
     if (o->max_slots < 0 || o->step_tokens < 0 || o->max_queued < 0 || o->park_max_ms < 0 ||
         o->latency_step_tokens < 0)
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "scheduler: negative option");
-    kiln_sched *s = calloc(1, sizeof(*s));
+    kiln_sched *s = kiln_calloc(1, sizeof(*s));
     if (!s) return kiln_err_set(err, KILN_ERR_NOMEM, "scheduler: out of memory");
     s->eng = *eng;
     s->vocab = v;
@@ -80,17 +81,17 @@ kiln_status kiln_sched_create_with(const kiln_sched_engine *eng, const kiln_voca
     kiln_status st = KILN_OK;
     if (pthread_mutex_init(&s->mu, NULL) || pthread_mutex_init(&s->lmu, NULL) ||
         pthread_cond_init(&s->cv, NULL)) {
-        free(s);
+        kiln_free(s);
         return kiln_err_set(err, KILN_ERR_IO, "scheduler: mutex init failed");
     }
-    s->slots = calloc((size_t)s->max_slots, sizeof(ks_req *));
-    s->en = calloc((size_t)s->step_tokens, sizeof(kiln_batch_entry));
-    s->en_rq = calloc((size_t)s->step_tokens, sizeof(ks_req *));
-    s->ids = calloc((size_t)s->step_tokens, sizeof(int32_t));
-    s->top = calloc(21, sizeof(kiln_top_logprob));
-    s->plan = calloc((size_t)s->max_slots, sizeof(ks_req *));
+    s->slots = kiln_calloc((size_t)s->max_slots, sizeof(ks_req *));
+    s->en = kiln_calloc((size_t)s->step_tokens, sizeof(kiln_batch_entry));
+    s->en_rq = kiln_calloc((size_t)s->step_tokens, sizeof(ks_req *));
+    s->ids = kiln_calloc((size_t)s->step_tokens, sizeof(int32_t));
+    s->top = kiln_calloc(21, sizeof(kiln_top_logprob));
+    s->plan = kiln_calloc((size_t)s->max_slots, sizeof(ks_req *));
     s->cap_sess = 4096;
-    s->sess = calloc((size_t)s->cap_sess, sizeof(ks_session));
+    s->sess = kiln_calloc((size_t)s->cap_sess, sizeof(ks_session));
     if (!s->slots || !s->en || !s->en_rq || !s->ids || !s->top || !s->sess || !s->plan)
         st = kiln_err_set(err, KILN_ERR_NOMEM, "scheduler: out of memory");
     s->pc_on = o->prefix_cache != 0;
@@ -120,10 +121,10 @@ kiln_status kiln_sched_create(kiln_engine *e, const kiln_vocab *v, const kiln_sc
 }
 
 static void tenant_free(ks_tenant *t) {
-    free(t->own_id);
-    free(t->own_group);
-    for (int32_t i = 0; i < t->cfg.n_api_keys; i++) free(t->own_keys[i]);
-    free(t->own_keys);
+    kiln_free(t->own_id);
+    kiln_free(t->own_group);
+    for (int32_t i = 0; i < t->cfg.n_api_keys; i++) kiln_free(t->own_keys[i]);
+    kiln_free(t->own_keys);
 }
 
 void kiln_sched_free(kiln_sched *s) {
@@ -136,29 +137,29 @@ void kiln_sched_free(kiln_sched *s) {
     for (int32_t i = 0; i < s->n_sess; i++) {
         for (int32_t j = s->sess[i].n_ent - 1; j >= 0; j--)
             kiln_prefix_release(&s->pc, s->sess[i].ent[j]);
-        free(s->sess[i].ent);
+        kiln_free(s->sess[i].ent);
     }
-    free(s->sess);
+    kiln_free(s->sess);
     kiln_prefix_free(&s->pc);
     ks_trace_close(&s->trace);
     for (int32_t i = 0; i < s->n_t; i++) tenant_free(&s->t[i]);
-    free(s->t);
-    free(s->slots);
-    free(s->en);
-    free(s->en_rq);
-    free(s->ids);
-    free(s->logits);
-    free(s->top);
-    free(s->plan);
-    free(s->lpbuf);
-    free(s->cancels);
-    free(s->resumes);
-    free(s->closes);
+    kiln_free(s->t);
+    kiln_free(s->slots);
+    kiln_free(s->en);
+    kiln_free(s->en_rq);
+    kiln_free(s->ids);
+    kiln_free(s->logits);
+    kiln_free(s->top);
+    kiln_free(s->plan);
+    kiln_free(s->lpbuf);
+    kiln_free(s->cancels);
+    kiln_free(s->resumes);
+    kiln_free(s->closes);
     if (s->own_wrap) kiln_sched_engine_unwrap(&s->eng);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->lmu);
     pthread_cond_destroy(&s->cv);
-    free(s);
+    kiln_free(s);
 }
 
 /* ---- tenants ---- */
@@ -205,7 +206,7 @@ static kiln_status add_tenant(kiln_sched *s, const kiln_tenant_config *c, kiln_e
     }
     if (s->n_t == s->cap_t) {
         int32_t nc = s->cap_t ? s->cap_t * 2 : 8;
-        ks_tenant *q = realloc(s->t, (size_t)nc * sizeof(ks_tenant));
+        ks_tenant *q = kiln_realloc(s->t, (size_t)nc * sizeof(ks_tenant));
         if (!q) return kiln_err_set(err, KILN_ERR_NOMEM, "tenants: out of memory");
         s->t = q;
         s->cap_t = nc;
@@ -213,12 +214,12 @@ static kiln_status add_tenant(kiln_sched *s, const kiln_tenant_config *c, kiln_e
     ks_tenant *t = &s->t[s->n_t];
     memset(t, 0, sizeof(*t));
     t->cfg = *c;
-    t->own_id = strdup(c->id);
-    t->own_group = c->isolation_group ? strdup(c->isolation_group) : NULL;
-    t->own_keys = calloc((size_t)(c->n_api_keys > 0 ? c->n_api_keys : 1), sizeof(char *));
+    t->own_id = kiln_strdup(c->id);
+    t->own_group = c->isolation_group ? kiln_strdup(c->isolation_group) : NULL;
+    t->own_keys = kiln_calloc((size_t)(c->n_api_keys > 0 ? c->n_api_keys : 1), sizeof(char *));
     bool ok = t->own_id && t->own_keys && (!c->isolation_group || t->own_group);
     for (int32_t k = 0; ok && k < c->n_api_keys; k++)
-        ok = (t->own_keys[k] = strdup(c->api_keys[k]));
+        ok = (t->own_keys[k] = kiln_strdup(c->api_keys[k]));
     if (!ok) {
         t->cfg.n_api_keys = c->n_api_keys;
         tenant_free(t);
@@ -427,13 +428,13 @@ static kiln_status reject(kiln_sched *s, int32_t ti, kiln_rejection *rej, kiln_e
 
 static void free_req_params(ks_req *r) {
     if (!r) return;
-    free(r->tok);
-    for (int32_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
-    free(r->stops);
-    free(r->stop_toks);
-    free(r->ent);
-    free(r->tbuf);
-    free(r);
+    kiln_free(r->tok);
+    for (int32_t i = 0; i < r->n_stops; i++) kiln_free(r->stops[i]);
+    kiln_free(r->stops);
+    kiln_free(r->stop_toks);
+    kiln_free(r->ent);
+    kiln_free(r->tbuf);
+    kiln_free(r);
 }
 
 kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint64_t *id,
@@ -457,17 +458,17 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
                           "prompt token %d at position %d is outside the vocabulary (%d)",
                           (int)p->prompt[i], (int)i, (int)s->eng.n_vocab);
     /* build the request outside the lock */
-    ks_req *r = calloc(1, sizeof(*r));
+    ks_req *r = kiln_calloc(1, sizeof(*r));
     bool ok = r != NULL;
     if (ok) {
         r->cap = p->n_prompt + 16;
-        r->tok = malloc((size_t)r->cap * sizeof(int32_t));
-        r->stops = p->n_stop ? calloc((size_t)p->n_stop, sizeof(char *)) : NULL;
-        r->stop_toks = p->n_stop_tokens ? malloc((size_t)p->n_stop_tokens * sizeof(int32_t)) : NULL;
+        r->tok = kiln_malloc((size_t)r->cap * sizeof(int32_t));
+        r->stops = p->n_stop ? kiln_calloc((size_t)p->n_stop, sizeof(char *)) : NULL;
+        r->stop_toks = p->n_stop_tokens ? kiln_malloc((size_t)p->n_stop_tokens * sizeof(int32_t)) : NULL;
         ok = r->tok && (!p->n_stop || r->stops) && (!p->n_stop_tokens || r->stop_toks);
     }
     for (int32_t i = 0; ok && i < p->n_stop; i++) {
-        ok = p->stop[i] && (r->stops[i] = strdup(p->stop[i]));
+        ok = p->stop[i] && (r->stops[i] = kiln_strdup(p->stop[i]));
         if (ok) r->n_stops = i + 1;
     }
     if (!ok) {
@@ -604,7 +605,7 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
 static bool push_id(uint64_t **a, int32_t *n, int32_t *cap, uint64_t id) {
     if (*n == *cap) {
         int32_t nc = *cap ? *cap * 2 : 64;
-        uint64_t *q = realloc(*a, (size_t)nc * sizeof(uint64_t));
+        uint64_t *q = kiln_realloc(*a, (size_t)nc * sizeof(uint64_t));
         if (!q) return false;
         *a = q;
         *cap = nc;
@@ -689,13 +690,13 @@ static int cmp_f(const void *a, const void *b) {
 kiln_pctl ks_ring_pctl(const ks_ring *r) {
     kiln_pctl p = {0, 0};
     if (!r->n) return p;
-    float *tmp = malloc(r->n * sizeof(float));
+    float *tmp = kiln_malloc(r->n * sizeof(float));
     if (!tmp) return p;
     memcpy(tmp, r->v, r->n * sizeof(float));
     qsort(tmp, r->n, sizeof(float), cmp_f);
     p.p50 = tmp[(size_t)((r->n - 1) * 0.50 + 0.5)];
     p.p99 = tmp[(size_t)((r->n - 1) * 0.99 + 0.5)];
-    free(tmp);
+    kiln_free(tmp);
     return p;
 }
 

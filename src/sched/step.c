@@ -14,6 +14,7 @@
  * Everything here runs on the scheduler thread; sinks are called without locks.
  */
 #include "sched/sched_impl.h"
+#include "base/mem.h"
 
 #include "base/timer.h"
 #include "tok/tok.h"
@@ -64,7 +65,7 @@ static bool tb_add(ks_req *r, const char *p, size_t n) {
     if (r->tlen + n + 1 > r->tcap) {
         size_t nc = r->tcap ? r->tcap : 256;
         while (nc < r->tlen + n + 1) nc *= 2;
-        char *q = realloc(r->tbuf, nc);
+        char *q = kiln_realloc(r->tbuf, nc);
         if (!q) return false;
         r->tbuf = q;
         r->tcap = nc;
@@ -78,7 +79,7 @@ static bool tb_add(ks_req *r, const char *p, size_t n) {
 static bool ent_push(ks_req *r, int32_t e) {
     if (r->n_ent == r->ent_cap) {
         int32_t nc = r->ent_cap ? r->ent_cap * 2 : 16;
-        int32_t *q = realloc(r->ent, (size_t)nc * sizeof(int32_t));
+        int32_t *q = kiln_realloc(r->ent, (size_t)nc * sizeof(int32_t));
         if (!q) return false;
         r->ent = q;
         r->ent_cap = nc;
@@ -208,7 +209,7 @@ static void retire(kiln_sched *s, ks_req *r, kiln_finish fin) {
         if (keep) {
             for (int32_t i = se->n_ent - 1; i >= 0; i--) kiln_prefix_release(&s->pc, se->ent[i]);
             t->pinned_blocks -= se->n_ent;
-            free(se->ent);
+            kiln_free(se->ent);
             se->ent = r->ent;
             se->n_ent = r->n_ent;
             t->pinned_blocks += se->n_ent;
@@ -218,7 +219,7 @@ static void retire(kiln_sched *s, ks_req *r, kiln_finish fin) {
         if (se->closed) {
             for (int32_t i = se->n_ent - 1; i >= 0; i--) kiln_prefix_release(&s->pc, se->ent[i]);
             t->pinned_blocks -= se->n_ent;
-            free(se->ent);
+            kiln_free(se->ent);
             se->ent = NULL;
             se->n_ent = 0;
             pthread_mutex_lock(&s->mu);
@@ -248,13 +249,13 @@ static void retire(kiln_sched *s, ks_req *r, kiln_finish fin) {
         snprintf(a, sizeof(a), "\"reason\":\"%s\"", kiln_finish_name(fin));
         trace_req(s, "finish", r, a);
     }
-    free(r->tok);
-    for (int32_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
-    free(r->stops);
-    free(r->stop_toks);
-    free(r->ent);
-    free(r->tbuf);
-    free(r);
+    kiln_free(r->tok);
+    for (int32_t i = 0; i < r->n_stops; i++) kiln_free(r->stops[i]);
+    kiln_free(r->stops);
+    kiln_free(r->stop_toks);
+    kiln_free(r->ent);
+    kiln_free(r->tbuf);
+    kiln_free(r);
 }
 
 /* Moves the text held by the detokenizer and the stopper into the text buffer. */
@@ -445,11 +446,11 @@ static kiln_status admit(kiln_sched *s, ks_req *r, kiln_err *err) {
     }
     /* kept pins were counted as the tenant's pinned blocks while waiting */
     if (r->n_ent > 0) {
-        int32_t *blk = malloc((size_t)r->n_ent * sizeof(int32_t));
+        int32_t *blk = kiln_malloc((size_t)r->n_ent * sizeof(int32_t));
         if (!blk) st = kiln_err_set(err, KILN_ERR_NOMEM, "scheduler: out of memory");
         for (int32_t i = 0; !st && i < r->n_ent; i++) blk[i] = s->pc.e[r->ent[i]].block;
         if (!st) st = s->eng.seq_attach(s->eng.impl, seq, blk, r->n_ent, err);
-        free(blk);
+        kiln_free(blk);
         if (st) {
             s->eng.seq_free(s->eng.impl, seq);
             release_entries(s, r);
@@ -662,7 +663,7 @@ static void on_token(kiln_sched *s, ks_req *r, int32_t tok, const float *row) {
     }
     if (r->n_tok == r->cap) {
         int32_t nc = r->cap * 2;
-        int32_t *q = realloc(r->tok, (size_t)nc * sizeof(int32_t));
+        int32_t *q = kiln_realloc(r->tok, (size_t)nc * sizeof(int32_t));
         if (!q) {
             finish(s, r, KILN_FINISH_ERROR, "out of memory");
             return;
@@ -808,7 +809,7 @@ static void close_sessions(kiln_sched *s, const uint64_t *ids, int32_t n) {
                 for (int32_t j = se->n_ent - 1; j >= 0; j--)
                     kiln_prefix_release(&s->pc, se->ent[j]);
                 s->t[se->ti].pinned_blocks -= se->n_ent;
-                free(se->ent);
+                kiln_free(se->ent);
                 se->ent = NULL;
                 se->n_ent = 0;
                 pthread_mutex_lock(&s->mu);
@@ -890,7 +891,7 @@ kiln_status ks_step(kiln_sched *s, bool *worked, kiln_err *err) {
         close_sessions(s, closes, n_closes);
         *worked = true;
     }
-    free(closes);
+    kiln_free(closes);
     /* cancels, then park timeouts */
     if (had_cancels) {
         for (int32_t i = 0; i < s->max_slots; i++)
@@ -955,7 +956,7 @@ kiln_status ks_step(kiln_sched *s, bool *worked, kiln_err *err) {
             }
         if (need_logits && s->logits_rows < (size_t)rows) {
             size_t want = (size_t)s->max_slots;
-            float *q = realloc(s->logits, want * (size_t)s->eng.n_vocab * sizeof(float));
+            float *q = kiln_realloc(s->logits, want * (size_t)s->eng.n_vocab * sizeof(float));
             if (!q) {
                 need_logits = false;
                 st = kiln_err_set(err, KILN_ERR_NOMEM, "scheduler: logits buffer");
@@ -1029,7 +1030,7 @@ void ks_shutdown_all(kiln_sched *s) {
     uint64_t *closes;
     int32_t nc;
     drain_inbox(s, &hc, &closes, &nc);
-    free(closes);
+    kiln_free(closes);
     for (int32_t i = 0; i < s->max_slots; i++)
         if (s->slots && s->slots[i]) finish(s, s->slots[i], KILN_FINISH_SHUTDOWN, NULL);
     for (int32_t ti = 0; ti < s->n_t; ti++)
@@ -1041,15 +1042,15 @@ void ks_shutdown_all(kiln_sched *s) {
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
         snprintf(msg, cap, __VA_ARGS__);                                                           \
-        free(users);                                                                               \
-        free(refs);                                                                                \
+        kiln_free(users);                                                                               \
+        kiln_free(refs);                                                                                \
         return false;                                                                              \
     } while (0)
 
 bool kiln_sched_check(kiln_sched *s, char *msg, size_t cap) {
-    int32_t *users = calloc((size_t)(s->pc.cap > 0 ? s->pc.cap : 1), sizeof(int32_t));
+    int32_t *users = kiln_calloc((size_t)(s->pc.cap > 0 ? s->pc.cap : 1), sizeof(int32_t));
     int32_t *refs =
-        calloc((size_t)(s->eng.total_blocks > 0 ? s->eng.total_blocks : 1), sizeof(int32_t));
+        kiln_calloc((size_t)(s->eng.total_blocks > 0 ? s->eng.total_blocks : 1), sizeof(int32_t));
     if (!users || !refs) FAIL("check: out of memory");
     int32_t running = 0;
     for (int32_t ti = 0; ti < s->n_t; ti++) {
@@ -1146,8 +1147,8 @@ bool kiln_sched_check(kiln_sched *s, char *msg, size_t cap) {
     if (s->eng.total_blocks - s->eng.blocks_free(s->eng.impl) != used)
         FAIL("%d blocks in use, pool says %d", (int)used,
              (int)(s->eng.total_blocks - s->eng.blocks_free(s->eng.impl)));
-    free(users);
-    free(refs);
+    kiln_free(users);
+    kiln_free(refs);
     return true;
 }
 

@@ -4,6 +4,7 @@
  * same file are read by src/kernels/policy.c and ignored here.
  */
 #include "sched/sched.h"
+#include "base/mem.h"
 
 #include <errno.h>
 #include <math.h>
@@ -47,12 +48,12 @@ typedef struct arena {
 static char *arena_dup(arena *a, const char *s) {
     if (a->n == a->cap) {
         int32_t nc = a->cap ? a->cap * 2 : 32;
-        char **q = realloc(a->p, (size_t)nc * sizeof(char *));
+        char **q = kiln_realloc(a->p, (size_t)nc * sizeof(char *));
         if (!q) return NULL;
         a->p = q;
         a->cap = nc;
     }
-    char *d = strdup(s);
+    char *d = kiln_strdup(s);
     if (d) a->p[a->n++] = d;
     return d;
 }
@@ -61,9 +62,9 @@ static void *arena_keep(arena *a, void *blk) {
     if (!blk) return NULL;
     if (a->n == a->cap) {
         int32_t nc = a->cap ? a->cap * 2 : 32;
-        char **q = realloc(a->p, (size_t)nc * sizeof(char *));
+        char **q = kiln_realloc(a->p, (size_t)nc * sizeof(char *));
         if (!q) {
-            free(blk);
+            kiln_free(blk);
             return NULL;
         }
         a->p = q;
@@ -77,11 +78,11 @@ void kiln_tenant_list_free(kiln_tenant_list *l) {
     if (!l) return;
     arena *a = l->arena_;
     if (a) {
-        for (int32_t i = 0; i < a->n; i++) free(a->p[i]);
-        free(a->p);
-        free(a);
+        for (int32_t i = 0; i < a->n; i++) kiln_free(a->p[i]);
+        kiln_free(a->p);
+        kiln_free(a);
     }
-    free(l->items);
+    kiln_free(l->items);
     memset(l, 0, sizeof(*l));
 }
 
@@ -163,7 +164,7 @@ static kiln_status parse_tenant(yctx *x, yaml_node_t *tn, kiln_tenant_config *c)
                                     "%s:%d: tenant '%s': 'api_keys' must be a list of strings",
                                     x->name, line_of(vn), tid);
             int32_t n = (int32_t)(vn->data.sequence.items.top - vn->data.sequence.items.start);
-            const char **keys = arena_keep(x->a, calloc((size_t)(n > 0 ? n : 1), sizeof(char *)));
+            const char **keys = arena_keep(x->a, kiln_calloc((size_t)(n > 0 ? n : 1), sizeof(char *)));
             if (!keys) return kiln_err_set(x->err, KILN_ERR_NOMEM, "tenants: out of memory");
             for (int32_t i = 0; i < n; i++) {
                 yaml_node_t *en = yaml_document_get_node(x->doc, vn->data.sequence.items.start[i]);
@@ -238,7 +239,7 @@ kiln_status kiln_tenants_parse_yaml(const char *text, size_t len, const char *na
         return st;
     }
     kiln_status st = KILN_OK;
-    arena *a = calloc(1, sizeof(*a));
+    arena *a = kiln_calloc(1, sizeof(*a));
     out->arena_ = a;
     if (!a) st = kiln_err_set(err, KILN_ERR_NOMEM, "%s: out of memory", name);
     yctx x = {.doc = &doc, .name = name, .err = err, .a = a};
@@ -261,7 +262,7 @@ kiln_status kiln_tenants_parse_yaml(const char *text, size_t len, const char *na
                               line_of(tl));
         } else {
             int32_t n = (int32_t)(tl->data.sequence.items.top - tl->data.sequence.items.start);
-            out->items = calloc((size_t)(n > 0 ? n : 1), sizeof(kiln_tenant_config));
+            out->items = kiln_calloc((size_t)(n > 0 ? n : 1), sizeof(kiln_tenant_config));
             if (!out->items) st = kiln_err_set(err, KILN_ERR_NOMEM, "%s: out of memory", name);
             for (int32_t i = 0; !st && i < n; i++) {
                 yaml_node_t *tn = yaml_document_get_node(&doc, tl->data.sequence.items.start[i]);
@@ -294,7 +295,7 @@ kiln_status kiln_tenants_load_yaml(const char *path, kiln_tenant_list *out, kiln
                 break;
             }
             size_t nc = cap ? cap * 2 : 4096;
-            char *q = realloc(buf, nc);
+            char *q = kiln_realloc(buf, nc);
             if (!q) {
                 st = kiln_err_set(err, KILN_ERR_NOMEM, "%s: out of memory", path);
                 break;
@@ -311,6 +312,6 @@ kiln_status kiln_tenants_load_yaml(const char *path, kiln_tenant_list *out, kiln
     }
     fclose(f);
     if (!st) st = kiln_tenants_parse_yaml(buf ? buf : "", len, path, out, err);
-    free(buf);
+    kiln_free(buf);
     return st;
 }
