@@ -6,6 +6,7 @@
 #include "sched/sched_impl.h"
 #include "base/mem.h"
 
+#include "base/log.h"
 #include "base/timer.h"
 #include "tok/tok.h"
 
@@ -101,6 +102,10 @@ kiln_status kiln_sched_create_with(const kiln_sched_engine *eng, const kiln_voca
         kiln_sched_free(s);
         return st;
     }
+    if (o->deterministic && !eng->batch_invariant)
+        KILN_WARN("scheduler: deterministic mode asked, but the %s backend does not promise "
+                  "batch-invariant kernels: greedy outputs may depend on the batch",
+                  eng->backend ? eng->backend : "?");
     s->stats.slots_total = s->max_slots;
     s->stats.kv_blocks_total = eng->total_blocks;
     *out = s;
@@ -464,7 +469,8 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
         r->cap = p->n_prompt + 16;
         r->tok = kiln_malloc((size_t)r->cap * sizeof(int32_t));
         r->stops = p->n_stop ? kiln_calloc((size_t)p->n_stop, sizeof(char *)) : NULL;
-        r->stop_toks = p->n_stop_tokens ? kiln_malloc((size_t)p->n_stop_tokens * sizeof(int32_t)) : NULL;
+        r->stop_toks =
+            p->n_stop_tokens ? kiln_malloc((size_t)p->n_stop_tokens * sizeof(int32_t)) : NULL;
         ok = r->tok && (!p->n_stop || r->stops) && (!p->n_stop_tokens || r->stop_toks);
     }
     for (int32_t i = 0; ok && i < p->n_stop; i++) {

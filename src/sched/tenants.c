@@ -164,7 +164,8 @@ static kiln_status parse_tenant(yctx *x, yaml_node_t *tn, kiln_tenant_config *c)
                                     "%s:%d: tenant '%s': 'api_keys' must be a list of strings",
                                     x->name, line_of(vn), tid);
             int32_t n = (int32_t)(vn->data.sequence.items.top - vn->data.sequence.items.start);
-            const char **keys = arena_keep(x->a, kiln_calloc((size_t)(n > 0 ? n : 1), sizeof(char *)));
+            const char **keys =
+                arena_keep(x->a, kiln_calloc((size_t)(n > 0 ? n : 1), sizeof(char *)));
             if (!keys) return kiln_err_set(x->err, KILN_ERR_NOMEM, "tenants: out of memory");
             for (int32_t i = 0; i < n; i++) {
                 yaml_node_t *en = yaml_document_get_node(x->doc, vn->data.sequence.items.start[i]);
