@@ -3,7 +3,7 @@
  *
  *   bench_sched -m MODEL [-b cpu|ref] [-t THREADS] [--mode all|overhead|decode|ttft|starve]
  *               [--npl 1,4,16,64] [--pp 128] [--tg 128] [--step-tokens N] [--reps N]
- *               [--trace FILE]
+ *               [--latency-tokens N] [--trace FILE]
  *
  * overhead  64 concurrent requests decoding: host time per step outside the engine step
  *           (admission, planning, sampling, detokenizing, streaming, ledger), per step:
@@ -53,7 +53,7 @@ static kiln_sink_result sink(void *user, const kiln_token_event *ev) {
 
 static kiln_model *M;
 static const char *BACKEND = "cpu";
-static int THREADS = 2, STEP_TOKENS = 0, REPS = 5;
+static int THREADS = 2, STEP_TOKENS = 0, REPS = 5, LATENCY_TOKENS = 0;
 static const char *TRACE = NULL;
 static uint64_t rng_s = 88172645463325252ull;
 
@@ -84,6 +84,7 @@ static kiln_sched *mk_sched(kiln_engine *e, int32_t slots, const kiln_tenant_con
     kiln_sched_opts_default(&o);
     o.max_slots = slots;
     o.step_tokens = STEP_TOKENS;
+    o.latency_step_tokens = LATENCY_TOKENS;
     o.trace_path = TRACE;
     o.max_queued = 100000;
     kiln_sched *s = NULL;
@@ -369,6 +370,8 @@ int main(int argc, char **argv) {
             tg = atoi(v);
         else if (!strcmp(a, "--step-tokens"))
             STEP_TOKENS = atoi(v);
+        else if (!strcmp(a, "--latency-tokens"))
+            LATENCY_TOKENS = atoi(v);
         else if (!strcmp(a, "--reps"))
             REPS = atoi(v);
         else if (!strcmp(a, "--trace"))
