@@ -1,7 +1,8 @@
 /*
- * adapter.c — kiln_sched_engine over today's engine (include/kiln/kiln.h,
- * src/runtime/engine.h). The prefix-cache hooks (attach blocks, ref/unref a block,
- * free-block count) are not in the engine API yet (asked of `rt` in
+ * adapter.c — kiln_sched_engine over the engine (include/kiln/kiln.h: capacity queries,
+ * kiln_engine_step(_greedy); src/runtime/engine.h). The prefix-cache hooks (attach
+ * blocks to a sequence, ref/unref a block, read a block table) are not in the engine
+ * API yet (asked of `rt` in
  * notes/sched-to-rt.md); until they are, this file implements them on the engine's
  * KV pool fields with the pool's own rules (refcount, free list). This is the only
  * file of src/sched/ that includes runtime internals.
@@ -75,8 +76,7 @@ static int32_t a_block_refcount(void *impl, int32_t b) {
     return b >= 0 && b < p->n_grown ? p->refcount[b] : 0;
 }
 static int32_t a_blocks_free(void *impl) {
-    kiln_kv_pool *p = &((wrap *)impl)->e->kv;
-    return p->max_blocks - kiln_kv_pool_used(p);
+    return kiln_engine_kv_blocks_free(((wrap *)impl)->e);
 }
 static kiln_status a_step(void *impl, const kiln_batch_entry *en, int32_t n, float *logits,
                           int32_t *ids, int32_t limit, kiln_err *err) {
@@ -88,7 +88,7 @@ static kiln_status a_step(void *impl, const kiln_batch_entry *en, int32_t n, flo
 kiln_status kiln_sched_engine_wrap(kiln_engine *e, kiln_sched_engine *out, kiln_err *err) {
     memset(out, 0, sizeof(*out));
     if (!e) return kiln_err_set(err, KILN_ERR_INVALID_ARG, "scheduler: no engine");
-    if (KILN_KV_BLOCK != KILN_SCHED_BLOCK)
+    if (kiln_engine_kv_block_size(e) != KILN_SCHED_BLOCK)
         return kiln_err_set(err, KILN_ERR_INTERNAL, "scheduler: KV block size %d, expected %d",
                             KILN_KV_BLOCK, KILN_SCHED_BLOCK);
     wrap *w = kiln_calloc(1, sizeof(*w));
@@ -98,10 +98,10 @@ kiln_status kiln_sched_engine_wrap(kiln_engine *e, kiln_sched_engine *out, kiln_
              (int)e->model->cfg.n_vocab, (int)e->model->cfg.n_layer);
     out->impl = w;
     out->n_vocab = e->model->cfg.n_vocab;
-    out->max_step = e->max_step;
-    out->max_seqs = e->max_seqs;
-    out->total_blocks = e->kv.max_blocks;
-    out->n_ctx = (int64_t)(e->kv.max_blocks - e->max_seqs) * KILN_KV_BLOCK;
+    out->max_step = kiln_engine_max_step_tokens(e);
+    out->max_seqs = kiln_engine_max_seqs(e);
+    out->total_blocks = kiln_engine_kv_blocks_total(e);
+    out->n_ctx = (int64_t)(out->total_blocks - out->max_seqs) * KILN_KV_BLOCK;
     out->batch_invariant = true; /* ref and cpu (kiln.h); cuda to say per kernel */
     out->model_id = w->model_id;
     out->backend = e->bp.be && e->bp.be->name ? e->bp.be->name : "?";

@@ -6,6 +6,7 @@
 #include "sched/sched_impl.h"
 #include "base/mem.h"
 
+#include "base/log.h"
 #include "base/timer.h"
 #include "tok/tok.h"
 
@@ -101,6 +102,10 @@ kiln_status kiln_sched_create_with(const kiln_sched_engine *eng, const kiln_voca
         kiln_sched_free(s);
         return st;
     }
+    if (o->deterministic && !eng->batch_invariant)
+        KILN_WARN("scheduler: deterministic mode asked, but the %s backend does not promise "
+                  "batch-invariant kernels: greedy outputs may depend on the batch",
+                  eng->backend ? eng->backend : "?");
     s->stats.slots_total = s->max_slots;
     s->stats.kv_blocks_total = eng->total_blocks;
     *out = s;

@@ -422,6 +422,9 @@ static kiln_status admit(kiln_sched *s, ks_req *r, kiln_err *err) {
         /* per-request sampling and text state, created on first admission */
         st = kiln_sampler_create(&r->sp, s->eng.n_vocab, &r->smp, err);
         if (!st && s->vocab) st = kiln_detok_stream_create(s->vocab, false, &r->ds, err);
+        /* exact text: the stream emits detokenize(prompt + generated) minus
+         * detokenize(prompt) (keeps an SPM first token's leading space) */
+        if (!st && r->ds) kiln_detok_stream_prime(r->ds, r->tok, (size_t)r->n_prompt);
         if (!st && s->vocab) {
             st = kiln_stopper_init(&r->stopper, (const char *const *)r->stops, r->n_stops, NULL, 0,
                                    err);

@@ -32,19 +32,19 @@ typedef struct fake_engine {
     char last_error[256];
 } fake_engine;
 
-static uint64_t fake_mix(uint64_t h, int32_t t) {
+static inline uint64_t fake_mix(uint64_t h, int32_t t) {
     h ^= (uint64_t)(uint32_t)t + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
     return h * 0xff51afd7ed558ccdull;
 }
 
 /* next token after tokens[0..n) */
-static int32_t fake_next(const int32_t *tokens, int32_t n, int32_t n_vocab) {
+static inline int32_t fake_next(const int32_t *tokens, int32_t n, int32_t n_vocab) {
     uint64_t h = 1469598103934665603ull;
     for (int32_t i = 0; i < n; i++) h = fake_mix(h, tokens[i]);
     return (int32_t)((h >> 17) % (uint64_t)n_vocab);
 }
 
-static kiln_status f_seq_create(void *impl, int32_t *seq, kiln_err *err) {
+static inline kiln_status f_seq_create(void *impl, int32_t *seq, kiln_err *err) {
     fake_engine *f = impl;
     for (int32_t i = 0; i < f->max_seqs; i++)
         if (!f->seqs[i].used) {
@@ -55,30 +55,30 @@ static kiln_status f_seq_create(void *impl, int32_t *seq, kiln_err *err) {
         }
     return kiln_err_set(err, KILN_ERR_CAPACITY, "fake: no sequence free");
 }
-static void f_unref(void *impl, int32_t b) {
+static inline void f_unref(void *impl, int32_t b) {
     fake_engine *f = impl;
     if (--f->refcount[b] == 0) f->free_list[f->n_free++] = b;
 }
-static void f_ref(void *impl, int32_t b) {
+static inline void f_ref(void *impl, int32_t b) {
     ((fake_engine *)impl)->refcount[b]++;
 }
-static int32_t f_refcount(void *impl, int32_t b) {
+static inline int32_t f_refcount(void *impl, int32_t b) {
     fake_engine *f = impl;
     return b < f->n_grown ? f->refcount[b] : 0;
 }
-static void f_seq_free(void *impl, int32_t seq) {
+static inline void f_seq_free(void *impl, int32_t seq) {
     fake_engine *f = impl;
     fake_seq *s = &f->seqs[seq];
     for (int32_t i = 0; i < s->n_blocks; i++) f_unref(impl, s->blocks[i]);
     memset(s, 0, sizeof(*s));
 }
-static void f_seq_blocks(void *impl, int32_t seq, const int32_t **b, int32_t *n) {
+static inline void f_seq_blocks(void *impl, int32_t seq, const int32_t **b, int32_t *n) {
     fake_engine *f = impl;
     *b = f->seqs[seq].blocks;
     *n = f->seqs[seq].n_blocks;
 }
-static kiln_status f_seq_attach(void *impl, int32_t seq, const int32_t *blocks, int32_t n,
-                                kiln_err *err) {
+static inline kiln_status f_seq_attach(void *impl, int32_t seq, const int32_t *blocks, int32_t n,
+                                       kiln_err *err) {
     fake_engine *f = impl;
     fake_seq *s = &f->seqs[seq];
     if (s->n_blocks || s->len || n > 512)
@@ -93,12 +93,12 @@ static kiln_status f_seq_attach(void *impl, int32_t seq, const int32_t *blocks, 
     s->len = n * KILN_SCHED_BLOCK;
     return KILN_OK;
 }
-static int32_t f_blocks_free(void *impl) {
+static inline int32_t f_blocks_free(void *impl) {
     fake_engine *f = impl;
     return f->total_blocks - (f->n_grown - f->n_free);
 }
-static kiln_status f_step(void *impl, const kiln_batch_entry *en, int32_t n, float *logits,
-                          int32_t *ids, int32_t limit, kiln_err *err) {
+static inline kiln_status f_step(void *impl, const kiln_batch_entry *en, int32_t n, float *logits,
+                                 int32_t *ids, int32_t limit, kiln_err *err) {
     fake_engine *f = impl;
     (void)limit;
     if (n <= 0 || n > f->max_step) return kiln_err_set(err, KILN_ERR_INVALID_ARG, "fake: n %d", n);
@@ -163,8 +163,8 @@ static kiln_status f_step(void *impl, const kiln_batch_entry *en, int32_t n, flo
     return KILN_OK;
 }
 
-static void fake_init(fake_engine *f, kiln_sched_engine *se, int32_t n_vocab, int32_t max_seqs,
-                      int32_t max_step, int32_t total_blocks) {
+static inline void fake_init(fake_engine *f, kiln_sched_engine *se, int32_t n_vocab,
+                             int32_t max_seqs, int32_t max_step, int32_t total_blocks) {
     memset(f, 0, sizeof(*f));
     f->n_vocab = n_vocab;
     f->max_seqs = max_seqs;
@@ -195,11 +195,11 @@ static void fake_init(fake_engine *f, kiln_sched_engine *se, int32_t n_vocab, in
     se->step = f_step;
 }
 
-static int32_t fake_used(const fake_engine *f) {
+static inline int32_t fake_used(const fake_engine *f) {
     return f->n_grown - f->n_free;
 }
 
-static void fake_free(fake_engine *f) {
+static inline void fake_free(fake_engine *f) {
     free(f->refcount);
     free(f->free_list);
     free(f->kv);
@@ -207,8 +207,8 @@ static void fake_free(fake_engine *f) {
 }
 
 /* The tokens a greedy request generates after prompt[0..n) (up to max). */
-static void fake_expect(const int32_t *prompt, int32_t n, int32_t max, int32_t n_vocab,
-                        int32_t *out) {
+static inline void fake_expect(const int32_t *prompt, int32_t n, int32_t max, int32_t n_vocab,
+                               int32_t *out) {
     int32_t *t = malloc((size_t)(n + max) * sizeof(int32_t));
     memcpy(t, prompt, (size_t)n * sizeof(int32_t));
     for (int32_t i = 0; i < max; i++) {
