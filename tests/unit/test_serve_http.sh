@@ -157,10 +157,14 @@ head -c 70000 /dev/zero | tr '\0' 'a' > "$T/big"
 
 # -- disconnect cancels; queue full answers 503 with Retry-After
 L='"model":"m","prompt":"a","temperature":0,"max_tokens":2000,"logit_bias":{"2":-100},"stream":true'
-for i in 1 2 3 4; do curl -sN "$U/v1/completions" -d "{$L}" > /dev/null & PIDS+=($!); done
-sleep 0.3
-for i in 1 2; do curl -sN "$U/v1/completions" -d "{$L}" > /dev/null & PIDS+=($!); done
-for _ in $(seq 100); do curl -s "$U/metrics" | grep -q '^kiln_requests_waiting 2' && break; sleep 0.1; done
+for i in 1 2 3 4 5 6; do curl -sN "$U/v1/completions" -d "{$L}" > /dev/null & PIDS+=($!); done
+full=0
+for _ in $(seq 300); do
+  curl -s "$U/metrics" > "$T/m"
+  grep -q '^kiln_requests_running 4' "$T/m" && grep -q '^kiln_requests_waiting 2' "$T/m" && { full=1; break; }
+  sleep 0.1
+done
+[ $full = 1 ] || fail "4 running + 2 waiting never seen: $(grep '^kiln_requests' "$T/m")"
 st=$(post /v1/completions -d "{$L}")
 [ "$st" = 503 ] || fail "queue full: $st $(cat "$T/body")"
 grep -qi '^Retry-After: [0-9]' "$T/hdr" || fail "503 without Retry-After"
