@@ -11,6 +11,7 @@
  * generated (the partial reply stays in the conversation); Ctrl-D leaves.
  */
 #include "cli/args.h"
+#include "base/mem.h"
 #include "cli/commands.h"
 #include "cli/gen.h"
 
@@ -48,7 +49,7 @@ static void on_sigint(int sig) {
 static kiln_status append_fed(kiln_tokens *t, int32_t id, kiln_err *err) {
     if (t->n == t->cap) {
         size_t nc = t->cap ? t->cap * 2 : 256;
-        kiln_token *q = realloc(t->ids, nc * sizeof(kiln_token));
+        kiln_token *q = kiln_realloc(t->ids, nc * sizeof(kiln_token));
         if (!q) return kiln_err_set(err, KILN_ERR_NOMEM, "chat history");
         t->ids = q;
         t->cap = nc;
@@ -80,7 +81,7 @@ static kiln_status turn(chat_state *c, char **reply, kiln_err *err) {
     if (common == toks.n) common--;
     if ((st = kiln_seq_truncate(c->g.engine, c->seq, (int32_t)common, err))) goto done;
     c->fed.n = common;
-    logits = malloc(sizeof(float) * (size_t)c->g.n_vocab);
+    logits = kiln_malloc(sizeof(float) * (size_t)c->g.n_vocab);
     if (!logits) {
         st = kiln_err_set(err, KILN_ERR_NOMEM, "logits");
         goto done;
@@ -107,7 +108,7 @@ static kiln_status turn(chat_state *c, char **reply, kiln_err *err) {
         fflush(stdout);
         if (out_len + len + 1 > out_cap) {
             out_cap = (out_len + len + 1) * 2;
-            char *q = realloc(out, out_cap);
+            char *q = kiln_realloc(out, out_cap);
             if (!q) {
                 st = kiln_err_set(err, KILN_ERR_NOMEM, "reply");
                 goto done;
@@ -128,17 +129,17 @@ static kiln_status turn(chat_state *c, char **reply, kiln_err *err) {
             prompt_ms > 0 ? (double)(toks.n - common) * 1000 / prompt_ms : 0.0, (long long)n,
             gen_ms > 0 ? (double)n * 1000 / gen_ms : 0.0);
     if (!out)
-        out = calloc(1, 1);
+        out = kiln_calloc(1, 1);
     else
         out[out_len] = 0;
     *reply = out;
     out = NULL;
 done:
-    free(out);
+    kiln_free(out);
     kiln_detok_stream_free(ds);
-    free(logits);
+    kiln_free(logits);
     kiln_tokens_free(&toks);
-    free(text);
+    kiln_free(text);
     return st;
 }
 
@@ -197,7 +198,7 @@ static kiln_status load_conversation(chat_state *c, const char *path, char **sys
     }
     json_decref(c->msgs);
     c->msgs = a;
-    free(*sys);
+    kiln_free(*sys);
     *sys = NULL;
     json_t *first = json_array_get(a, 0);
     if (first && !strcmp(json_string_value(json_object_get(first, "role")), "system"))
@@ -227,7 +228,7 @@ static bool command(chat_state *c, const char *line, char **sys) {
         reset_conversation(c, *sys);
         printf("[conversation reset]\n");
     } else if (IS("/system")) {
-        free(*sys);
+        kiln_free(*sys);
         *sys = arg ? strdup(arg) : NULL;
         reset_conversation(c, *sys);
         printf(arg ? "[system prompt set; conversation reset]\n"
@@ -313,7 +314,7 @@ int kiln_cmd_chat(int argc, char **argv) {
         if (kiln_gen_read_file(o_tpl->value, &tpl, &tl, &err)) return kiln_cli_fail("chat", &err);
     }
     if (kiln_gen_open(&go, &c.g, &err)) {
-        free(tpl);
+        kiln_free(tpl);
         return kiln_cli_fail("chat", &err);
     }
     c.tpl = tpl;
@@ -328,7 +329,7 @@ int kiln_cmd_chat(int argc, char **argv) {
     if (kiln_sampler_create(&sp, c.g.n_vocab, &c.smp, &err)) goto done;
     if (kiln_seq_create(c.g.engine, &c.seq, &err)) goto done;
     const char *sys0 = kiln_opt_find(opts, KILN_NOPTS(opts), "system")->value;
-    char *sys = sys0 ? strdup(sys0) : NULL;
+    char *sys = sys0 ? kiln_strdup(sys0) : NULL;
     c.msgs = json_array();
     if (!c.msgs) goto done;
     if (sys)
@@ -352,18 +353,18 @@ int kiln_cmd_chat(int argc, char **argv) {
             break;
         }
         if (!*line) {
-            free(line);
+            kiln_free(line);
             continue;
         }
         if (tty) add_history(line);
         if (line[0] == '/' && command(&c, line, &sys)) {
             bool quit = c.quit;
-            free(line);
+            kiln_free(line);
             if (quit) break;
             continue;
         }
         json_array_append_new(c.msgs, json_pack("{s:s, s:s}", "role", "user", "content", line));
-        free(line);
+        kiln_free(line);
         char *reply = NULL;
         if (turn(&c, &reply, &err)) {
             kiln_cli_fail("chat", &err);
@@ -373,9 +374,9 @@ int kiln_cmd_chat(int argc, char **argv) {
         }
         json_array_append_new(c.msgs,
                               json_pack("{s:s, s:s}", "role", "assistant", "content", reply));
-        free(reply);
+        kiln_free(reply);
     }
-    free(sys);
+    kiln_free(sys);
     rc = 0;
 done:
     if (rc) kiln_cli_fail("chat", &err);
@@ -383,6 +384,6 @@ done:
     kiln_tokens_free(&c.fed);
     kiln_sampler_free(c.smp);
     kiln_gen_close(&c.g);
-    free(tpl);
+    kiln_free(tpl);
     return rc;
 }

@@ -1,5 +1,6 @@
 /* cmd_serve.c — `kiln serve`: the OpenAI-compatible HTTP server (src/serve, docs/SERVE.md). */
 #include "cli/args.h"
+#include "base/mem.h"
 #include "cli/commands.h"
 #include "cli/gen.h"
 #include "serve/serve.h"
@@ -80,12 +81,12 @@ int kiln_cmd_serve(int argc, char **argv) {
 #undef OPT
     kiln_gen_ctx g;
     if (kiln_gen_open(&go, &g, &err)) {
-        free(tpl);
+        kiln_free(tpl);
         return kiln_cli_fail("serve", &err);
     }
     so.n_ctx = g.n_ctx;
     kiln_status st = kiln_serve_run(&so, g.model, g.engine, &err);
     kiln_gen_close(&g);
-    free(tpl);
+    kiln_free(tpl);
     return st ? kiln_cli_fail("serve", &err) : 0;
 }

@@ -1,5 +1,6 @@
 /* loop.c — continuous batching over the engine for `kiln serve` (loop.h). */
 #include "serve/loop.h"
+#include "base/mem.h"
 
 #include "base/log.h"
 #include "base/timer.h"
@@ -45,8 +46,8 @@ static void choice_free(kiln_srv_choice *c) {
     kiln_sampler_free(c->smp);
     kiln_detok_stream_free(c->ds);
     kiln_stopper_free(&c->stop);
-    free(c->text);
-    free(c->ids);
+    kiln_free(c->text);
+    kiln_free(c->ids);
     json_decref(c->lp);
     memset(c, 0, sizeof(*c));
 }
@@ -54,12 +55,12 @@ static void choice_free(kiln_srv_choice *c) {
 kiln_status kiln_srv_req_create(const kiln_oai_req *p, const int32_t *prompt, size_t n,
                                 int64_t max_tokens, uint64_t seed, kiln_srv_req **out,
                                 kiln_err *err) {
-    kiln_srv_req *r = calloc(1, sizeof(*r));
+    kiln_srv_req *r = kiln_calloc(1, sizeof(*r));
     if (!r) return kiln_err_set(err, KILN_ERR_NOMEM, "request");
-    r->prompt = malloc((n ? n : 1) * sizeof(int32_t));
+    r->prompt = kiln_malloc((n ? n : 1) * sizeof(int32_t));
     if (!r->prompt || pthread_cond_init(&r->cv, NULL)) {
-        free(r->prompt);
-        free(r);
+        kiln_free(r->prompt);
+        kiln_free(r);
         return kiln_err_set(err, KILN_ERR_NOMEM, "request");
     }
     memcpy(r->prompt, prompt, n * sizeof(int32_t));
@@ -77,8 +78,8 @@ kiln_status kiln_srv_req_create(const kiln_oai_req *p, const int32_t *prompt, si
 static void req_destroy(kiln_srv_req *r) {
     for (int i = 0; i < KILN_OAI_MAX_N; i++) choice_free(&r->ch[i]);
     pthread_cond_destroy(&r->cv);
-    free(r->prompt);
-    free(r);
+    kiln_free(r->prompt);
+    kiln_free(r);
 }
 
 void kiln_srv_req_release(kiln_srv_loop *l, kiln_srv_req *r) {
@@ -199,7 +200,7 @@ static void finish_req(kiln_srv_loop *l, kiln_srv_req *r) {
 static kiln_status append_text(kiln_srv_choice *c, const char *s, size_t n) {
     if (c->len + n + 1 > c->cap) {
         size_t nc = (c->len + n + 1) * 2;
-        char *q = realloc(c->text, nc);
+        char *q = kiln_realloc(c->text, nc);
         if (!q) return KILN_ERR_NOMEM;
         c->text = q;
         c->cap = nc;
@@ -349,7 +350,7 @@ static void accept_token(kiln_srv_loop *l, kiln_srv_req *r, int i, int32_t id, j
         c->last = id;
         if (c->n_ids == c->ids_cap) {
             size_t nc = c->ids_cap ? c->ids_cap * 2 : 64;
-            int32_t *q = realloc(c->ids, nc * sizeof(int32_t));
+            int32_t *q = kiln_realloc(c->ids, nc * sizeof(int32_t));
             if (!q) {
                 json_decref(lp);
                 c->finish = KILN_FIN_CANCEL;
@@ -526,7 +527,7 @@ kiln_status kiln_srv_loop_create(const kiln_model *m, kiln_engine *e, const kiln
         return kiln_err_set(err, KILN_ERR_INVALID_ARG,
                             "serve loop: slots %d, queue %d, step %d (>= slots), ctx %lld",
                             o->slots, o->max_queue, o->max_step, (long long)o->n_ctx);
-    kiln_srv_loop *l = calloc(1, sizeof(*l));
+    kiln_srv_loop *l = kiln_calloc(1, sizeof(*l));
     if (!l) return kiln_err_set(err, KILN_ERR_NOMEM, "serve loop");
     l->model = m;
     l->engine = e;
@@ -535,13 +536,13 @@ kiln_status kiln_srv_loop_create(const kiln_model *m, kiln_engine *e, const kiln
     l->n_vocab = m->cfg.n_vocab;
     l->n_vocab_tok = (int32_t)kiln_vocab_n_tokens(m->vocab);
     if (l->n_vocab_tok > l->n_vocab) l->n_vocab_tok = l->n_vocab;
-    l->queue = calloc((size_t)o->max_queue, sizeof(*l->queue));
-    l->run = calloc((size_t)o->slots + (size_t)o->max_queue, sizeof(*l->run));
-    l->batch = calloc((size_t)o->max_step, sizeof(*l->batch));
-    l->rows = calloc((size_t)o->max_step, sizeof(*l->rows));
+    l->queue = kiln_calloc((size_t)o->max_queue, sizeof(*l->queue));
+    l->run = kiln_calloc((size_t)o->slots + (size_t)o->max_queue, sizeof(*l->run));
+    l->batch = kiln_calloc((size_t)o->max_step, sizeof(*l->batch));
+    l->rows = kiln_calloc((size_t)o->max_step, sizeof(*l->rows));
     size_t rows = (size_t)o->slots + 1;
-    l->logits = malloc(rows * (size_t)l->n_vocab * sizeof(float));
-    l->scratch = malloc((size_t)l->n_vocab * sizeof(float));
+    l->logits = kiln_malloc(rows * (size_t)l->n_vocab * sizeof(float));
+    l->scratch = kiln_malloc((size_t)l->n_vocab * sizeof(float));
     if (!l->queue || !l->run || !l->batch || !l->rows || !l->logits || !l->scratch) {
         kiln_srv_loop_free(l);
         return kiln_err_set(err, KILN_ERR_NOMEM, "serve loop buffers");
@@ -568,11 +569,11 @@ void kiln_srv_loop_free(kiln_srv_loop *l) {
         pthread_mutex_destroy(&l->mu);
         pthread_cond_destroy(&l->work);
     }
-    free(l->queue);
-    free(l->run);
-    free(l->batch);
-    free(l->rows);
-    free(l->logits);
-    free(l->scratch);
-    free(l);
+    kiln_free(l->queue);
+    kiln_free(l->run);
+    kiln_free(l->batch);
+    kiln_free(l->rows);
+    kiln_free(l->logits);
+    kiln_free(l->scratch);
+    kiln_free(l);
 }

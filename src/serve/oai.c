@@ -1,5 +1,6 @@
 /* oai.c — OpenAI request validation, error bodies and tool-call parsing (oai.h). */
 #include "serve/oai.h"
+#include "base/mem.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -110,7 +111,7 @@ static json_t *norm_content(const json_t *c, const char *param, bool null_ok, ki
         }
         total += json_string_length(t);
     }
-    char *buf = malloc(total + 1);
+    char *buf = kiln_malloc(total + 1);
     if (!buf) {
         kiln_oai_fail(e, 500, "server_error", param, NULL, "out of memory");
         return NULL;
@@ -122,7 +123,7 @@ static json_t *norm_content(const json_t *c, const char *param, bool null_ok, ki
         off += json_string_length(t);
     }
     json_t *s = json_stringn_nocheck(buf, off);
-    free(buf);
+    kiln_free(buf);
     if (!s) kiln_oai_fail(e, 500, "server_error", param, NULL, "out of memory");
     return s;
 }
@@ -252,7 +253,7 @@ static bool parse_prompt(const json_t *root, kiln_oai_req *r, int32_t n_vocab, k
         (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
         p = json_array_get(p, 0);
     if (json_is_string(p)) {
-        r->prompt = strndup(json_string_value(p), json_string_length(p));
+        r->prompt = kiln_strndup(json_string_value(p), json_string_length(p));
         if (!r->prompt) return kiln_oai_fail(e, 500, "server_error", "", NULL, "out of memory");
         return true;
     }
@@ -260,7 +261,7 @@ static bool parse_prompt(const json_t *root, kiln_oai_req *r, int32_t n_vocab, k
         return BADTYPE("prompt", "a string or an array of token ids (one prompt per request)");
     size_t n = json_array_size(p);
     if (n == 0) return BAD("prompt", "'prompt' must not be empty");
-    r->prompt_ids = malloc(n * sizeof(int32_t));
+    r->prompt_ids = kiln_malloc(n * sizeof(int32_t));
     if (!r->prompt_ids) return kiln_oai_fail(e, 500, "server_error", "", NULL, "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(p, i);
@@ -285,7 +286,7 @@ static bool parse_stop(const json_t *root, kiln_oai_req *r, kiln_oai_error *e) {
     if (!s || json_is_null(s)) return true;
     if (json_is_string(s)) {
         if (json_string_length(s) == 0) return BAD("stop", "'stop' must not be empty");
-        if (!(r->stop[0] = strdup(json_string_value(s))))
+        if (!(r->stop[0] = kiln_strdup(json_string_value(s))))
             return kiln_oai_fail(e, 500, "server_error", "", NULL, "out of memory");
         r->n_stop = 1;
         return true;
@@ -303,7 +304,7 @@ static bool parse_stop(const json_t *root, kiln_oai_req *r, kiln_oai_error *e) {
             return BAD(pp, "'%s' must be a non-empty string", pp);
         if (strlen(json_string_value(v)) != json_string_length(v))
             return BAD(pp, "'%s' must not contain NUL", pp);
-        if (!(r->stop[r->n_stop] = strdup(json_string_value(v))))
+        if (!(r->stop[r->n_stop] = kiln_strdup(json_string_value(v))))
             return kiln_oai_fail(e, 500, "server_error", "", NULL, "out of memory");
         r->n_stop++;
     }
@@ -452,16 +453,16 @@ void kiln_oai_req_free(kiln_oai_req *r) {
     json_decref(r->root);
     json_decref(r->messages);
     json_decref(r->tools);
-    free(r->prompt);
-    free(r->prompt_ids);
-    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    kiln_free(r->prompt);
+    kiln_free(r->prompt_ids);
+    for (int i = 0; i < r->n_stop; i++) kiln_free(r->stop[i]);
     memset(r, 0, sizeof(*r));
 }
 
 /* ---- tool calls ---------------------------------------------------------------------- */
 
 static void append(char **buf, size_t *len, const char *s, size_t n) {
-    char *q = realloc(*buf, *len + n + 1);
+    char *q = kiln_realloc(*buf, *len + n + 1);
     if (!q) return;
     memcpy(q + *len, s, n);
     *len += n;
@@ -472,7 +473,7 @@ static void append(char **buf, size_t *len, const char *s, size_t n) {
 static char *trimmed(const char *s, size_t n) {
     while (n && isspace((unsigned char)*s)) s++, n--;
     while (n && isspace((unsigned char)s[n - 1])) n--;
-    return n ? strndup(s, n) : NULL;
+    return n ? kiln_strndup(s, n) : NULL;
 }
 
 bool kiln_oai_parse_tool_calls(const char *text, size_t len, uint64_t id_seed, json_t **calls,
@@ -501,13 +502,13 @@ bool kiln_oai_parse_tool_calls(const char *text, size_t len, uint64_t id_seed, j
             json_decref(j);
             goto fail;
         }
-        char *astr = args ? json_dumps(args, JSON_COMPACT) : strdup("{}");
+        char *astr = args ? json_dumps(args, JSON_COMPACT) : kiln_strdup("{}");
         char id[32];
         snprintf(id, sizeof(id), "call_%016llx%02zx", (unsigned long long)id_seed,
                  json_array_size(arr));
         json_t *call = json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type", "function",
                                  "function", "name", name, "arguments", astr ? astr : "{}");
-        free(astr);
+        kiln_free(astr);
         json_decref(j);
         if (!call || json_array_append_new(arr, call)) goto fail;
         pos = b ? (size_t)(b - text) + nc : len;
@@ -515,10 +516,10 @@ bool kiln_oai_parse_tool_calls(const char *text, size_t len, uint64_t id_seed, j
     if (json_array_size(arr) == 0) goto fail;
     *calls = arr;
     *content = rest ? trimmed(rest, rest_len) : NULL;
-    free(rest);
+    kiln_free(rest);
     return true;
 fail:
     json_decref(arr);
-    free(rest);
+    kiln_free(rest);
     return false;
 }

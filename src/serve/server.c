@@ -1,5 +1,6 @@
 /* server.c — HTTP routing, limits, auth, SSE and responses of `kiln serve` (serve.h). */
 #include "serve/serve.h"
+#include "base/mem.h"
 
 #include "base/log.h"
 #include "base/timer.h"
@@ -74,7 +75,7 @@ static enum MHD_Result send_buf(struct MHD_Connection *c, int status, const char
     struct MHD_Response *resp = MHD_create_response_from_buffer(
         len, buf, buf ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (!resp) {
-        free(buf);
+        kiln_free(buf);
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", type);
@@ -136,7 +137,7 @@ static bool build_prompt(server *s, conn *cx, kiln_tokens *toks, kiln_oai_error 
         bool has_bos = bos.len > 0 && len >= bos.len && memcmp(text, bos.ptr, bos.len) == 0;
         unsigned fl = KILN_TOK_PARSE_SPECIAL | (has_bos ? 0 : KILN_TOK_ADD_SPECIAL);
         kiln_status st = kiln_tokenize(v, text, len, fl, toks, &err);
-        free(text);
+        kiln_free(text);
         if (st) return kiln_oai_fail(e, 500, "server_error", "", NULL, "tokenizer: %s", err.msg);
     } else if (cx->p.prompt) {
         if (kiln_tokenize(v, cx->p.prompt, strlen(cx->p.prompt),
@@ -146,7 +147,7 @@ static bool build_prompt(server *s, conn *cx, kiln_tokens *toks, kiln_oai_error 
             return kiln_oai_fail(e, 400, "invalid_request_error", "prompt", "invalid_value",
                                  "'prompt' has no tokens");
     } else {
-        toks->ids = malloc(cx->p.n_prompt_ids * sizeof(kiln_token));
+        toks->ids = kiln_malloc(cx->p.n_prompt_ids * sizeof(kiln_token));
         if (!toks->ids) return kiln_oai_fail(e, 500, "server_error", "", NULL, "out of memory");
         memcpy(toks->ids, cx->p.prompt_ids, cx->p.n_prompt_ids * sizeof(kiln_token));
         toks->n = toks->cap = cx->p.n_prompt_ids;
@@ -223,7 +224,7 @@ static json_t *final_json(server *s, conn *cx) {
                                           atomic_fetch_add(&s->req_counter, 1), &calls, &content)) {
                 json_object_set_new(msg, "content", content ? json_string(content) : json_null());
                 json_object_set_new(msg, "tool_calls", calls);
-                free(content);
+                kiln_free(content);
                 fin = "tool_calls";
             } else {
                 json_object_set_new(msg, "content", json_stringn(c->text ? c->text : "", c->len));
@@ -264,7 +265,7 @@ static json_t *final_json(server *s, conn *cx) {
 static void out_append(conn *cx, const char *s, size_t n) {
     if (cx->out_len + n > cx->out_cap) {
         size_t nc = (cx->out_len + n) * 2 + 256;
-        char *q = realloc(cx->out, nc);
+        char *q = kiln_realloc(cx->out, nc);
         if (!q) return;
         cx->out = q;
         cx->out_cap = nc;
@@ -280,7 +281,7 @@ static void sse(conn *cx, json_t *j) {
     out_append(cx, "data: ", 6);
     out_append(cx, s, strlen(s));
     out_append(cx, "\n\n", 2);
-    free(s);
+    kiln_free(s);
 }
 
 static json_t *chunk(server *s, conn *cx, json_t *choice) {
@@ -312,7 +313,7 @@ static void stream_collect(server *s, conn *cx) {
             out_append(cx, "data: ", 6);
             out_append(cx, b, strlen(b));
             out_append(cx, "\n\n", 2);
-            free(b);
+            kiln_free(b);
         }
         out_append(cx, "data: [DONE]\n\n", 14);
         cx->done_sent = true;
@@ -344,7 +345,7 @@ static void stream_collect(server *s, conn *cx) {
                     json_array_foreach(calls, k, call)
                         json_object_set_new(call, "index", json_integer((int)k));
                     json_object_set_new(delta, "tool_calls", calls);
-                    free(content);
+                    kiln_free(content);
                     fin = "tool_calls";
                 } else {
                     json_object_set_new(
@@ -469,9 +470,9 @@ static void conn_free(server *s, conn *cx) {
     }
     if (cx->admitted) kiln_srv_release(&s->tenants, cx->tenant);
     if (cx->parsed) kiln_oai_req_free(&cx->p);
-    free(cx->body);
-    free(cx->out);
-    free(cx);
+    kiln_free(cx->body);
+    kiln_free(cx->out);
+    kiln_free(cx);
 }
 
 static void stream_free_cb(void *cls) {
@@ -607,10 +608,10 @@ static enum MHD_Result handle_get(server *s, conn *cx, struct MHD_Connection *c,
                      "kiln_http_stream_tokens_total %llu\n",
                      extra ? extra : "", (double)ns * 1e-9, (unsigned long long)nt) < 0)
             tail = NULL;
-        free(extra);
+        kiln_free(extra);
         kiln_srv_count_status(&s->tenants, NULL, 200);
         char *m = kiln_srv_metrics_text(&s->tenants, tail);
-        free(tail);
+        kiln_free(tail);
         if (!m) return MHD_NO;
         return send_buf(c, 200, "text/plain; version=0.0.4", m, strlen(m), 0);
     }
@@ -655,7 +656,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     server *s = cls;
     conn *cx = *con_cls;
     if (!cx) {
-        cx = calloc(1, sizeof(*cx));
+        cx = kiln_calloc(1, sizeof(*cx));
         if (!cx) return MHD_NO;
         cx->s = s;
         cx->fd = -1;
@@ -699,7 +700,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 if (cx->len + *upload_size + 1 > cx->cap) {
                     size_t nc = (cx->len + *upload_size + 1) * 2;
                     if (nc > (size_t)s->o.max_body + 1) nc = (size_t)s->o.max_body + 1;
-                    char *q = realloc(cx->body, nc);
+                    char *q = kiln_realloc(cx->body, nc);
                     if (!q) return MHD_NO;
                     cx->body = q;
                     cx->cap = nc;
@@ -759,7 +760,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 kiln_status kiln_serve_run(const kiln_serve_opts *o, const kiln_model *m, kiln_engine *e,
                            kiln_err *err) {
-    server *s = calloc(1, sizeof(*s));
+    server *s = kiln_calloc(1, sizeof(*s));
     if (!s) return kiln_err_set(err, KILN_ERR_NOMEM, "server");
     kiln_status st = KILN_OK;
     struct MHD_Daemon *d = NULL;
@@ -777,7 +778,7 @@ kiln_status kiln_serve_run(const kiln_serve_opts *o, const kiln_model *m, kiln_e
         if (n > 5 && !strcmp(s->model_id + n - 5, ".gguf")) s->model_id[n - 5] = 0;
     }
     if ((st = kiln_srv_tenants_load(o->tenants, &s->tenants, err))) {
-        free(s);
+        kiln_free(s);
         return st;
     }
     const char *src = o->chat_template ? o->chat_template : m->chat_template;
@@ -862,6 +863,6 @@ done:
     kiln_srv_loop_free(s->loop);
     kiln_chat_template_free(s->tpl);
     kiln_srv_tenants_free(&s->tenants);
-    free(s);
+    kiln_free(s);
     return st;
 }

@@ -1,5 +1,6 @@
 /* tenants.c — tenants from kiln.yaml, key lookup, quotas, ledger, Prometheus text. */
 #include "serve/tenants.h"
+#include "base/mem.h"
 
 #include "base/timer.h"
 
@@ -25,20 +26,20 @@ static double now_s(void) {
 static void tenant_free(kiln_srv_tenant *t) {
     for (int i = 0; i < t->n_keys; i++) {
         if (t->keys[i]) memset(t->keys[i], 0, t->key_len[i]);
-        free(t->keys[i]);
+        kiln_free(t->keys[i]);
     }
-    free(t->keys);
-    free(t->key_len);
+    kiln_free(t->keys);
+    kiln_free(t->key_len);
 }
 
 static kiln_status add_key(kiln_srv_tenant *t, const char *k, size_t n, kiln_err *err) {
-    char **nk = realloc(t->keys, (size_t)(t->n_keys + 1) * sizeof(char *));
+    char **nk = kiln_realloc(t->keys, (size_t)(t->n_keys + 1) * sizeof(char *));
     if (!nk) return kiln_err_set(err, KILN_ERR_NOMEM, "tenant keys");
     t->keys = nk;
-    size_t *nl = realloc(t->key_len, (size_t)(t->n_keys + 1) * sizeof(size_t));
+    size_t *nl = kiln_realloc(t->key_len, (size_t)(t->n_keys + 1) * sizeof(size_t));
     if (!nl) return kiln_err_set(err, KILN_ERR_NOMEM, "tenant keys");
     t->key_len = nl;
-    t->keys[t->n_keys] = strndup(k, n);
+    t->keys[t->n_keys] = kiln_strndup(k, n);
     if (!t->keys[t->n_keys]) return kiln_err_set(err, KILN_ERR_NOMEM, "tenant keys");
     t->key_len[t->n_keys++] = n;
     return KILN_OK;
@@ -126,7 +127,7 @@ static kiln_status parse_tenant(const char *path, yaml_document_t *d, yaml_node_
 }
 
 static kiln_status add_default(kiln_srv_tenants *ts, kiln_err *err) {
-    ts->t = calloc(1, sizeof(kiln_srv_tenant));
+    ts->t = kiln_calloc(1, sizeof(kiln_srv_tenant));
     if (!ts->t) return kiln_err_set(err, KILN_ERR_NOMEM, "tenants");
     ts->n = 1;
     ts->open = true;
@@ -177,7 +178,7 @@ kiln_status kiln_srv_tenants_load(const char *path, kiln_srv_tenants *ts, kiln_e
         st = yerr(err, path, list, "'tenants' must be a list of {id, keys, ...}");
     if (!st && list) {
         size_t n = (size_t)(list->data.sequence.items.top - list->data.sequence.items.start);
-        ts->t = calloc(n ? n : 1, sizeof(kiln_srv_tenant));
+        ts->t = kiln_calloc(n ? n : 1, sizeof(kiln_srv_tenant));
         if (!ts->t) st = kiln_err_set(err, KILN_ERR_NOMEM, "tenants");
         for (size_t i = 0; !st && i < n; i++) {
             yaml_node_t *tn = yaml_document_get_node(&d, list->data.sequence.items.start[i]);
@@ -198,7 +199,7 @@ kiln_status kiln_srv_tenants_load(const char *path, kiln_srv_tenants *ts, kiln_e
 
 void kiln_srv_tenants_free(kiln_srv_tenants *ts) {
     for (int i = 0; i < ts->n; i++) tenant_free(&ts->t[i]);
-    free(ts->t);
+    kiln_free(ts->t);
     pthread_mutex_destroy(&ts->mu);
     memset(ts, 0, sizeof(*ts));
 }
@@ -345,7 +346,7 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
             return;
         }
         size_t nc = (b->cap + (size_t)k + 1) * 2;
-        char *q = realloc(b->p, nc);
+        char *q = kiln_realloc(b->p, nc);
         if (!q) {
             b->oom = true;
             return;
@@ -412,7 +413,7 @@ char *kiln_srv_metrics_text(kiln_srv_tenants *ts, const char *extra) {
     pthread_mutex_unlock(&ts->mu);
     if (extra) sb_printf(&b, "%s", extra);
     if (b.oom) {
-        free(b.p);
+        kiln_free(b.p);
         return NULL;
     }
     return b.p;
