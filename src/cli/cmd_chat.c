@@ -202,7 +202,7 @@ static kiln_status load_conversation(chat_state *c, const char *path, char **sys
     *sys = NULL;
     json_t *first = json_array_get(a, 0);
     if (first && !strcmp(json_string_value(json_object_get(first, "role")), "system"))
-        *sys = strdup(json_string_value(json_object_get(first, "content")));
+        *sys = kiln_strdup(json_string_value(json_object_get(first, "content")));
     /* the KV cache keeps whatever prefix the loaded conversation shares with it */
     return KILN_OK;
 }
@@ -229,7 +229,7 @@ static bool command(chat_state *c, const char *line, char **sys) {
         printf("[conversation reset]\n");
     } else if (IS("/system")) {
         kiln_free(*sys);
-        *sys = arg ? strdup(arg) : NULL;
+        *sys = arg ? kiln_strdup(arg) : NULL;
         reset_conversation(c, *sys);
         printf(arg ? "[system prompt set; conversation reset]\n"
                    : "[system prompt cleared; conversation reset]\n");

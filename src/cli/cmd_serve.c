@@ -30,6 +30,8 @@ int kiln_cmd_serve(int argc, char **argv) {
         {"alias", 0, true, "NAME", "model id clients use (default: the file name)", false, NULL},
         {"max-body", 0, true, "BYTES", "request body limit (default 8388608)", false, NULL},
         {"kv-f16", 0, false, NULL, "store the KV cache as f16", false, NULL},
+        {"fast", 0, false, NULL,
+         "allow batch-dependent kernels (greedy output may then depend on the batch)", false, NULL},
         {"ready-file", 0, true, "FILE", "write 'HOST PORT' there once listening (for scripts)",
          false, NULL},
     };
@@ -62,6 +64,7 @@ int kiln_cmd_serve(int argc, char **argv) {
     so.tenants = OPT("config")->value;
     so.model_id = OPT("alias")->value;
     so.ready_file = OPT("ready-file")->value;
+    so.deterministic = !OPT("fast")->seen;
     kiln_err err;
     kiln_err_clear(&err);
     char *tpl = NULL;

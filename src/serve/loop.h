@@ -1,18 +1,16 @@
 /*
- * loop.h — the generation loop behind `kiln serve`: one thread that runs continuous
- * batching over a kiln_engine for every admitted request (every decoding sequence gets
- * its token each step; prompt chunks fill the rest of the step's token budget), samples
- * each sequence with its own sampler, detokenizes, applies stop strings and hands text
- * to the connection threads.
- *
- * This is serve's interim driver until the scheduler (src/sched, issue #12) lands: it
- * has a FIFO queue, a slot limit and cancellation, but no QoS, preemption or prefix
- * cache. The HTTP side only uses the calls below, so swapping in sched.h touches loop.c.
+ * loop.h — what the HTTP side of `kiln serve` needs from generation: submit a request
+ * (n choices), watch its text / token ids / logprobs grow, cancel it. Implemented over
+ * the scheduler (src/sched/sched.h, issue #12): each choice is one scheduler request
+ * (n > 1 fans out with seeds seed, seed+1, ...; the prefix cache shares the prompt),
+ * whose sink appends to the choice under the loop's mutex and wakes the connection.
  *
  * Ownership and threads: kiln_srv_loop borrows the model and engine (the caller frees
- * them after kiln_srv_loop_free). A request is created by a connection thread, submitted
- * once, read under kiln_srv_req_wait, and released by both sides (refcount). Everything
- * a connection thread reads (text, ids, logprobs, finish) is guarded by the loop's mutex.
+ * them after kiln_srv_loop_free) and owns the scheduler and its thread. A request is
+ * created by a connection thread, submitted once, read under kiln_srv_wait /
+ * kiln_srv_lock, and released by both sides (refcount; the loop's reference goes with
+ * the last choice's final event). Everything a connection thread reads (text, ids,
+ * logprobs, finish) is guarded by the loop's mutex.
  */
 #ifndef KILN_SERVE_LOOP_H
 #define KILN_SERVE_LOOP_H
@@ -37,13 +35,8 @@ typedef enum kiln_srv_finish {
 } kiln_srv_finish;
 
 typedef struct kiln_srv_choice {
-    /* loop thread only */
-    int32_t seq;
-    kiln_sampler *smp;
-    kiln_detok_stream *ds;
-    kiln_stopper stop;
-    int32_t last;
-    bool eog; /* ended by an end-of-generation token (counted in usage) */
+    uint64_t id;         /* the scheduler's request id (0: not submitted) */
+    int32_t n_generated; /* tokens generated (usage; a final end token included) */
     /* guarded by the loop mutex */
     char *text;
     size_t len, cap;
@@ -54,18 +47,27 @@ typedef struct kiln_srv_choice {
 } kiln_srv_choice;
 
 typedef struct kiln_srv_loop kiln_srv_loop;
+struct kiln_srv_tenants;
 
 typedef struct kiln_srv_req {
-    const kiln_oai_req *p; /* borrowed from the submitter; lives until its release */
+    const kiln_oai_req *p; /* borrowed from the submitter (valid for kiln_srv_submit and
+                              the submitter's reads; the sink never touches it) */
     int32_t *prompt;       /* owned */
     size_t n_prompt;
     int32_t n_choices;
+    bool want_logprobs; /* copied: the sink may run after the submitter freed p */
     uint64_t seed;
+    char tenant[64]; /* the scheduler tenant */
+    int32_t n_final; /* choices whose final event came */
+    struct kiln_srv_sink_ctx {
+        struct kiln_srv_loop *l;
+        struct kiln_srv_req *r;
+        int ch;
+    } sink[KILN_OAI_MAX_N];
     int64_t max_tokens; /* resolved: never past the context */
     /* guarded by the loop mutex */
     int state; /* 0 new, 1 queued, 2 running, 3 done */
     bool cancel;
-    size_t n_fed;
     kiln_srv_choice ch[KILN_OAI_MAX_N];
     uint64_t t_submit, t_first, t_done; /* ns */
     uint64_t version;                   /* bumped on every change */
@@ -78,14 +80,18 @@ typedef struct kiln_srv_req {
 } kiln_srv_req;
 
 typedef struct kiln_srv_loop_opts {
-    int32_t slots;     /* sequences decoding at once */
-    int32_t max_queue; /* requests waiting beyond the slots; more -> busy */
-    int32_t max_step;  /* tokens per engine step */
-    int64_t n_ctx;     /* per sequence */
+    int32_t slots;      /* sequences decoding at once */
+    int32_t max_queue;  /* requests waiting beyond the slots; more -> busy */
+    int32_t max_step;   /* tokens per engine step */
+    int64_t n_ctx;      /* per sequence */
+    bool deterministic; /* greedy output independent of the batch (batch-invariant kernels) */
 } kiln_srv_loop_opts;
 
+/* The tenants' ids and QoS classes become scheduler tenants (their keys and quotas stay
+ * with the server's tenants.c). */
 kiln_status kiln_srv_loop_create(const kiln_model *m, kiln_engine *e, const kiln_srv_loop_opts *o,
-                                 kiln_srv_loop **out, kiln_err *err);
+                                 const struct kiln_srv_tenants *tenants, kiln_srv_loop **out,
+                                 kiln_err *err);
 /* Stops the thread after the queue and the running requests are done (drain). */
 void kiln_srv_loop_free(kiln_srv_loop *l);
 
@@ -93,9 +99,10 @@ void kiln_srv_loop_free(kiln_srv_loop *l);
 kiln_status kiln_srv_req_create(const kiln_oai_req *p, const int32_t *prompt, size_t n,
                                 int64_t max_tokens, uint64_t seed, kiln_srv_req **out,
                                 kiln_err *err);
-/* Queues r (takes a reference). KILN_ERR_CAPACITY: the queue is full (answer 503);
- * KILN_ERR_STATE: the loop is draining. */
-kiln_status kiln_srv_submit(kiln_srv_loop *l, kiln_srv_req *r, kiln_err *err);
+/* Queues r (takes a reference). Rejected: *http (400/404/429/503) and *retry_after
+ * (seconds, for 429/503) say how to answer, err the message. */
+kiln_status kiln_srv_submit(kiln_srv_loop *l, kiln_srv_req *r, int *http, int *retry_after,
+                            kiln_err *err);
 /* Asks the loop to drop r at its next step. */
 void kiln_srv_cancel(kiln_srv_loop *l, kiln_srv_req *r);
 void kiln_srv_req_release(kiln_srv_loop *l, kiln_srv_req *r);

@@ -33,6 +33,7 @@ typedef struct kiln_serve_opts {
     int32_t max_connections;   /* default 1024 */
     int32_t drain_seconds;     /* longest drain on SIGINT/SIGTERM (default 120) */
     const char *ready_file;    /* when set, "host port\n" is written there once listening */
+    bool deterministic;        /* greedy output independent of the batch (default on) */
 } kiln_serve_opts;
 
 void kiln_serve_opts_default(kiln_serve_opts *o);

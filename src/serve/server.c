@@ -163,7 +163,7 @@ static const char *finish_name(kiln_srv_finish f) {
 
 static int64_t completion_tokens(const kiln_srv_req *r) {
     int64_t n = 0;
-    for (int i = 0; i < r->n_choices; i++) n += (int64_t)r->ch[i].n_ids + (r->ch[i].eog ? 1 : 0);
+    for (int i = 0; i < r->n_choices; i++) n += r->ch[i].n_generated;
     return n;
 }
 
@@ -536,10 +536,17 @@ static enum MHD_Result start_generation(server *s, conn *cx, struct MHD_Connecti
     snprintf(cx->id, sizeof(cx->id), "%s-%llx%08llx",
              cx->kind == KILN_OAI_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)time(NULL),
              (unsigned long long)atomic_fetch_add(&s->req_counter, 1));
-    if ((st = kiln_srv_submit(s->loop, cx->r, &err))) {
-        return fail(s, cx, c, 503, "server_error", "",
-                    st == KILN_ERR_CAPACITY ? "queue_full" : "shutting_down",
-                    st == KILN_ERR_CAPACITY ? 1 : 5, err.msg);
+    snprintf(cx->r->tenant, sizeof(cx->r->tenant), "%s", cx->tenant->id);
+    int http = 0, retry_after = 0;
+    if ((st = kiln_srv_submit(s->loop, cx->r, &http, &retry_after, &err))) {
+        const char *type = http == 429   ? "rate_limit_exceeded"
+                           : http >= 500 ? "server_error"
+                                         : "invalid_request_error";
+        const char *code = http == 503   ? (st == KILN_ERR_STATE ? "shutting_down" : "queue_full")
+                           : http == 429 ? "rate_limit_exceeded"
+                                         : NULL;
+        return fail(s, cx, c, http ? http : 500, type, "", code,
+                    http == 503 && retry_after < 1 ? 1 : retry_after, err.msg);
     }
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -747,6 +754,7 @@ void kiln_serve_opts_default(kiln_serve_opts *o) {
     o->max_body = 8 << 20;
     o->max_connections = 1024;
     o->drain_seconds = 120;
+    o->deterministic = true;
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -804,8 +812,8 @@ kiln_status kiln_serve_run(const kiln_serve_opts *o, const kiln_model *m, kiln_e
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    kiln_srv_loop_opts lo = {o->slots, o->max_queue, o->max_step, o->n_ctx};
-    if ((st = kiln_srv_loop_create(m, e, &lo, &s->loop, err))) goto done;
+    kiln_srv_loop_opts lo = {o->slots, o->max_queue, o->max_step, o->n_ctx, o->deterministic};
+    if ((st = kiln_srv_loop_create(m, e, &lo, &s->tenants, &s->loop, err))) goto done;
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof(addr));
     addr.sin_family = AF_INET;

@@ -3,7 +3,7 @@ the Chrome DevTools protocol: type a message into the page, press Enter, watch t
 answer grow token by token (streamed), take a phone-sized screenshot, then start a
 second answer and press Stop.
 
-Usage: python3 web_chromium.py URL SCREENSHOT.png
+Usage: python3 web_chromium.py URL SCREENSHOT.png [MAX_TOKENS]
 """
 import base64
 import json
@@ -20,6 +20,7 @@ from websockets.sync.client import connect
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 url, shot = sys.argv[1], sys.argv[2]
+max_tokens = sys.argv[3] if len(sys.argv) > 3 else "64"
 prof = tempfile.mkdtemp(prefix="kiln-chromium-")
 chrome = subprocess.Popen(
     ["chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -74,7 +75,7 @@ try:
                 windowsVirtualKeyCode=13, nativeVirtualKeyCode=13)
 
     # short answers keep the test quick (the settings panel of the page)
-    js("document.getElementById('max_tokens').value = '64'")
+    js(f"document.getElementById('max_tokens').value = '{max_tokens}'")
     send("Write a short poem about the sea.")
     last = "document.getElementById('last-answer')"
     body = last + " && " + last + ".querySelector('.body').textContent"

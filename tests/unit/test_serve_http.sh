@@ -22,13 +22,13 @@ TPL=$SHARED/testdata/templates/Qwen-Qwen2.5-7B-Instruct.jinja
 [ -f "$TPL" ] || TPL=$(dirname "$0")/../data/shared/testdata/templates/Qwen-Qwen2.5-7B-Instruct.jinja
 jqf() { python3 -c "import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))" "$1"; }
 
-"$GEN" -q -p tiny -f llama -t q8_0 -s 7 -o "$T/m.gguf"
+"$GEN" -q -p tiny -f llama -t q8_0 -s 7 --ctx 16384 -o "$T/m.gguf"
 
 # start NAME ARGS...: starts a server, sets PORT
 start() {
   local name=$1; shift
   rm -f "$T/ready.$name"
-  "$KILN" serve -m "$T/m.gguf" --port 0 --ready-file "$T/ready.$name" -t 1 -c 2048 "$@" \
+  "$KILN" serve -m "$T/m.gguf" --port 0 --ready-file "$T/ready.$name" -t 1 -c 16384 "$@" \
     2>"$T/log.$name" &
   PIDS+=($!)
   eval "PID_$name=$!"
@@ -148,7 +148,7 @@ err 400 temperature /v1/chat/completions "{$C,\"temperature\":9}"
 err 400 "messages[0].role" /v1/chat/completions '{"model":"m","messages":[{"role":"x","content":"y"}]}'
 err 400 response_format /v1/chat/completions "{$C,\"response_format\":{\"type\":\"json_object\"}}"
 err 404 model /v1/chat/completions '{"model":"gpt-4","messages":[{"role":"user","content":"x"}]}'
-err 400 prompt /v1/completions '{"model":"m","prompt":"x","max_tokens":2048}'
+err 400 prompt /v1/completions '{"model":"m","prompt":"x","max_tokens":16384}'
 [ "$(jqf "d['error']['code']" < "$T/body")" = context_length_exceeded ] || fail "context code"
 err 400 "prompt[0]" /v1/completions '{"model":"m","prompt":[99999]}'
 head -c 70000 /dev/zero | tr '\0' 'a' > "$T/big"
@@ -156,16 +156,30 @@ head -c 70000 /dev/zero | tr '\0' 'a' > "$T/big"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$U/v1/models" -H "X-Big: $(head -c 70000 /dev/zero | tr '\0' b)")" -ge 400 ] || fail "header limit"
 
 # -- disconnect cancels; queue full answers 503 with Retry-After
-L='"model":"m","prompt":"a","temperature":0,"max_tokens":2000,"logit_bias":{"2":-100},"stream":true'
-for i in 1 2 3 4; do curl -sN "$U/v1/completions" -d "{$L}" > /dev/null & PIDS+=($!); done
-sleep 0.3
-for i in 1 2; do curl -sN "$U/v1/completions" -d "{$L}" > /dev/null & PIDS+=($!); done
-for _ in $(seq 100); do curl -s "$U/metrics" | grep -q '^kiln_requests_waiting 2' && break; sleep 0.1; done
-st=$(post /v1/completions -d "{$L}")
-[ "$st" = 503 ] || fail "queue full: $st $(cat "$T/body")"
+L='"model":"m","prompt":"a","temperature":0,"max_tokens":16000,"logit_bias":{"2":-100},"stream":true'
+for i in 1 2 3 4 5 6; do curl -sN "$U/v1/completions" -d "{$L}" > "$T/q$i" & PIDS+=($!); done
+# wait until the 4 slots run, then fill the queue (2) until the server answers 503
+for _ in $(seq 300); do
+  curl -s "$U/metrics" > "$T/m"
+  grep -q '^kiln_requests_running 4' "$T/m" && break
+  sleep 0.1
+done
+grep -q '^kiln_requests_running 4' "$T/m" || fail "4 slots never ran: $(grep '^kiln_requests' "$T/m")"
+for i in 1 2 3 4; do
+  curl -s -o "$T/x$i" -D "$T/h$i" -w '%{http_code}' "$U/v1/completions" -d "{$L}" > "$T/st$i" &
+  PIDS+=($!)
+done
+st=
+for _ in $(seq 100); do
+  for i in 1 2 3 4; do grep -q 503 "$T/st$i" 2>/dev/null && { st=503; cp "$T/x$i" "$T/body"; cp "$T/h$i" "$T/hdr"; }; done
+  [ "$st" = 503 ] && break
+  sleep 0.1
+done
+[ "$st" = 503 ] || fail "queue full: no 503 among 4 more requests"
+[ "$(jqf "d['error']['code']" < "$T/body")" = queue_full ] || fail "503 body $(cat "$T/body")"
 grep -qi '^Retry-After: [0-9]' "$T/hdr" || fail "503 without Retry-After"
 n=${#PIDS[@]}
-for p in "${PIDS[@]:1:6}"; do kill "$p" 2>/dev/null || true; done
+for p in "${PIDS[@]:1:10}"; do kill "$p" 2>/dev/null || true; done
 for _ in $(seq 50); do
   curl -s "$U/metrics" > "$T/m"
   grep -q '^kiln_requests_running 0' "$T/m" && grep -q '^kiln_requests_waiting 0' "$T/m" && break
@@ -173,7 +187,7 @@ for _ in $(seq 50); do
 done
 grep -q '^kiln_requests_running 0' "$T/m" || fail "disconnected streams still running: $(grep requests_ "$T/m")"
 grep -q 'kiln_tenant_cancelled_total{tenant="default"} [1-9]' "$T/m" || fail "no cancellations counted"
-grep -q 'kiln_http_requests_total{status="503"} 1' "$T/m" || fail "503 not counted"
+grep -q 'kiln_http_requests_total{status="503"} [1-9]' "$T/m" || fail "503 not counted"
 
 # -- SIGTERM drains a stream in flight, then exit 0
 curl -sN "$U/v1/completions" -d '{"model":"m","prompt":"a","temperature":0,"max_tokens":300,"logit_bias":{"2":-100},"stream":true}' > "$T/drain" &

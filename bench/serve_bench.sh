@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# serve_bench.sh — kiln serve next to llama-server on the same model and load, in one run.
+#   bench/serve_bench.sh KILN MODEL.gguf [LLAMA_SERVER] [CLIENTS...]
+# For each client count (default 1 8 32 128): both servers get the same synthetic
+# ShareGPT-like requests (tests/serve/loadgen.py bench: Poisson arrivals, log-normal
+# prompt/output lengths, end-of-text banned so both generate max_tokens), kiln with
+# --slots N, llama-server with --parallel N (continuous batching is on by default).
+# Prints one JSON line per (server, clients) plus kiln's HTTP time per streamed token
+# (kiln_http_stream_seconds_total / kiln_http_stream_tokens_total from /metrics: time
+# the connection threads spend formatting and handing out SSE chunks, outside the
+# generation loop). Env: THREADS (default 2), REQS (requests per client, default 4),
+# RATE (requests/s per client, default 1), EOS (banned ids, default 0,2 = SmolLM2's).
+set -euo pipefail
+KILN=$1 MODEL=$2 LS=${3:-}
+shift $(( $# >= 3 ? 3 : $# ))
+CLIENTS=("$@"); [ ${#CLIENTS[@]} -gt 0 ] || CLIENTS=(1 8 32 128)
+THREADS=${THREADS:-2} REQS=${REQS:-4} RATE=${RATE:-1} EOS=${EOS:-0,2}
+HERE=$(cd "$(dirname "$0")" && pwd)
+LG=$HERE/../tests/serve/loadgen.py
+T=$(mktemp -d); trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
+PID=
+wait_http() { for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.2; done; return 1; }
+for n in "${CLIENTS[@]}"; do
+  reqs=$(( n * REQS ))
+  "$KILN" serve -m "$MODEL" --port 18181 -t "$THREADS" --slots "$n" --queue 4096 -c 2048 \
+    --alias bench 2>"$T/kiln.log" & PID=$!
+  wait_http 18181
+  out=$(python3 "$LG" bench http://127.0.0.1:18181 bench --clients "$n" --requests "$reqs" \
+        --rate-per-client "$RATE" --eos "$EOS")
+  m=$(curl -s http://127.0.0.1:18181/metrics)
+  s=$(echo "$m" | awk '/^kiln_http_stream_seconds_total/{print $2}')
+  k=$(echo "$m" | awk '/^kiln_http_stream_tokens_total/{print $2}')
+  st=$(echo "$m" | awk '/^kiln_step_seconds_total/{print $2}')
+  kill -TERM $PID; wait $PID || true; PID=
+  echo "kiln $out http_us_per_token=$(python3 -c "print(round($s/$k*1e6,2) if $k else 0)") step_s=$st"
+  if [ -n "$LS" ]; then
+    "$LS" -m "$MODEL" --port 18182 -t "$THREADS" --parallel "$n" -c $((2048 * n)) --no-webui \
+      >"$T/ls.log" 2>&1 & PID=$!
+    wait_http 18182 || { tail "$T/ls.log"; exit 1; }
+    out=$(python3 "$LG" bench http://127.0.0.1:18182 bench --clients "$n" --requests "$reqs" \
+          --rate-per-client "$RATE" --eos "$EOS")
+    kill -TERM $PID; wait $PID || true; PID=
+    echo "llama-server $out"
+  fi
+done
