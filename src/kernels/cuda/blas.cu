@@ -42,12 +42,23 @@ __global__ void dequant_kernel(const uint8_t *__restrict__ W, size_t row_bytes, 
     float w[32];
     kc_dq32<DT>(W + (size_t)r * row_bytes, g, w);
     OUT *o = out + r * k + g * 32;
+    if constexpr (sizeof(OUT) == 2) {
+        /* 16-byte stores, 8 halves each (with scalar 2-byte stores a quantized 8B-shaped
+         * t=16 step took 104 ms: device run 3, docs/CUDA.md) */
+        uint4 *o4 = (uint4 *)o;
 #pragma unroll
-    for (int i = 0; i < 32; i++) {
-        if constexpr (sizeof(OUT) == 2)
-            o[i] = __float2half_rn(w[i]);
-        else
-            o[i] = w[i];
+        for (int i = 0; i < 4; i++) {
+            __half2 h[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                h[j] = __floats2half2_rn(w[8 * i + 2 * j], w[8 * i + 2 * j + 1]);
+            o4[i] = *(const uint4 *)h;
+        }
+    } else {
+        float4 *o4 = (float4 *)o;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            o4[i] = make_float4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
     }
 }
 
