@@ -36,6 +36,12 @@ __device__ __forceinline__ uint32_t kc_ld32u(const uint8_t *p) { /* 2-byte align
     return (uint32_t)kc_ld16(p) | ((uint32_t)kc_ld16(p + 2) << 16);
 }
 
+/* Byte j of u as the float 2^23 + byte (0x4B0000bb): subtracting 2^23 (+ an offset)
+ * gives the byte's integer value exactly. */
+__device__ __forceinline__ float kc_magic(uint32_t u, int j) {
+    return __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7640u | (uint32_t)j));
+}
+
 /* Bytes of one 32-element group in the row (block-size aware: K-quants have 8 groups
  * per 256-element block of sizeof(block) bytes). */
 template <int DT> struct kc_dt;
@@ -91,16 +97,20 @@ __device__ __forceinline__ void kc_dq32(const uint8_t *row, int64_t g, float w[3
             }
         }
     } else if constexpr (DT == KILN_DTYPE_Q4_0) {
+        /* nibbles -> exact floats by the magic-number trick (one PRMT + one FADD each,
+         * no integer shifts or I2F per element), then * d as before: bitwise the same
+         * values as (float)(q - 8) * d */
         const uint8_t *b = row + g * 18;
         const float d = kc_h2f(kc_ld16(b));
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            uint16_t q = kc_ld16(b + 2 + 2 * i);
-            int q0 = q & 0xff, q1 = q >> 8;
-            w[2 * i] = (float)((q0 & 0xF) - 8) * d;
-            w[2 * i + 1] = (float)((q1 & 0xF) - 8) * d;
-            w[2 * i + 16] = (float)((q0 >> 4) - 8) * d;
-            w[2 * i + 17] = (float)((q1 >> 4) - 8) * d;
+        for (int i = 0; i < 4; i++) {
+            const uint32_t u = kc_ld32u(b + 2 + 4 * i);
+            const uint32_t lo = u & 0x0F0F0F0Fu, hi = (u >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                w[4 * i + j] = (kc_magic(lo, j) - 8388616.0f) * d;
+                w[4 * i + j + 16] = (kc_magic(hi, j) - 8388616.0f) * d;
+            }
         }
     } else if constexpr (DT == KILN_DTYPE_Q4_1) {
         const uint8_t *b = row + g * 20;
@@ -143,13 +153,14 @@ __device__ __forceinline__ void kc_dq32(const uint8_t *row, int64_t g, float w[3
             }
         }
     } else if constexpr (DT == KILN_DTYPE_Q8_0) {
+        /* signed bytes -> offset binary (xor 0x80) -> exact floats by the magic number */
         const uint8_t *b = row + g * 34;
         const float d = kc_h2f(kc_ld16(b));
 #pragma unroll
-        for (int i = 0; i < 16; i++) {
-            uint16_t q = kc_ld16(b + 2 + 2 * i);
-            w[2 * i] = (float)(int8_t)(q & 0xff) * d;
-            w[2 * i + 1] = (float)(int8_t)(q >> 8) * d;
+        for (int i = 0; i < 8; i++) {
+            const uint32_t u = kc_ld32u(b + 2 + 4 * i) ^ 0x80808080u;
+#pragma unroll
+            for (int j = 0; j < 4; j++) w[4 * i + j] = (kc_magic(u, j) - 8388736.0f) * d;
         }
     } else if constexpr (DT == KILN_DTYPE_Q4_K || DT == KILN_DTYPE_Q5_K) {
         constexpr bool five = DT == KILN_DTYPE_Q5_K;
