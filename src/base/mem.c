@@ -1,12 +1,77 @@
 #include "base/mem.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The allocation fault injector: a process-wide singleton (tests only). */
+static struct {
+    _Atomic uint64_t count;   /* allocations since the last set/reset */
+    _Atomic uint64_t fail_at; /* 0: off */
+    _Atomic uint64_t hits;    /* allocations failed on purpose */
+    _Atomic bool persistent;
+} g_alloc_fault;
+
+void kiln_alloc_fault_set(uint64_t n, bool persistent) {
+    atomic_store(&g_alloc_fault.fail_at, 0);
+    atomic_store(&g_alloc_fault.count, 0);
+    atomic_store(&g_alloc_fault.hits, 0);
+    atomic_store(&g_alloc_fault.persistent, persistent);
+    atomic_store(&g_alloc_fault.fail_at, n);
+}
+
+void kiln_alloc_fault_reset(void) {
+    kiln_alloc_fault_set(0, false);
+}
+
+uint64_t kiln_alloc_count(void) {
+    return atomic_load(&g_alloc_fault.count);
+}
+
+uint64_t kiln_alloc_fault_hits(void) {
+    return atomic_load(&g_alloc_fault.hits);
+}
+
+/* Counts one allocation; true when the injector says this one fails. */
+static inline bool alloc_should_fail(void) {
+    uint64_t c = atomic_fetch_add_explicit(&g_alloc_fault.count, 1, memory_order_relaxed) + 1;
+    uint64_t f = atomic_load_explicit(&g_alloc_fault.fail_at, memory_order_relaxed);
+    if (f == 0 || c < f) return false;
+    if (c != f && !atomic_load_explicit(&g_alloc_fault.persistent, memory_order_relaxed))
+        return false;
+    atomic_fetch_add_explicit(&g_alloc_fault.hits, 1, memory_order_relaxed);
+    return true;
+}
+
+void *kiln_malloc(size_t size) {
+    return alloc_should_fail() ? NULL : malloc(size);
+}
+
+void *kiln_calloc(size_t n, size_t elem) {
+    return alloc_should_fail() ? NULL : calloc(n, elem);
+}
+
+void *kiln_realloc(void *p, size_t size) {
+    return alloc_should_fail() ? NULL : realloc(p, size);
+}
+
+char *kiln_strdup(const char *s) {
+    return alloc_should_fail() ? NULL : strdup(s);
+}
+
+char *kiln_strndup(const char *s, size_t n) {
+    return alloc_should_fail() ? NULL : strndup(s, n);
+}
+
+void kiln_free(void *p) {
+    free(p);
+}
 
 void *kiln_alloc_aligned(size_t size) {
     size_t rounded;
     if (size == 0) size = KILN_ALIGN;
     if (!kiln_size_align_up(size, KILN_ALIGN, &rounded)) return NULL;
+    if (alloc_should_fail()) return NULL;
     return aligned_alloc(KILN_ALIGN, rounded);
 }
 
@@ -33,7 +98,7 @@ kiln_status kiln_size_add_err(size_t a, size_t b, size_t *out, const char *what,
 }
 
 kiln_status kiln_xmalloc(size_t size, void **out, const char *what, kiln_err *err) {
-    *out = malloc(size ? size : 1);
+    *out = kiln_malloc(size ? size : 1);
     if (!*out)
         return kiln_err_set(err, KILN_ERR_NOMEM, "out of memory allocating %zu bytes for %s", size,
                             what);
@@ -43,7 +108,7 @@ kiln_status kiln_xmalloc(size_t size, void **out, const char *what, kiln_err *er
 kiln_status kiln_xcalloc(size_t n, size_t elem, void **out, const char *what, kiln_err *err) {
     size_t total;
     KILN_TRY(kiln_size_mul_err(n, elem, &total, what, err));
-    *out = calloc(total ? n : 1, total ? elem : 1);
+    *out = kiln_calloc(total ? n : 1, total ? elem : 1);
     if (!*out)
         return kiln_err_set(err, KILN_ERR_NOMEM, "out of memory allocating %zu bytes for %s", total,
                             what);

@@ -6,6 +6,16 @@
  * - kiln_size_mul / kiln_size_add: return false on overflow; use them for every size
  *   that comes from a file or a client. The _err variants fill a message naming what
  *   was being computed.
+ * - kiln_malloc / kiln_calloc / kiln_realloc / kiln_strdup / kiln_strndup / kiln_free: the
+ *   ONE route of every kiln heap allocation (same contracts as the libc functions they wrap;
+ *   kiln_free(NULL) is a no-op; memory from libc, e.g. asprintf, may be freed with kiln_free).
+ *   Each allocation counts in the fault injector below. New code must use these, never
+ *   plain malloc/calloc/realloc/strdup (docs/RELIABILITY.md).
+ * - Fault injector (a process-wide singleton, for tests only): kiln_alloc_fault_set(n, p)
+ *   makes the n-th allocation counted from that call fail (return NULL; p: that one and
+ *   every later one). kiln_alloc_count() returns the allocations counted since the last
+ *   kiln_alloc_fault_set / kiln_alloc_fault_reset. Thread-safe (atomics); off by default,
+ *   costing one relaxed atomic add per allocation.
  * - kiln_arena: a bump allocator made of chained 64-byte-aligned chunks. Use one per
  *   load (freed with the model) or per step (kiln_arena_reset between steps). Memory
  *   handed out lives until kiln_arena_reset / kiln_arena_free. Not thread-safe: one
@@ -21,6 +31,24 @@
 #include <stdint.h>
 
 #define KILN_ALIGN 64
+
+/* Counted wrappers of malloc, calloc, realloc, strdup, strndup and free (see above). */
+void *kiln_malloc(size_t size);
+void *kiln_calloc(size_t n, size_t elem);
+void *kiln_realloc(void *p, size_t size);
+char *kiln_strdup(const char *s);
+char *kiln_strndup(const char *s, size_t n);
+void kiln_free(void *p);
+
+/* Fault injection (tests): fail the n-th allocation from now (n >= 1; 0 disables); with
+ * persistent, every allocation from the n-th on fails. Resets the count. */
+void kiln_alloc_fault_set(uint64_t n, bool persistent);
+/* Disables injection and resets the count. */
+void kiln_alloc_fault_reset(void);
+/* Allocations counted since the last set/reset (failed ones included). */
+uint64_t kiln_alloc_count(void);
+/* Allocations that the injector has failed since the last set/reset. */
+uint64_t kiln_alloc_fault_hits(void);
 
 /* Returns NULL on failure (or when size overflows when rounded up to the alignment). */
 void *kiln_alloc_aligned(size_t size);

@@ -1,5 +1,6 @@
 
 #include "base/pool.h"
+#include "base/mem.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -168,7 +169,7 @@ kiln_status kiln_pool_create(int n_threads, kiln_pool **out, kiln_err *err) {
     if (n_threads > 1024)
         return kiln_err_set(err, KILN_ERR_RANGE, "thread pool: %d threads is too many (max 1024)",
                             n_threads);
-    kiln_pool *pool = calloc(1, sizeof *pool);
+    kiln_pool *pool = kiln_calloc(1, sizeof *pool);
     if (!pool) return kiln_err_set(err, KILN_ERR_NOMEM, "thread pool: out of memory");
     pool->n = n_threads;
     const char *us = getenv("KILN_POOL_SPIN_US"), *pz = getenv("KILN_POOL_PAUSE");
@@ -181,12 +182,12 @@ kiln_status kiln_pool_create(int n_threads, kiln_pool **out, kiln_err *err) {
     pool->pause = !(pz && strcmp(pz, "0") == 0);
     const char *yz = getenv("KILN_POOL_YIELD");
     pool->yield = !(yz && strcmp(yz, "0") == 0);
-    pool->threads = calloc((size_t)n_threads, sizeof *pool->threads);
-    pool->args = calloc((size_t)n_threads, sizeof *pool->args);
+    pool->threads = kiln_calloc((size_t)n_threads, sizeof *pool->threads);
+    pool->args = kiln_calloc((size_t)n_threads, sizeof *pool->args);
     if (!pool->threads || !pool->args) {
-        free(pool->threads);
-        free(pool->args);
-        free(pool);
+        kiln_free(pool->threads);
+        kiln_free(pool->args);
+        kiln_free(pool);
         return kiln_err_set(err, KILN_ERR_NOMEM, "thread pool: out of memory");
     }
     for (int i = 1; i < n_threads; i++) {
@@ -211,9 +212,9 @@ void kiln_pool_free(kiln_pool *pool) {
         futex_wake_all(&pool->gen);
         for (int i = 1; i < pool->n; i++) pthread_join(pool->threads[i], NULL);
     }
-    free(pool->threads);
-    free(pool->args);
-    free(pool);
+    kiln_free(pool->threads);
+    kiln_free(pool->args);
+    kiln_free(pool);
 }
 
 int kiln_pool_size(const kiln_pool *pool) {

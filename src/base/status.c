@@ -1,4 +1,5 @@
 #include "base/status.h"
+#include "base/mem.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -100,10 +101,10 @@ kiln_status kiln_err_errno(kiln_err *err, int errno_value, const char *fmt, ...)
 /* The public API's error object (kiln.h): heap-allocated for callers that do not see
  * the struct's size. */
 kiln_err *kiln_err_new(void) {
-    return calloc(1, sizeof(kiln_err));
+    return kiln_calloc(1, sizeof(kiln_err));
 }
 void kiln_err_free(kiln_err *err) {
-    free(err);
+    kiln_free(err);
 }
 const char *kiln_err_message(const kiln_err *err) {
     return err ? err->msg : "";

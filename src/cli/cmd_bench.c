@@ -21,6 +21,7 @@
  * LM head, or "logits"), "kiln_commit".
  */
 #include "base/pool.h"
+#include "base/mem.h"
 #include "base/timer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -113,8 +114,8 @@ static int bench_model(const char *path, const char *backend, int threads, int64
     o.kv_f16 = kv_f16;
     if (kiln_engine_create(m, &o, &e, &err)) goto fail;
     const int32_t n_vocab = kiln_model_n_vocab(m);
-    entries = calloc((size_t)(n_prompt > 1 ? n_prompt : 1), sizeof *entries);
-    logits = malloc(sizeof(float) * (size_t)n_vocab);
+    entries = kiln_calloc((size_t)(n_prompt > 1 ? n_prompt : 1), sizeof *entries);
+    logits = kiln_malloc(sizeof(float) * (size_t)n_vocab);
     if (!entries || !logits) {
         fprintf(stderr, "kiln bench: out of memory\n");
         goto done;
@@ -141,8 +142,8 @@ static int bench_model(const char *path, const char *backend, int threads, int64
 fail:
     fprintf(stderr, "kiln bench: %s: %s\n", path, err.msg);
 done:
-    free(entries);
-    free(logits);
+    kiln_free(entries);
+    kiln_free(logits);
     kiln_engine_free(e);
     kiln_model_free(m);
     return rc;
@@ -209,7 +210,7 @@ int kiln_cmd_bench(int argc, char **argv) {
 
     char models[4096];
     snprintf(models, sizeof models, "%s", o_m->value);
-    bench_result *res = calloc(64, sizeof *res);
+    bench_result *res = kiln_calloc(64, sizeof *res);
     if (!res) return 1;
     int n_res = 0, rc = 0;
     char *save = NULL;
@@ -246,6 +247,6 @@ int kiln_cmd_bench(int argc, char **argv) {
         }
         printf("\nkiln %s\n", KILN_GIT_COMMIT);
     }
-    free(res);
+    kiln_free(res);
     return rc;
 }

@@ -1,5 +1,6 @@
 /* cmd_detokenize.c — `kiln detokenize`: token ids to text with a model's tokenizer. */
 #include "cli/args.h"
+#include "base/mem.h"
 #include "cli/commands.h"
 #include "tok/tok.h"
 
@@ -21,23 +22,23 @@ int kiln_cmd_detokenize(int argc, char **argv) {
          NULL},
     };
     enum { MAX_POS = 1 << 16 };
-    const char **pos = malloc(sizeof(char *) * MAX_POS);
+    const char **pos = kiln_malloc(sizeof(char *) * MAX_POS);
     if (!pos) return 1;
     int n_pos;
     int r = kiln_args_parse(argc, argv, &u, opts, KILN_NOPTS(opts), pos, MAX_POS, &n_pos);
     if (r != KILN_ARGS_OK) {
-        free(pos);
+        kiln_free(pos);
         return r == KILN_ARGS_HELP ? 0 : 2;
     }
     if (!opts[0].seen) {
         fprintf(stderr, "kiln detokenize: -m MODEL is required\n");
         kiln_args_usage(&u, opts, KILN_NOPTS(opts), true);
-        free(pos);
+        kiln_free(pos);
         return 2;
     }
     /* ids: every positional argument, each possibly holding several space-separated ids */
     size_t n = 0, cap = 256;
-    kiln_token *ids = malloc(cap * sizeof *ids);
+    kiln_token *ids = kiln_malloc(cap * sizeof *ids);
     for (int i = 0; i < n_pos && ids; i++) {
         const char *p = pos[i];
         for (;;) {
@@ -49,12 +50,12 @@ int kiln_cmd_detokenize(int argc, char **argv) {
             if (end == p || errno || id < 0 || id > INT32_MAX ||
                 (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != ',')) {
                 fprintf(stderr, "kiln detokenize: '%s' is not a token id\n", pos[i]);
-                free(ids);
-                free(pos);
+                kiln_free(ids);
+                kiln_free(pos);
                 return 2;
             }
             if (n == cap) {
-                kiln_token *ni = realloc(ids, 2 * cap * sizeof *ids);
+                kiln_token *ni = kiln_realloc(ids, 2 * cap * sizeof *ids);
                 if (!ni) break;
                 ids = ni;
                 cap *= 2;
@@ -63,7 +64,7 @@ int kiln_cmd_detokenize(int argc, char **argv) {
             p = end;
         }
     }
-    free(pos);
+    kiln_free(pos);
     if (!ids) return 1;
     kiln_err err;
     char path[4096];
@@ -84,8 +85,8 @@ int kiln_cmd_detokenize(int argc, char **argv) {
             rc = 1;
         }
     }
-    free(text);
-    free(ids);
+    kiln_free(text);
+    kiln_free(ids);
     kiln_vocab_free(v);
     return rc;
 }

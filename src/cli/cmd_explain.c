@@ -6,6 +6,7 @@
  * (e.g. the same projection in every layer) are shown once, with the list of sites.
  */
 #include "cli/args.h"
+#include "base/mem.h"
 #include "cli/commands.h"
 #include "cli/kernel_sites.h"
 
@@ -89,7 +90,7 @@ int kiln_cmd_explain(int argc, char **argv) {
                pol->reference_only ? " (reference only)" : "", perf ? env.perf_path : "none",
                perf ? kiln_perf_table_size(perf) : 0);
     }
-    bool *shown = calloc((size_t)env.n_sites + 1, sizeof *shown);
+    bool *shown = kiln_calloc((size_t)env.n_sites + 1, sizeof *shown);
     int status = 0, groups = 0;
     for (int i = 0; i < env.n_sites && shown; i++) {
         if (shown[i]) continue;
@@ -193,12 +194,12 @@ int kiln_cmd_explain(int argc, char **argv) {
     if (json) {
         char *txt = json_dumps(jsites, JSON_INDENT(1));
         if (txt) puts(txt);
-        free(txt);
+        kiln_free(txt);
         json_decref(jsites);
     } else {
         printf("\n%d call sites in the plan; %d groups shown\n", env.n_sites, groups);
     }
-    free(shown);
+    kiln_free(shown);
     kiln_kernel_env_close(&env);
     return status;
 }

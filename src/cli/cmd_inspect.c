@@ -5,6 +5,7 @@
  * and why; environment facts).
  */
 #include "base/utf8.h"
+#include "base/mem.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "format/dtype.h"
@@ -93,7 +94,7 @@ static void print_text(const kiln_model_file *mf, bool all_meta) {
 static json_t *str_json(const char *p, size_t n) {
     json_t *j = json_stringn(p, n);
     if (j) return j;
-    char *buf = malloc(n * 3 + 1);
+    char *buf = kiln_malloc(n * 3 + 1);
     if (!buf) return json_null();
     size_t o = 0;
     for (size_t i = 0; i < n;) {
@@ -103,7 +104,7 @@ static json_t *str_json(const char *p, size_t n) {
         i += (size_t)(k > 0 ? k : -k);
     }
     j = json_stringn(buf, o);
-    free(buf);
+    kiln_free(buf);
     return j ? j : json_null();
 }
 
@@ -271,7 +272,7 @@ int kiln_cmd_inspect(int argc, char **argv) {
         if (root && plan) {
             char *rep = kiln_load_report_json(plan, verbose);
             json_t *rj = rep ? json_loads(rep, 0, NULL) : NULL;
-            free(rep);
+            kiln_free(rep);
             json_object_set_new(root, "load", rj ? rj : json_null());
         }
         char *s = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
@@ -281,7 +282,7 @@ int kiln_cmd_inspect(int argc, char **argv) {
         } else {
             printf("%s\n", s);
         }
-        free(s);
+        kiln_free(s);
         json_decref(root);
     } else {
         print_text(mf, opts[9].seen);

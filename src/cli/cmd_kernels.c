@@ -3,6 +3,7 @@
  * per provider, with availability on this machine and each kernel's constraints.
  */
 #include "base/cpu.h"
+#include "base/mem.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "kernels/select.h"
@@ -162,7 +163,7 @@ int kiln_cmd_kernels(int argc, char **argv) {
     if (json) {
         char *txt = json_dumps(jroot, JSON_INDENT(1));
         if (txt) puts(txt);
-        free(txt);
+        kiln_free(txt);
         json_decref(jroot);
     }
     return 0;

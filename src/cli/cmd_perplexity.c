@@ -11,6 +11,7 @@
  *     with running values per chunk like llama-perplexity's "[i]ppl," list.
  */
 #include "base/timer.h"
+#include "base/mem.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/gen.h"
@@ -75,7 +76,7 @@ int kiln_cmd_perplexity(int argc, char **argv) {
                         .numerics = kiln_opt_find(opts, KILN_NOPTS(opts), "numerics")->value};
     kiln_gen_ctx g;
     if (kiln_gen_open(&go, &g, &err)) {
-        free(text);
+        kiln_free(text);
         return kiln_cli_fail("perplexity", &err);
     }
     int rc = 1;
@@ -94,8 +95,8 @@ int kiln_cmd_perplexity(int argc, char **argv) {
     if (max_chunks > 0 && max_chunks < n_chunk) n_chunk = max_chunks;
     const int64_t first = n_ctx / 2;
     const int32_t V = g.n_vocab;
-    b = malloc(sizeof(*b) * (size_t)n_batch);
-    logits = malloc(sizeof(float) * (size_t)V * (size_t)(n_ctx - first));
+    b = kiln_malloc(sizeof(*b) * (size_t)n_batch);
+    logits = kiln_malloc(sizeof(float) * (size_t)V * (size_t)(n_ctx - first));
     if (!b || !logits) {
         kiln_err_set(&err, KILN_ERR_NOMEM, "perplexity buffers");
         goto done;
@@ -157,10 +158,10 @@ int kiln_cmd_perplexity(int argc, char **argv) {
     rc = 0;
 done:
     if (rc) kiln_cli_fail("perplexity", &err);
-    free(b);
-    free(logits);
+    kiln_free(b);
+    kiln_free(logits);
     kiln_tokens_free(&toks);
-    free(text);
+    kiln_free(text);
     kiln_gen_close(&g);
     return rc;
 }

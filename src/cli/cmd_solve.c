@@ -6,6 +6,7 @@
  * it, or selects at run time with a warning when this machine or setup differs.
  */
 #include "cli/args.h"
+#include "base/mem.h"
 #include "cli/commands.h"
 #include "cli/kernel_sites.h"
 #include "kernels/dispatch.h"
@@ -43,7 +44,7 @@ int kiln_cmd_solve(int argc, char **argv) {
                              &err))
         return kiln_cli_fail("solve", &err);
     int status = 0;
-    kiln_sel_site *sites = calloc((size_t)env.n_sites + 1, sizeof *sites);
+    kiln_sel_site *sites = kiln_calloc((size_t)env.n_sites + 1, sizeof *sites);
     kiln_dispatch *d = NULL;
     if (!sites) {
         kiln_err_set(&err, KILN_ERR_NOMEM, "out of memory");
@@ -54,7 +55,7 @@ int kiln_cmd_solve(int argc, char **argv) {
     if (kiln_dispatch_save(d, env.sel, opts[1].value, &err)) goto fail;
     /* summary: how often each kernel was chosen */
     const kiln_registry *reg = kiln_selector_registry(env.sel);
-    int *count = calloc((size_t)reg->n_kernels + 1, sizeof *count);
+    int *count = kiln_calloc((size_t)reg->n_kernels + 1, sizeof *count);
     if (count) {
         for (int i = 0; i < d->n_sites; i++)
             for (int b = 0; b < KILN_SEL_BUCKETS; b++)
@@ -63,14 +64,14 @@ int kiln_cmd_solve(int argc, char **argv) {
                KILN_SEL_BUCKETS, d->max_workspace);
         for (int k = 0; k < reg->n_kernels; k++)
             if (count[k]) printf("  %-34s %6d entries\n", reg->kernels[k].spec.id, count[k]);
-        free(count);
+        kiln_free(count);
     }
     goto out;
 fail:
     status = kiln_cli_fail("solve", &err);
 out:
     kiln_dispatch_free(d);
-    free(sites);
+    kiln_free(sites);
     kiln_kernel_env_close(&env);
     return status;
 }

@@ -1,6 +1,7 @@
 /* cmd_template.c — `kiln template`: render a chat template for a conversation, byte-exactly
  * as transformers' apply_chat_template(..., tokenize=False) with Python jinja2 would. */
 #include "cli/args.h"
+#include "base/mem.h"
 #include "cli/commands.h"
 #include "format/model_file.h"
 #include "tok/template.h"
@@ -16,7 +17,7 @@ static kiln_status read_all(const char *path, char **out, size_t *len, kiln_err 
     FILE *f = fopen(path, "rb");
     if (!f) return kiln_err_errno(err, errno, "opening %s", path);
     size_t cap = 1 << 16, n = 0;
-    char *p = malloc(cap);
+    char *p = kiln_malloc(cap);
     for (;;) {
         if (!p) {
             fclose(f);
@@ -25,14 +26,14 @@ static kiln_status read_all(const char *path, char **out, size_t *len, kiln_err 
         n += fread(p + n, 1, cap - n - 1, f);
         if (n < cap - 1) break;
         cap *= 2;
-        char *np = realloc(p, cap);
-        if (!np) free(p);
+        char *np = kiln_realloc(p, cap);
+        if (!np) kiln_free(p);
         p = np;
     }
     int bad = ferror(f);
     fclose(f);
     if (bad) {
-        free(p);
+        kiln_free(p);
         return kiln_err_set(err, KILN_ERR_IO, "reading %s failed", path);
     }
     p[n] = 0;
@@ -75,7 +76,7 @@ static kiln_status template_from_model(const char *model, const char *name, char
     }
     if (!st) st = kiln_chat_template_special_tokens(m, bos, eos, err);
     if (st) {
-        free(*out);
+        kiln_free(*out);
         *out = NULL;
         kiln_err_wrap(err, st, "%s", path);
     }
@@ -155,10 +156,10 @@ int kiln_cmd_template(int argc, char **argv) {
 fail:
     rc = kiln_cli_fail("template", &err);
 done:
-    free(text);
-    free(src);
-    free(model_bos);
-    free(model_eos);
+    kiln_free(text);
+    kiln_free(src);
+    kiln_free(model_bos);
+    kiln_free(model_eos);
     kiln_chat_template_free(t);
     json_decref(msgs);
     json_decref(tools);

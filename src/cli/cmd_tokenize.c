@@ -1,5 +1,6 @@
 /* cmd_tokenize.c — `kiln tokenize`: text to token ids with a model's tokenizer. */
 #include "cli/args.h"
+#include "base/mem.h"
 #include "cli/commands.h"
 #include "tok/tok.h"
 
@@ -10,21 +11,21 @@
 /* All of stdin, byte-exactly. */
 static kiln_status read_stdin(char **out, size_t *len, kiln_err *err) {
     size_t cap = 1 << 16, n = 0;
-    char *p = malloc(cap);
+    char *p = kiln_malloc(cap);
     if (!p) return kiln_err_set(err, KILN_ERR_NOMEM, "reading stdin: out of memory");
     for (;;) {
         n += fread(p + n, 1, cap - n, stdin);
         if (n < cap) break;
-        char *np = cap < SIZE_MAX / 2 ? realloc(p, cap * 2) : NULL;
+        char *np = cap < SIZE_MAX / 2 ? kiln_realloc(p, cap * 2) : NULL;
         if (!np) {
-            free(p);
+            kiln_free(p);
             return kiln_err_set(err, KILN_ERR_NOMEM, "reading stdin: out of memory");
         }
         p = np;
         cap *= 2;
     }
     if (ferror(stdin)) {
-        free(p);
+        kiln_free(p);
         return kiln_err_set(err, KILN_ERR_IO, "reading stdin failed");
     }
     *out = p;
@@ -91,7 +92,7 @@ int kiln_cmd_tokenize(int argc, char **argv) {
         rc = 1;
     }
     kiln_tokens_free(&t);
-    free(text);
+    kiln_free(text);
     kiln_vocab_free(v);
     return rc;
 }

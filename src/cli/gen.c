@@ -1,5 +1,6 @@
 /* gen.c — shared model/engine setup and prefill for the generating commands. */
 #include "cli/gen.h"
+#include "base/mem.h"
 
 #include "cli/commands.h"
 #include "tok/template.h"
@@ -36,7 +37,7 @@ kiln_status kiln_gen_open(const kiln_gen_opts *o, kiln_gen_ctx *g, kiln_err *err
     eo.numerics = o->numerics;
     st = kiln_engine_create(g->model, &eo, &g->engine, err);
     if (!st) {
-        g->logits = malloc((size_t)g->max_step * (size_t)g->n_vocab * sizeof(float));
+        g->logits = kiln_malloc((size_t)g->max_step * (size_t)g->n_vocab * sizeof(float));
         if (!g->logits) st = kiln_err_set(err, KILN_ERR_NOMEM, "logits buffer");
     }
     if (st) kiln_gen_close(g);
@@ -46,13 +47,13 @@ kiln_status kiln_gen_open(const kiln_gen_opts *o, kiln_gen_ctx *g, kiln_err *err
 void kiln_gen_close(kiln_gen_ctx *g) {
     kiln_engine_free(g->engine);
     kiln_model_free(g->model);
-    free(g->logits);
+    kiln_free(g->logits);
     memset(g, 0, sizeof(*g));
 }
 
 kiln_status kiln_gen_prefill(kiln_gen_ctx *g, int32_t seq, const int32_t *ids, size_t n,
                              float *last_logits, kiln_err *err) {
-    kiln_batch_entry *b = malloc((size_t)g->max_step * sizeof(*b));
+    kiln_batch_entry *b = kiln_malloc((size_t)g->max_step * sizeof(*b));
     if (!b) return kiln_err_set(err, KILN_ERR_NOMEM, "batch");
     kiln_status st = KILN_OK;
     for (size_t i = 0; i < n && !st; i += (size_t)g->max_step) {
@@ -65,7 +66,7 @@ kiln_status kiln_gen_prefill(kiln_gen_ctx *g, int32_t seq, const int32_t *ids, s
     }
     if (!st && last_logits && n > 0)
         memcpy(last_logits, g->logits, (size_t)g->n_vocab * sizeof(float));
-    free(b);
+    kiln_free(b);
     return st;
 }
 
@@ -140,13 +141,13 @@ kiln_status kiln_gen_read_file(const char *path, char **out, size_t *len, kiln_e
     FILE *f = fopen(path, "rb");
     if (!f) return kiln_err_errno(err, errno, "opening %s", path);
     size_t cap = 1 << 16, n = 0, k;
-    char *b = malloc(cap + 1);
+    char *b = kiln_malloc(cap + 1);
     while (b && (k = fread(b + n, 1, cap - n, f)) > 0) {
         n += k;
         if (n == cap) {
-            char *q = realloc(b, cap * 2 + 1);
+            char *q = kiln_realloc(b, cap * 2 + 1);
             if (!q) {
-                free(b);
+                kiln_free(b);
                 b = NULL;
                 break;
             }
@@ -158,7 +159,7 @@ kiln_status kiln_gen_read_file(const char *path, char **out, size_t *len, kiln_e
     fclose(f);
     if (!b) return kiln_err_set(err, KILN_ERR_NOMEM, "reading %s", path);
     if (ferr) {
-        free(b);
+        kiln_free(b);
         return kiln_err_set(err, KILN_ERR_IO, "reading %s failed", path);
     }
     b[n] = 0;

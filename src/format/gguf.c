@@ -1,5 +1,6 @@
 /* gguf.c — GGUF v2/v3 parsing and validation (the format is described in gguf.h). */
 #include "format/gguf.h"
+#include "base/mem.h"
 
 #include "base/utf8.h"
 #include "format/dtype.h"
@@ -345,7 +346,7 @@ static kiln_status place_tensors(kiln_gguf *g, uint32_t flags, kiln_err *err) {
     }
     /* overlap: sort by offset and compare neighbours (empty tensors overlap nothing) */
     if (g->n_tensors > 1) {
-        const kiln_tensor_info **order = malloc(g->n_tensors * sizeof *order);
+        const kiln_tensor_info **order = kiln_malloc(g->n_tensors * sizeof *order);
         if (!order) return kiln_err_set(err, KILN_ERR_NOMEM, "tensor order");
         size_t n = 0;
         for (size_t i = 0; i < g->n_tensors; i++)
@@ -359,11 +360,11 @@ static kiln_status place_tensors(kiln_gguf *g, uint32_t flags, kiln_err *err) {
                                  ") overlaps tensor '%s' [%" PRIu64 ", +%" PRIu64 ")",
                                  order[i]->name, order[i]->offset, order[i]->nbytes,
                                  order[i - 1]->name, order[i - 1]->offset, order[i - 1]->nbytes);
-                free(order);
+                kiln_free(order);
                 return st;
             }
         }
-        free(order);
+        kiln_free(order);
     }
     for (size_t i = 0; i < g->n_tensors; i++) {
         kiln_tensor_info *t = &g->tensors[i];
@@ -411,8 +412,8 @@ static kiln_status parse(kiln_gguf *g, uint32_t flags, kiln_err *err) {
     KILN_TRY(read_alignment(g, err));
 
     g->n_tensors = (size_t)n_tensors;
-    g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
-    g->tensor_names = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensor_names);
+    g->tensors = kiln_calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
+    g->tensor_names = kiln_calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensor_names);
     if (!g->tensors || !g->tensor_names)
         return kiln_err_set(err, KILN_ERR_NOMEM, "tensor table of %zu entries", g->n_tensors);
     for (size_t i = 0; i < g->n_tensors; i++) {
@@ -444,14 +445,14 @@ static kiln_status finish_open(kiln_gguf *g, uint32_t flags, kiln_gguf **out, ki
 }
 
 static kiln_gguf *gguf_new(const char *name) {
-    kiln_gguf *g = calloc(1, sizeof *g);
+    kiln_gguf *g = kiln_calloc(1, sizeof *g);
     if (!g) return NULL;
     g->fd = -1;
     kiln_meta_init(&g->meta);
-    g->path = strdup(name);
+    g->path = kiln_strdup(name);
     if (!g->path) {
         kiln_meta_free(&g->meta);
-        free(g);
+        kiln_free(g);
         return NULL;
     }
     return g;
@@ -511,11 +512,11 @@ void kiln_gguf_close(kiln_gguf *g) {
     if (g->mapped) munmap((void *)g->base, (size_t)g->size);
     if (g->fd >= 0) close(g->fd);
     kiln_strmap_free(&g->tensor_index);
-    free(g->tensors);
-    free(g->tensor_names);
+    kiln_free(g->tensors);
+    kiln_free(g->tensor_names);
     kiln_meta_free(&g->meta);
-    free(g->path);
-    free(g);
+    kiln_free(g->path);
+    kiln_free(g);
 }
 
 const char *kiln_gguf_path(const kiln_gguf *g) {

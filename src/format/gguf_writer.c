@@ -58,7 +58,7 @@ static void b_put(bytes *b, const void *src, size_t n) {
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n) cap *= 2;
-        uint8_t *p = realloc(b->p, cap);
+        uint8_t *p = kiln_realloc(b->p, cap);
         if (!p) {
             b->failed = true;
             return;
@@ -87,7 +87,7 @@ kiln_status kiln_gguf_writer_create(uint32_t alignment, kiln_gguf_writer **out, 
     if (alignment < 8 || (alignment & (alignment - 1)))
         return kiln_err_set(err, KILN_ERR_INVALID_ARG,
                             "GGUF alignment %u is not a power of two >= 8", alignment);
-    kiln_gguf_writer *w = calloc(1, sizeof *w);
+    kiln_gguf_writer *w = kiln_calloc(1, sizeof *w);
     if (!w) return kiln_err_set(err, KILN_ERR_NOMEM, "allocating a GGUF writer");
     w->alignment = alignment;
     *out = w;
@@ -96,11 +96,11 @@ kiln_status kiln_gguf_writer_create(uint32_t alignment, kiln_gguf_writer **out, 
 
 void kiln_gguf_writer_free(kiln_gguf_writer *w) {
     if (!w) return;
-    for (size_t i = 0; i < w->n_kv; i++) free(w->kv[i].key), free(w->kv[i].val);
-    for (size_t i = 0; i < w->n_t; i++) free(w->t[i].name);
-    free(w->kv);
-    free(w->t);
-    free(w);
+    for (size_t i = 0; i < w->n_kv; i++) kiln_free(w->kv[i].key), kiln_free(w->kv[i].val);
+    for (size_t i = 0; i < w->n_t; i++) kiln_free(w->t[i].name);
+    kiln_free(w->kv);
+    kiln_free(w->t);
+    kiln_free(w);
 }
 
 static kv_entry *kv_find(const kiln_gguf_writer *w, const char *key) {
@@ -116,7 +116,7 @@ bool kiln_gguf_writer_has(const kiln_gguf_writer *w, const char *key) {
 void kiln_gguf_writer_remove(kiln_gguf_writer *w, const char *key) {
     kv_entry *e = kv_find(w, key);
     if (!e) return;
-    free(e->key), free(e->val);
+    kiln_free(e->key), kiln_free(e->val);
     size_t i = (size_t)(e - w->kv);
     memmove(&w->kv[i], &w->kv[i + 1], (w->n_kv - i - 1) * sizeof *e);
     w->n_kv--;
@@ -125,31 +125,31 @@ void kiln_gguf_writer_remove(kiln_gguf_writer *w, const char *key) {
 /* Takes ownership of b's buffer (also on failure). */
 static kiln_status kv_set(kiln_gguf_writer *w, const char *key, bytes *b, kiln_err *err) {
     if (b->failed) {
-        free(b->p);
+        kiln_free(b->p);
         return kiln_err_set(err, KILN_ERR_NOMEM, "metadata '%s': out of memory", key);
     }
     if (!key || !*key) {
-        free(b->p);
+        kiln_free(b->p);
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "empty metadata key");
     }
     kv_entry *e = kv_find(w, key);
     if (e) {
-        free(e->val);
+        kiln_free(e->val);
         e->val = b->p, e->len = b->len;
         return KILN_OK;
     }
     if (w->n_kv == w->cap_kv) {
         size_t cap = w->cap_kv ? 2 * w->cap_kv : 32;
-        kv_entry *p = realloc(w->kv, cap * sizeof *p);
+        kv_entry *p = kiln_realloc(w->kv, cap * sizeof *p);
         if (!p) {
-            free(b->p);
+            kiln_free(b->p);
             return kiln_err_set(err, KILN_ERR_NOMEM, "metadata '%s': out of memory", key);
         }
         w->kv = p, w->cap_kv = cap;
     }
-    char *k = strdup(key);
+    char *k = kiln_strdup(key);
     if (!k) {
-        free(b->p);
+        kiln_free(b->p);
         return kiln_err_set(err, KILN_ERR_NOMEM, "metadata '%s': out of memory", key);
     }
     w->kv[w->n_kv++] = (kv_entry){k, b->p, b->len};
@@ -340,7 +340,7 @@ kiln_status kiln_gguf_writer_set_value(kiln_gguf_writer *w, const char *key,
     bytes b = {0};
     b_u32(&b, (uint32_t)v->type);
     if (!enc_payload(&b, v, 0)) {
-        free(b.p);
+        kiln_free(b.p);
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "metadata '%s': malformed value", key);
     }
     return kv_set(w, key, &b, err);
@@ -380,11 +380,11 @@ static kiln_status add_tensor(kiln_gguf_writer *w, const char *name, uint32_t dt
     if (st) return kiln_err_wrap(err, st, "tensor '%s'", name);
     if (w->n_t == w->cap_t) {
         size_t cap = w->cap_t ? 2 * w->cap_t : 64;
-        wtensor *p = realloc(w->t, cap * sizeof *p);
+        wtensor *p = kiln_realloc(w->t, cap * sizeof *p);
         if (!p) return kiln_err_set(err, KILN_ERR_NOMEM, "tensor '%s': out of memory", name);
         w->t = p, w->cap_t = cap;
     }
-    t.name = strdup(name);
+    t.name = kiln_strdup(name);
     if (!t.name) return kiln_err_set(err, KILN_ERR_NOMEM, "tensor '%s': out of memory", name);
     t.data = data;
     t.fill = fill;
@@ -658,7 +658,7 @@ kiln_status kiln_gguf_writer_write(kiln_gguf_writer *w, const char *path, kiln_p
     uint64_t data_size = 0;
     kiln_status st = build_header(w, &h, &data_size, err);
     if (st) {
-        free(h.p);
+        kiln_free(h.p);
         return kiln_err_wrap(err, st, "writing %s", path);
     }
     size_t cap = SLAB_BYTES;
@@ -667,12 +667,12 @@ kiln_status kiln_gguf_writer_write(kiln_gguf_writer *w, const char *path, kiln_p
 
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        free(h.p);
+        kiln_free(h.p);
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "path too long: %s", path);
     }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        free(h.p);
+        kiln_free(h.p);
         return kiln_err_errno(err, errno, "creating %s", tmp);
     }
     io_thread io = {.fd = fd};
@@ -706,7 +706,7 @@ kiln_status kiln_gguf_writer_write(kiln_gguf_writer *w, const char *path, kiln_p
     kiln_free_aligned(s.slab[0]);
     kiln_free_aligned(s.slab[1]);
     const uint64_t header_len = h.len;
-    free(h.p);
+    kiln_free(h.p);
     if (!st && close(fd) != 0)
         st = kiln_err_errno(err, errno, "closing %s", tmp);
     else if (st)

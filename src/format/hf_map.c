@@ -1,5 +1,6 @@
 /* hf_map.c — HF config.json and tensor names -> GGUF keys and names (see hf_map.h). */
 #include "format/hf_map.h"
+#include "base/mem.h"
 
 #include "format/tensor.h"
 
@@ -160,27 +161,27 @@ static kiln_status raw_array(ctx *c, const char *key, json_t *a) {
         all_bool &= json_is_boolean(v);
     }
     if (n == 0 || all_int) {
-        int64_t *x = malloc((n ? n : 1) * sizeof *x);
+        int64_t *x = kiln_malloc((n ? n : 1) * sizeof *x);
         if (!x) return kiln_err_set(c->err, KILN_ERR_NOMEM, "config array");
         json_array_foreach(a, i, v) x[i] = json_integer_value(v);
         kiln_status st = kiln_meta_set_arr(c->m, key, KILN_META_I64, x, n, c->err);
-        free(x);
+        kiln_free(x);
         return st;
     }
     if (all_num) {
-        double *x = malloc(n * sizeof *x);
+        double *x = kiln_malloc(n * sizeof *x);
         if (!x) return kiln_err_set(c->err, KILN_ERR_NOMEM, "config array");
         json_array_foreach(a, i, v) x[i] = json_number_value(v);
         kiln_status st = kiln_meta_set_arr(c->m, key, KILN_META_F64, x, n, c->err);
-        free(x);
+        kiln_free(x);
         return st;
     }
     if (all_bool) {
-        uint8_t *x = malloc(n);
+        uint8_t *x = kiln_malloc(n);
         if (!x) return kiln_err_set(c->err, KILN_ERR_NOMEM, "config array");
         json_array_foreach(a, i, v) x[i] = json_is_true(v);
         kiln_status st = kiln_meta_set_arr(c->m, key, KILN_META_BOOL, x, n, c->err);
-        free(x);
+        kiln_free(x);
         return st;
     }
     if (!all_str) return KILN_OK; /* mixed arrays are not kept */

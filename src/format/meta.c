@@ -1,5 +1,6 @@
 /* meta.c — the metadata table, typed accessors and the name hash map. */
 #include "format/meta.h"
+#include "base/mem.h"
 
 #include "base/hash.h"
 
@@ -46,14 +47,14 @@ static bool str_same(kiln_str a, kiln_str b) {
 }
 
 static kiln_status meta_rehash(kiln_meta *m, size_t cap, kiln_err *err) {
-    uint32_t *slots = calloc(cap, sizeof *slots);
+    uint32_t *slots = kiln_calloc(cap, sizeof *slots);
     if (!slots) return kiln_err_set(err, KILN_ERR_NOMEM, "metadata index: out of memory");
     for (size_t i = 0; i < m->count; i++) {
         size_t h = (size_t)hash_str(m->entries[i].key) & (cap - 1);
         while (slots[h]) h = (h + 1) & (cap - 1);
         slots[h] = (uint32_t)(i + 1);
     }
-    free(m->index);
+    kiln_free(m->index);
     m->index = slots;
     m->index_cap = cap;
     return KILN_OK;
@@ -66,8 +67,8 @@ void kiln_meta_init(kiln_meta *m) {
 
 void kiln_meta_free(kiln_meta *m) {
     if (!m) return;
-    free(m->entries);
-    free(m->index);
+    kiln_free(m->entries);
+    kiln_free(m->index);
     kiln_arena_free(&m->arena);
     memset(m, 0, sizeof *m);
 }
@@ -102,7 +103,7 @@ kiln_status kiln_meta_add(kiln_meta *m, kiln_str key, const kiln_meta_value *val
         return kiln_err_set(err, KILN_ERR_RANGE, "too many metadata keys");
     if (m->count == m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 32;
-        kiln_meta_entry *e = realloc(m->entries, cap * sizeof *e);
+        kiln_meta_entry *e = kiln_realloc(m->entries, cap * sizeof *e);
         if (!e) return kiln_err_set(err, KILN_ERR_NOMEM, "metadata table: out of memory");
         m->entries = e;
         m->cap = cap;
@@ -350,7 +351,7 @@ kiln_status kiln_meta_opt_str(const kiln_meta *m, const char *key, const char *d
 kiln_status kiln_meta_dup_str(const kiln_meta *m, const char *key, char **out, kiln_err *err) {
     kiln_str s = {0};
     KILN_TRY(kiln_meta_get_str(m, key, &s, err));
-    char *c = malloc(s.len + 1);
+    char *c = kiln_malloc(s.len + 1);
     if (!c) return kiln_err_set(err, KILN_ERR_NOMEM, "'%s': out of memory", key);
     if (s.len) memcpy(c, s.ptr, s.len);
     c[s.len] = 0;
@@ -574,7 +575,7 @@ kiln_status kiln_strmap_build(kiln_strmap *map, const kiln_str *names, size_t n,
     if (n >= UINT32_MAX / 4) return kiln_err_set(err, KILN_ERR_RANGE, "too many names (%zu)", n);
     size_t cap = 16;
     while (cap < n * 2) cap *= 2;
-    map->slots = calloc(cap, sizeof *map->slots);
+    map->slots = kiln_calloc(cap, sizeof *map->slots);
     if (!map->slots) return kiln_err_set(err, KILN_ERR_NOMEM, "name index: out of memory");
     map->cap = cap;
     for (size_t i = 0; i < n; i++) {
@@ -604,7 +605,7 @@ int64_t kiln_strmap_find(const kiln_strmap *map, const kiln_str *names, kiln_str
 
 void kiln_strmap_free(kiln_strmap *map) {
     if (!map) return;
-    free(map->slots);
+    kiln_free(map->slots);
     map->slots = NULL;
     map->cap = 0;
 }

@@ -1,5 +1,6 @@
 /* model_file.c — source detection and the unified metadata/tensor view (model_file.h). */
 #include "format/model_file.h"
+#include "base/mem.h"
 
 #include "base/log.h"
 #include "format/gguf.h"
@@ -74,7 +75,7 @@ static kiln_status read_file(const char *path, char **out, size_t *len, kiln_err
                             path, (long long)sb.st_size, MAX_JSON_FILE);
     }
     size_t n = (size_t)sb.st_size;
-    char *buf = malloc(n + 1);
+    char *buf = kiln_malloc(n + 1);
     if (!buf) {
         close(fd);
         return kiln_err_set(err, KILN_ERR_NOMEM, "reading %s", path);
@@ -86,7 +87,7 @@ static kiln_status read_file(const char *path, char **out, size_t *len, kiln_err
         if (r <= 0) {
             kiln_status st = r < 0 ? kiln_err_errno(err, errno, "reading %s", path)
                                    : kiln_err_set(err, KILN_ERR_IO, "reading %s: short read", path);
-            free(buf);
+            kiln_free(buf);
             close(fd);
             return st;
         }
@@ -106,9 +107,9 @@ static kiln_status join(char *out, size_t n, const char *dir, const char *name, 
 }
 
 static kiln_status alloc_tables(kiln_model_file *mf, size_t n, kiln_err *err) {
-    mf->tensors = calloc(n ? n : 1, sizeof *mf->tensors);
-    mf->src_names = calloc(n ? n : 1, sizeof *mf->src_names);
-    mf->names = calloc(n ? n : 1, sizeof *mf->names);
+    mf->tensors = kiln_calloc(n ? n : 1, sizeof *mf->tensors);
+    mf->src_names = kiln_calloc(n ? n : 1, sizeof *mf->src_names);
+    mf->names = kiln_calloc(n ? n : 1, sizeof *mf->names);
     if (!mf->tensors || !mf->src_names || !mf->names)
         return kiln_err_set(err, KILN_ERR_NOMEM, "tensor table of %zu", n);
     return KILN_OK;
@@ -138,7 +139,7 @@ static kiln_status open_gguf(kiln_model_file *mf, uint32_t flags, kiln_err *err)
         mf->names[i].len = mf->tensors[i].name_len;
     }
     mf->n_tensors = n;
-    mf->shards = calloc(1, sizeof *mf->shards);
+    mf->shards = kiln_calloc(1, sizeof *mf->shards);
     if (!mf->shards) return kiln_err_set(err, KILN_ERR_NOMEM, "shards");
     mf->n_shards = 1;
     mf->shards[0] = (kiln_model_shard){
@@ -166,7 +167,7 @@ static kiln_status check_shard_name(const char *index_path, const char *name, ki
 
 static kiln_status open_shard(kiln_model_file *mf, const char *path, uint32_t flags,
                               kiln_err *err) {
-    kiln_safetensors **st = realloc(mf->st, (mf->n_st + 1) * sizeof *st);
+    kiln_safetensors **st = kiln_realloc(mf->st, (mf->n_st + 1) * sizeof *st);
     if (!st) return kiln_err_set(err, KILN_ERR_NOMEM, "shards");
     mf->st = st;
     KILN_TRY(kiln_st_open(path, flags, &mf->st[mf->n_st], err));
@@ -182,7 +183,7 @@ static kiln_status open_index(kiln_model_file *mf, const char *dir, const char *
     KILN_TRY(read_file(index_path, &text, &len, err));
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-    free(text);
+    kiln_free(text);
     if (!root)
         return kiln_err_set(err, KILN_ERR_FORMAT, "%s: %s (line %d, column %d)", index_path,
                             je.text, je.line, je.column);
@@ -263,7 +264,7 @@ static kiln_status open_safetensors(kiln_model_file *mf, const char *dir, const 
         size_t len;
         KILN_TRY(read_file(p, &text, &len, err));
         kiln_status st = kiln_hf_config_to_meta(text, len, p, &mf->st_meta, err);
-        free(text);
+        kiln_free(text);
         KILN_TRY(st);
     } else {
         KILN_WARN("%s: no config.json next to the model: no metadata, tensor names unmapped",
@@ -273,7 +274,7 @@ static kiln_status open_safetensors(kiln_model_file *mf, const char *dir, const 
     if (kiln_meta_opt_str(mf->meta, "general.architecture", "", &arch, NULL) == KILN_OK)
         snprintf(mf->arch, sizeof mf->arch, "%.*s", (int)arch.len, arch.ptr);
     KILN_TRY(join(p, sizeof p, dir, "tokenizer.json", err));
-    if (is_file(p) && !(mf->tokenizer_json = strdup(p)))
+    if (is_file(p) && !(mf->tokenizer_json = kiln_strdup(p)))
         return kiln_err_set(err, KILN_ERR_NOMEM, "path");
 
     if (index_path) {
@@ -284,7 +285,7 @@ static kiln_status open_safetensors(kiln_model_file *mf, const char *dir, const 
     size_t n = 0;
     for (size_t s = 0; s < mf->n_st; s++) n += kiln_st_tensor_count(mf->st[s]);
     KILN_TRY(alloc_tables(mf, n, err));
-    mf->shards = calloc(mf->n_st ? mf->n_st : 1, sizeof *mf->shards);
+    mf->shards = kiln_calloc(mf->n_st ? mf->n_st : 1, sizeof *mf->shards);
     if (!mf->shards) return kiln_err_set(err, KILN_ERR_NOMEM, "shards");
     mf->n_shards = mf->n_st;
     size_t k = 0;
@@ -365,9 +366,9 @@ static kiln_status detect_and_open(kiln_model_file *mf, uint32_t flags, kiln_err
 kiln_status kiln_model_file_open(const char *path, uint32_t flags, kiln_model_file **out,
                                  kiln_err *err) {
     *out = NULL;
-    kiln_model_file *mf = calloc(1, sizeof *mf);
-    if (!mf || !(mf->path = strdup(path))) {
-        free(mf);
+    kiln_model_file *mf = kiln_calloc(1, sizeof *mf);
+    if (!mf || !(mf->path = kiln_strdup(path))) {
+        kiln_free(mf);
         return kiln_err_set(err, KILN_ERR_NOMEM, "model file");
     }
     kiln_arena_init(&mf->arena, 64 * 1024);
@@ -389,17 +390,17 @@ void kiln_model_file_close(kiln_model_file *mf) {
     if (!mf) return;
     kiln_gguf_close(mf->gguf);
     for (size_t i = 0; i < mf->n_st; i++) kiln_st_close(mf->st[i]);
-    free(mf->st);
+    kiln_free(mf->st);
     if (mf->source == KILN_SOURCE_SAFETENSORS) kiln_meta_free(&mf->st_meta);
     kiln_strmap_free(&mf->index);
-    free(mf->tensors);
-    free(mf->src_names);
-    free(mf->names);
-    free(mf->shards);
-    free(mf->tokenizer_json);
+    kiln_free(mf->tensors);
+    kiln_free(mf->src_names);
+    kiln_free(mf->names);
+    kiln_free(mf->shards);
+    kiln_free(mf->tokenizer_json);
     kiln_arena_free(&mf->arena);
-    free(mf->path);
-    free(mf);
+    kiln_free(mf->path);
+    kiln_free(mf);
 }
 
 kiln_model_source kiln_model_file_source(const kiln_model_file *mf) {

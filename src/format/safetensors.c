@@ -1,5 +1,6 @@
 /* safetensors.c — safetensors parsing and validation (format in safetensors.h). */
 #include "format/safetensors.h"
+#include "base/mem.h"
 
 #include "format/dtype.h"
 
@@ -135,7 +136,7 @@ static int cmp_off(const void *a, const void *b) {
 
 /* The data section must be covered exactly: no overlaps, holes or trailing bytes. */
 static kiln_status check_coverage(kiln_safetensors *st, kiln_err *err) {
-    const kiln_tensor_info **o = malloc((st->n_tensors ? st->n_tensors : 1) * sizeof *o);
+    const kiln_tensor_info **o = kiln_malloc((st->n_tensors ? st->n_tensors : 1) * sizeof *o);
     if (!o) return kiln_err_set(err, KILN_ERR_NOMEM, "tensor order");
     for (size_t i = 0; i < st->n_tensors; i++) o[i] = &st->tensors[i];
     qsort(o, st->n_tensors, sizeof *o, cmp_off);
@@ -160,7 +161,7 @@ static kiln_status check_coverage(kiln_safetensors *st, kiln_err *err) {
         rc = kiln_err_set(err, KILN_ERR_FORMAT,
                           "%" PRIu64 " trailing bytes after the last tensor are not indexed",
                           st->size - pos);
-    free(o);
+    kiln_free(o);
     return rc;
 }
 
@@ -190,8 +191,8 @@ static kiln_status parse(kiln_safetensors *st, uint32_t flags, kiln_err *err) {
         goto done;
     }
     size_t cap = json_object_size(root);
-    st->tensors = calloc(cap ? cap : 1, sizeof *st->tensors);
-    st->names = calloc(cap ? cap : 1, sizeof *st->names);
+    st->tensors = kiln_calloc(cap ? cap : 1, sizeof *st->tensors);
+    st->names = kiln_calloc(cap ? cap : 1, sizeof *st->names);
     if (!st->tensors || !st->names) {
         rc = kiln_err_set(err, KILN_ERR_NOMEM, "tensor table of %zu", cap);
         goto done;
@@ -248,14 +249,14 @@ done:
 }
 
 static kiln_safetensors *st_new(const char *name) {
-    kiln_safetensors *st = calloc(1, sizeof *st);
+    kiln_safetensors *st = kiln_calloc(1, sizeof *st);
     if (!st) return NULL;
     st->fd = -1;
     kiln_meta_init(&st->meta);
-    st->path = strdup(name);
+    st->path = kiln_strdup(name);
     if (!st->path) {
         kiln_meta_free(&st->meta);
-        free(st);
+        kiln_free(st);
         return NULL;
     }
     return st;
@@ -324,11 +325,11 @@ void kiln_st_close(kiln_safetensors *st) {
     if (st->mapped) munmap((void *)st->base, (size_t)st->size);
     if (st->fd >= 0) close(st->fd);
     kiln_strmap_free(&st->index);
-    free(st->tensors);
-    free(st->names);
+    kiln_free(st->tensors);
+    kiln_free(st->names);
     kiln_meta_free(&st->meta);
-    free(st->path);
-    free(st);
+    kiln_free(st->path);
+    kiln_free(st);
 }
 
 const char *kiln_st_path(const kiln_safetensors *st) {

@@ -2,6 +2,7 @@
  * bake.c — saving and loading dispatch tables as JSON (dispatch.h).
  */
 #include "kernels/dispatch.h"
+#include "base/mem.h"
 
 #include "base/cpu.h"
 #include "base/log.h"
@@ -55,7 +56,7 @@ void kiln_dispatch_signature(const kiln_selector *s, const kiln_sel_ctx *device,
     json_t *sig = signature_json(s, device);
     char *txt = json_dumps(sig, JSON_COMPACT | JSON_SORT_KEYS);
     snprintf(buf, n, "%s", txt ? txt : "");
-    free(txt);
+    kiln_free(txt);
     json_decref(sig);
 }
 
@@ -183,8 +184,8 @@ kiln_status kiln_dispatch_load(kiln_selector *s, const kiln_sel_site *sites, int
                 char *b = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
                 snprintf(why, why_size, "signature differs: %s is %s in the table, %s here", key,
                          a ? a : "missing", b ? b : "?");
-                free(a);
-                free(b);
+                kiln_free(a);
+                kiln_free(b);
                 break;
             }
         }
@@ -194,9 +195,9 @@ kiln_status kiln_dispatch_load(kiln_selector *s, const kiln_sel_site *sites, int
     kiln_dispatch *d = NULL;
     if (same) {
         size_t n = n_sites ? (size_t)n_sites : 1;
-        d = calloc(1, sizeof *d);
-        if (d) d->sites = calloc(n, sizeof *d->sites);
-        if (d && d->sites) d->e = calloc(n * KILN_SEL_BUCKETS, sizeof *d->e);
+        d = kiln_calloc(1, sizeof *d);
+        if (d) d->sites = kiln_calloc(n, sizeof *d->sites);
+        if (d && d->sites) d->e = kiln_calloc(n * KILN_SEL_BUCKETS, sizeof *d->e);
         if (!d || !d->sites || !d->e) {
             kiln_dispatch_free(d);
             json_decref(root);
@@ -249,10 +250,10 @@ kiln_status kiln_baked_open(const char *path, const kiln_selector *s, const kiln
                             "%s: not a kiln dispatch table (schema \"%s\" version %d)", path,
                             KILN_DISPATCH_SCHEMA, KILN_DISPATCH_VERSION);
     }
-    kiln_baked *b = calloc(1, sizeof *b);
+    kiln_baked *b = kiln_calloc(1, sizeof *b);
     json_t *by = json_object();
     if (!b || !by) {
-        free(b);
+        kiln_free(b);
         json_decref(by);
         json_decref(root);
         return kiln_err_set(err, KILN_ERR_NOMEM, "dispatch table: out of memory");
@@ -283,8 +284,8 @@ kiln_status kiln_baked_open(const char *path, const kiln_selector *s, const kiln
                 char *y = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
                 snprintf(why, why_size, "signature differs: %s is %s in the table, %s here", key,
                          x ? x : "missing", y ? y : "?");
-                free(x);
-                free(y);
+                kiln_free(x);
+                kiln_free(y);
                 break;
             }
         }
@@ -308,5 +309,5 @@ void kiln_baked_free(kiln_baked *b) {
     if (!b) return;
     json_decref(b->by_name);
     json_decref(b->root);
-    free(b);
+    kiln_free(b);
 }

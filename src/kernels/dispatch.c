@@ -3,6 +3,7 @@
  * circuit breaker that rebinds entries whose kernel failed at run time.
  */
 #include "base/log.h"
+#include "base/mem.h"
 #include "kernels/select.h"
 
 #include <stdio.h>
@@ -83,11 +84,11 @@ kiln_status kiln_dispatch_build(kiln_selector *s, const kiln_sel_site *sites, in
     *out = NULL;
     if (n_sites < 0 || (n_sites > 0 && !sites))
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "dispatch: bad site list");
-    kiln_dispatch *d = calloc(1, sizeof *d);
+    kiln_dispatch *d = kiln_calloc(1, sizeof *d);
     if (!d) return kiln_err_set(err, KILN_ERR_NOMEM, "dispatch: out of memory");
     size_t n = n_sites ? (size_t)n_sites : 1;
-    d->sites = calloc(n, sizeof *d->sites);
-    d->e = calloc(n * KILN_SEL_BUCKETS, sizeof *d->e);
+    d->sites = kiln_calloc(n, sizeof *d->sites);
+    d->e = kiln_calloc(n * KILN_SEL_BUCKETS, sizeof *d->e);
     if (!d->sites || !d->e) {
         kiln_dispatch_free(d);
         return kiln_err_set(err, KILN_ERR_NOMEM, "dispatch: out of memory (%d sites)", n_sites);
@@ -108,9 +109,9 @@ kiln_status kiln_dispatch_build(kiln_selector *s, const kiln_sel_site *sites, in
 
 void kiln_dispatch_free(kiln_dispatch *d) {
     if (!d) return;
-    free(d->sites);
-    free(d->e);
-    free(d);
+    kiln_free(d->sites);
+    kiln_free(d->e);
+    kiln_free(d);
 }
 
 kiln_status kiln_dispatch_fail(kiln_dispatch *d, kiln_selector *s, int site, int bucket,

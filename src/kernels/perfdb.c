@@ -2,6 +2,7 @@
  * perfdb.c — the PerfDB (SQLite, WAL) and the in-memory timing table selection reads.
  */
 #include "kernels/perfdb.h"
+#include "base/mem.h"
 
 #include "base/cpu.h"
 #include "base/hash.h"
@@ -59,7 +60,7 @@ kiln_status kiln_perfdb_default_path(char *out, size_t n, kiln_err *err) {
 
 kiln_status kiln_perfdb_open(const char *path, kiln_perfdb **out, kiln_err *err) {
     *out = NULL;
-    kiln_perfdb *p = calloc(1, sizeof *p);
+    kiln_perfdb *p = kiln_calloc(1, sizeof *p);
     if (!p) return kiln_err_set(err, KILN_ERR_NOMEM, "perfdb: out of memory");
     kiln_status st = KILN_OK;
     if (sqlite3_open_v2(path, &p->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
@@ -112,7 +113,7 @@ void kiln_perfdb_close(kiln_perfdb *p) {
     if (!p) return;
     sqlite3_finalize(p->put);
     sqlite3_close(p->db);
-    free(p);
+    kiln_free(p);
 }
 
 kiln_status kiln_perfdb_put(kiln_perfdb *p, const char *device, const kiln_perf_rec *r,
@@ -194,7 +195,7 @@ void kiln_perf_ctx_shape(const kiln_sel_ctx *c, char *buf, size_t n) {
 }
 
 kiln_status kiln_perf_table_new(kiln_perf_table **out, kiln_err *err) {
-    kiln_perf_table *t = calloc(1, sizeof *t);
+    kiln_perf_table *t = kiln_calloc(1, sizeof *t);
     if (!t) return kiln_err_set(err, KILN_ERR_NOMEM, "perf table: out of memory");
     t->hash = 0x7065726674626cull;
     *out = t;
@@ -203,22 +204,22 @@ kiln_status kiln_perf_table_new(kiln_perf_table **out, kiln_err *err) {
 
 void kiln_perf_table_free(kiln_perf_table *t) {
     if (!t) return;
-    free(t->recs);
-    free(t->keys);
-    free(t->slot_rec);
-    free(t);
+    kiln_free(t->recs);
+    kiln_free(t->keys);
+    kiln_free(t->slot_rec);
+    kiln_free(t);
 }
 
 static kiln_status rehash_slots(kiln_perf_table *t, int slots, kiln_err *err) {
-    uint64_t *keys = calloc((size_t)slots, sizeof *keys);
-    int *sr = calloc((size_t)slots, sizeof *sr);
+    uint64_t *keys = kiln_calloc((size_t)slots, sizeof *keys);
+    int *sr = kiln_calloc((size_t)slots, sizeof *sr);
     if (!keys || !sr) {
-        free(keys);
-        free(sr);
+        kiln_free(keys);
+        kiln_free(sr);
         return kiln_err_set(err, KILN_ERR_NOMEM, "perf table: out of memory");
     }
-    free(t->keys);
-    free(t->slot_rec);
+    kiln_free(t->keys);
+    kiln_free(t->slot_rec);
     t->keys = keys, t->slot_rec = sr, t->slots = slots;
     for (int i = 0; i < t->n; i++) {
         const kiln_perf_rec *r = &t->recs[i];
@@ -241,7 +242,7 @@ kiln_status kiln_perf_table_add(kiln_perf_table *t, const kiln_perf_rec *rec, ki
     } else {
         if (t->n == t->cap) {
             int nc = t->cap ? t->cap * 2 : 64;
-            kiln_perf_rec *nr = realloc(t->recs, sizeof *nr * (size_t)nc);
+            kiln_perf_rec *nr = kiln_realloc(t->recs, sizeof *nr * (size_t)nc);
             if (!nr) return kiln_err_set(err, KILN_ERR_NOMEM, "perf table: out of memory");
             t->recs = nr, t->cap = nc;
         }

@@ -3,6 +3,7 @@
  * environment overrides. Precedence is documented in policy.h and docs/KERNELS.md.
  */
 #include "kernels/policy.h"
+#include "base/mem.h"
 
 #include "base/hash.h"
 #include "kernels/select.h"
@@ -259,6 +260,8 @@ static kiln_status parse_root(pctx *x, yaml_node_t *root, kiln_policy *p) {
             KILN_TRY(get_list(x, vn, k, &p->avoid));
         } else if (!strcmp(k, "rules")) {
             KILN_TRY(parse_rules(x, vn, p));
+        } else if (!strcmp(k, "tenants")) {
+            /* the scheduler's part of kiln.yaml: src/sched/tenants.c reads it */
         } else {
             return perr(x, kn, "unknown key '%s'", k, NULL);
         }
@@ -280,7 +283,7 @@ kiln_status kiln_policy_parse(kiln_policy *out, const char *text, size_t len, co
         yaml_parser_delete(&parser);
         return st;
     }
-    kiln_policy *p = malloc(sizeof *p);
+    kiln_policy *p = kiln_malloc(sizeof *p);
     if (!p) {
         yaml_document_delete(&doc);
         yaml_parser_delete(&parser);
@@ -294,7 +297,7 @@ kiln_status kiln_policy_parse(kiln_policy *out, const char *text, size_t len, co
         kiln_policy_rehash(p);
         *out = *p;
     }
-    free(p);
+    kiln_free(p);
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
     return st;
@@ -303,7 +306,7 @@ kiln_status kiln_policy_parse(kiln_policy *out, const char *text, size_t len, co
 kiln_status kiln_policy_load_file(kiln_policy *p, const char *path, kiln_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return kiln_err_errno(err, errno, "policy %s", path);
-    char *buf = malloc(1 << 20);
+    char *buf = kiln_malloc(1 << 20);
     if (!buf) {
         fclose(f);
         return kiln_err_set(err, KILN_ERR_NOMEM, "policy %s: out of memory", path);
@@ -318,7 +321,7 @@ kiln_status kiln_policy_load_file(kiln_policy *p, const char *path, kiln_err *er
         st = kiln_err_set(err, KILN_ERR_RANGE, "policy %s: larger than 1 MiB", path);
     else
         st = kiln_policy_parse(p, buf, n, path, err);
-    free(buf);
+    kiln_free(buf);
     return st;
 }
 

@@ -42,13 +42,13 @@ static kiln_status read_file(const char *path, char **out, size_t *len, kiln_err
         if (n + 4096 + 1 > cap) {
             size_t nc = cap ? cap * 2 : 8192;
             if (nc > (16u << 20)) {
-                free(buf);
+                kiln_free(buf);
                 fclose(f);
                 return kiln_err_set(err, KILN_ERR_RANGE, "%s: larger than 16 MiB", path);
             }
-            char *nb = realloc(buf, nc);
+            char *nb = kiln_realloc(buf, nc);
             if (!nb) {
-                free(buf);
+                kiln_free(buf);
                 fclose(f);
                 return kiln_err_set(err, KILN_ERR_NOMEM, "%s: out of memory", path);
             }
@@ -61,7 +61,7 @@ static kiln_status read_file(const char *path, char **out, size_t *len, kiln_err
     int bad = ferror(f);
     fclose(f);
     if (bad) {
-        free(buf);
+        kiln_free(buf);
         return kiln_err_set(err, KILN_ERR_IO, "reading %s failed", path);
     }
     buf[n] = 0;
@@ -94,7 +94,7 @@ static void apply_descriptor(kiln_registry *r, int pi, int first, int count, con
     if (!st)
         st = kiln_descriptor_apply(text, len, rp->descriptor_path, rp->p->name, specs, declared,
                                    count, &rp->descriptor_hash, &e);
-    free(text);
+    kiln_free(text);
     if (st) {
         rp->available = false;
         snprintf(rp->why, sizeof rp->why, "descriptor rejected: %.480s", e.msg);
@@ -123,11 +123,11 @@ kiln_status kiln_registry_new(const kiln_provider *const *providers, int n_provi
     if (total > KILN_REG_MAX_KERNELS)
         return kiln_err_set(err, KILN_ERR_RANGE, "registry: %d kernels (max %d)", total,
                             KILN_REG_MAX_KERNELS);
-    kiln_registry *r = calloc(1, sizeof *r);
+    kiln_registry *r = kiln_calloc(1, sizeof *r);
     if (!r) return kiln_err_set(err, KILN_ERR_NOMEM, "registry: out of memory");
-    r->kernels = calloc(total ? (size_t)total : 1, sizeof *r->kernels);
+    r->kernels = kiln_calloc(total ? (size_t)total : 1, sizeof *r->kernels);
     if (!r->kernels) {
-        free(r);
+        kiln_free(r);
         return kiln_err_set(err, KILN_ERR_NOMEM, "registry: out of memory");
     }
     for (int op = 0; op < KILN_KOP_COUNT; op++) r->fallback[op] = -1;
@@ -212,8 +212,8 @@ kiln_status kiln_registry_new(const kiln_provider *const *providers, int n_provi
 
 void kiln_registry_free(kiln_registry *r) {
     if (!r) return;
-    free(r->kernels);
-    free(r);
+    kiln_free(r->kernels);
+    kiln_free(r);
 }
 
 const kiln_reg_kernel *kiln_registry_find(const kiln_registry *r, const char *kernel_id) {

@@ -10,6 +10,7 @@
  * differs in any field, or a selector whose state changed, never hits.
  */
 #include "kernels/select.h"
+#include "base/mem.h"
 
 #include "base/cpu.h"
 #include "base/hash.h"
@@ -158,7 +159,7 @@ kiln_status kiln_selector_new(const kiln_registry *reg, const kiln_policy *polic
                               const kiln_perf_table *perf, kiln_selector **out, kiln_err *err) {
     *out = NULL;
     if (!reg) return kiln_err_set(err, KILN_ERR_INVALID_ARG, "selector: no registry");
-    kiln_selector *s = calloc(1, sizeof *s);
+    kiln_selector *s = kiln_calloc(1, sizeof *s);
     if (!s) return kiln_err_set(err, KILN_ERR_NOMEM, "selector: out of memory");
     s->reg = reg;
     kiln_policy_init(&s->default_policy);
@@ -173,7 +174,7 @@ kiln_status kiln_selector_new(const kiln_registry *reg, const kiln_policy *polic
 void kiln_selector_free(kiln_selector *s) {
     if (!s) return;
     for (int i = 0; i < CACHE_SHARDS; i++) pthread_mutex_destroy(&s->shards[i].mu);
-    free(s);
+    kiln_free(s);
 }
 
 const kiln_registry *kiln_selector_registry(const kiln_selector *s) {

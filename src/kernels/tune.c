@@ -112,7 +112,8 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
     } a;
     memset(&a, 0, sizeof a);
     int32_t *ints = NULL;
-    kiln_kv_seq seq = {0};
+    kiln_kv_blocks seq = {0};
+    int32_t seq_len = 0;
     int64_t n = c->n > 0 ? c->n : 1;
 #define NEED(ptr)                                                                                  \
     do {                                                                                           \
@@ -235,8 +236,8 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
         for (int32_t i = 0; i < nblk; i++) ints[i] = i;
         int32_t *tok_seq = ints + nblk, *tok_pos = tok_seq + t;
         for (int64_t i = 0; i < t; i++) tok_seq[i] = 0, tok_pos[i] = (int32_t)(ctxlen - t + i);
-        seq.block_table = ints;
-        seq.n_blocks = nblk;
+        seq_len = (int32_t)ctxlen;
+        seq = (kiln_kv_blocks){.table = ints, .seq_len = &seq_len, .n_seqs = 1, .stride = nblk};
         float *q = frandom(b, (size_t)(t * nh * hd), err);
         NEED(q);
         if (c->op == KILN_KOP_KV_WRITE) {
@@ -250,7 +251,7 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
                                          .t = t,
                                          .tok_seq = tok_seq,
                                          .tok_pos = tok_pos,
-                                         .seqs = &seq};
+                                         .blocks = seq};
         } else {
             float *out = balloc(b, (size_t)(t * nh * hd) * sizeof(float), err);
             NEED(out);
@@ -263,7 +264,7 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
                                          .n_head = nh,
                                          .tok_seq = tok_seq,
                                          .tok_pos = tok_pos,
-                                         .seqs = &seq,
+                                         .blocks = seq,
                                          .scale = 1.0f / sqrtf((float)hd)};
         }
         break;
@@ -274,7 +275,7 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
     }
 #undef NEED
     int warm = o->warmup < 1 ? 1 : o->warmup, reps = o->reps < 3 ? 3 : o->reps;
-    double *times = calloc((size_t)reps, sizeof *times);
+    double *times = kiln_calloc((size_t)reps, sizeof *times);
     if (!times) {
         st = kiln_err_set(err, KILN_ERR_NOMEM, "tune: out of memory");
         goto done;
@@ -313,7 +314,7 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
         }
         double us = (double)(kiln_now_ns() - t0) / 1e3;
         if (st) {
-            free(times);
+            kiln_free(times);
             st = kiln_err_set(err, st, "%s failed while tuning (%s)", k->spec.id,
                               kiln_status_name(st));
             goto done;
@@ -335,7 +336,7 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
     rec->p95_us = times[p95 < 0 ? 0 : p95];
     rec->variance_us2 = done_reps > 1 ? var / (done_reps - 1) : 0;
     rec->samples = done_reps;
-    free(times);
+    kiln_free(times);
 done:
     for (int i = 0; i < b->n; i++) kiln_free_aligned(b->p[i]);
     return st;

@@ -30,11 +30,11 @@ kiln_status kiln_reader_init(kiln_reader *r, const kiln_load_plan *p, kiln_io io
     r->plan = p;
     r->io = io;
     if (io == KILN_IO_URING) {
-        struct io_uring *ring = calloc(1, sizeof *ring);
+        struct io_uring *ring = kiln_calloc(1, sizeof *ring);
         if (!ring) return kiln_err_set(err, KILN_ERR_NOMEM, "io_uring");
         int rc = io_uring_queue_init(URING_QD, ring, 0);
         if (rc < 0) {
-            free(ring);
+            kiln_free(ring);
             return kiln_err_errno(err, -rc, "io_uring_queue_init");
         }
         r->ring = ring;
@@ -45,7 +45,7 @@ kiln_status kiln_reader_init(kiln_reader *r, const kiln_load_plan *p, kiln_io io
 void kiln_reader_free(kiln_reader *r) {
     if (r->ring) {
         io_uring_queue_exit(r->ring);
-        free(r->ring);
+        kiln_free(r->ring);
         r->ring = NULL;
     }
 }
@@ -315,10 +315,10 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
     pthread_mutex_init(&w.lock, NULL);
     int nth = kiln_pool_size(pool);
     w.nth = nth;
-    w.chunks = calloc((size_t)n_chunks, sizeof *w.chunks);
-    w.left = calloc(p->n ? p->n : 1, sizeof *w.left);
-    w.readers = calloc((size_t)nth, sizeof *w.readers);
-    w.scratch = calloc((size_t)nth, sizeof *w.scratch);
+    w.chunks = kiln_calloc((size_t)n_chunks, sizeof *w.chunks);
+    w.left = kiln_calloc(p->n ? p->n : 1, sizeof *w.left);
+    w.readers = kiln_calloc((size_t)nth, sizeof *w.readers);
+    w.scratch = kiln_calloc((size_t)nth, sizeof *w.scratch);
     kiln_status st = KILN_OK;
     if (!w.chunks || !w.readers || !w.scratch)
         st = kiln_err_set(err, KILN_ERR_NOMEM, "load chunks");
@@ -359,10 +359,10 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
     }
     for (int t = 0; w.readers && t < nth; t++) kiln_reader_free(&w.readers[t]);
     for (int t = 0; w.scratch && t < nth; t++) kiln_free_aligned(w.scratch[t]);
-    free(w.chunks);
-    free(w.left);
-    free(w.readers);
-    free(w.scratch);
+    kiln_free(w.chunks);
+    kiln_free(w.left);
+    kiln_free(w.readers);
+    kiln_free(w.scratch);
     pthread_mutex_destroy(&w.lock);
     return st;
 }
@@ -448,7 +448,7 @@ kiln_status kiln_load_execute(kiln_load_plan *p, kiln_err *err) {
     /* upload */
     if (!st && p->rep.lane[KILN_LANE_UPLOAD].tensors) {
         ts = kiln_now_ns();
-        kiln_load_item **ups = calloc(p->rep.lane[KILN_LANE_UPLOAD].tensors, sizeof *ups);
+        kiln_load_item **ups = kiln_calloc(p->rep.lane[KILN_LANE_UPLOAD].tensors, sizeof *ups);
         if (!ups) {
             st = kiln_err_set(err, KILN_ERR_NOMEM, "upload list");
         } else {
@@ -461,7 +461,7 @@ kiln_status kiln_load_execute(kiln_load_plan *p, kiln_err *err) {
                 st = kiln_upload_lane(p, ups, k, &rd, err);
                 kiln_reader_free(&rd);
             }
-            free(ups);
+            kiln_free(ups);
         }
         p->rep.lane[KILN_LANE_UPLOAD].seconds = (double)(kiln_now_ns() - ts) * 1e-9;
     }

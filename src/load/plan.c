@@ -71,7 +71,7 @@ static uint64_t resident_bytes(int fd, const uint8_t *base, uint64_t size) {
         return b > size ? size : b;
     }
     size_t pages = (size_t)((size + (uint64_t)pg - 1) / (uint64_t)pg);
-    unsigned char *vec = malloc(pages);
+    unsigned char *vec = kiln_malloc(pages);
     if (!vec) return 0;
     uint64_t res = 0;
     if (mincore((void *)base, (size_t)size, vec) == 0) {
@@ -79,7 +79,7 @@ static uint64_t resident_bytes(int fd, const uint8_t *base, uint64_t size) {
         res *= (uint64_t)pg;
         if (res > size) res = size;
     }
-    free(vec);
+    kiln_free(vec);
     return res;
 }
 
@@ -290,14 +290,14 @@ kiln_status kiln_load_plan_build(const kiln_model_file *mf, const kiln_load_requ
                             req->shard_count);
     if (req->force_lane >= KILN_LANE_COUNT)
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "forced lane %d", req->force_lane);
-    kiln_load_plan *p = calloc(1, sizeof *p);
+    kiln_load_plan *p = kiln_calloc(1, sizeof *p);
     if (!p) return kiln_err_set(err, KILN_ERR_NOMEM, "load plan");
     p->mf = mf;
     p->req = *req;
     size_t n = kiln_model_file_tensor_count(mf);
-    p->items = calloc(n ? n : 1, sizeof *p->items);
-    p->owned = calloc(n ? n : 1, sizeof *p->owned);
-    p->names = calloc(n ? n : 1, sizeof *p->names);
+    p->items = kiln_calloc(n ? n : 1, sizeof *p->items);
+    p->owned = kiln_calloc(n ? n : 1, sizeof *p->owned);
+    p->names = kiln_calloc(n ? n : 1, sizeof *p->names);
     if (!p->items || !p->owned || !p->names) {
         kiln_load_plan_free(p);
         return kiln_err_set(err, KILN_ERR_NOMEM, "load plan of %zu tensors", n);
@@ -366,10 +366,10 @@ void kiln_load_plan_free(kiln_load_plan *p) {
         if (p->items[i].device_alloc) kiln_upload_free(p->items[i].device_alloc);
     }
     kiln_strmap_free(&p->index);
-    free(p->items);
-    free(p->owned);
-    free(p->names);
-    free(p);
+    kiln_free(p->items);
+    kiln_free(p->owned);
+    kiln_free(p->names);
+    kiln_free(p);
 }
 
 size_t kiln_load_plan_count(const kiln_load_plan *p) {

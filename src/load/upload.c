@@ -155,14 +155,14 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
     if (nth < 1) nth = 1;
     if ((st = kiln_pool_create(nth, &pool, err))) goto done;
     nth = kiln_pool_size(pool);
-    scratch = calloc((size_t)nth, sizeof *scratch);
-    rds = calloc((size_t)nth, sizeof *rds);
+    scratch = kiln_calloc((size_t)nth, sizeof *scratch);
+    rds = kiln_calloc((size_t)nth, sizeof *rds);
     if (!scratch || !rds) {
         st = kiln_err_set(err, KILN_ERR_NOMEM, "upload lane: per-thread state");
         goto done;
     }
     for (int t = 0; t < nth; t++) {
-        if (p->max_chunk_src && !(scratch[t] = malloc(p->max_chunk_src))) {
+        if (p->max_chunk_src && !(scratch[t] = kiln_malloc(p->max_chunk_src))) {
             st = kiln_err_set(err, KILN_ERR_NOMEM, "upload lane: staging of %zu bytes",
                               p->max_chunk_src);
             goto done;
@@ -213,9 +213,9 @@ done:
     }
     if (stream) cudaStreamDestroy(stream);
     for (int t = 0; t < nth && rds; t++) kiln_reader_free(&rds[t]);
-    for (int t = 0; t < nth && scratch; t++) free(scratch[t]);
-    free(rds);
-    free(scratch);
+    for (int t = 0; t < nth && scratch; t++) kiln_free(scratch[t]);
+    kiln_free(rds);
+    kiln_free(scratch);
     kiln_pool_free(pool);
     return st;
 }

@@ -10,6 +10,7 @@
  * through kiln_opmap (plan/opmap.h), the one place that ties them together.
  */
 #include "model/model.h"
+#include "base/mem.h"
 
 #include "kernels/kernel.h"
 #include "plan/opmap.h"
@@ -231,14 +232,14 @@ const kiln_tensor *kiln_model_tensor(const kiln_model *m, const char *name) {
 
 kiln_status kiln_model_from_tensors(const kiln_model_config *cfg, const kiln_tensor *tensors,
                                     int32_t n, kiln_model **out, kiln_err *err) {
-    kiln_model *m = calloc(1, sizeof(*m));
+    kiln_model *m = kiln_calloc(1, sizeof(*m));
     if (!m) return kiln_err_set(err, KILN_ERR_NOMEM, "model: out of memory");
     kiln_arena_init(&m->arena, 0);
     m->cfg = *cfg;
     m->family = kiln_family_find(cfg->arch);
-    m->tensors = calloc((size_t)(n > 0 ? n : 1), sizeof(kiln_tensor));
+    m->tensors = kiln_calloc((size_t)(n > 0 ? n : 1), sizeof(kiln_tensor));
     if (!m->tensors) {
-        free(m);
+        kiln_free(m);
         return kiln_err_set(err, KILN_ERR_NOMEM, "model: out of memory");
     }
     memcpy(m->tensors, tensors, (size_t)n * sizeof(kiln_tensor));

@@ -5,6 +5,7 @@
  * converted into f32 copies owned by the model.
  */
 #include "model/model.h"
+#include "base/mem.h"
 
 #include "format/dtype.h"
 #include "format/model_file.h"
@@ -169,7 +170,7 @@ kiln_status kiln_meta_common(kiln_model *m, kiln_model_config *c, kiln_err *err)
 }
 
 kiln_status kiln_model_add_tensor(kiln_model *m, const kiln_tensor *t, kiln_err *err) {
-    kiln_tensor *q = realloc(m->tensors, sizeof(kiln_tensor) * (size_t)(m->n_tensors + 1));
+    kiln_tensor *q = kiln_realloc(m->tensors, sizeof(kiln_tensor) * (size_t)(m->n_tensors + 1));
     if (!q) return kiln_err_set(err, KILN_ERR_NOMEM, "%s: out of memory", m->path);
     m->tensors = q;
     m->tensors[m->n_tensors] = *t;
@@ -186,7 +187,7 @@ static void close_file(void *f) {
 kiln_status kiln_model_load(const char *path, kiln_model **out, kiln_err *err) {
     kiln_model_file *mf;
     KILN_TRY(kiln_model_file_open(path, 0, &mf, err));
-    kiln_model *m = calloc(1, sizeof(*m));
+    kiln_model *m = kiln_calloc(1, sizeof(*m));
     if (!m) {
         kiln_model_file_close(mf);
         return kiln_err_set(err, KILN_ERR_NOMEM, "%s: out of memory", path);
@@ -197,7 +198,7 @@ kiln_status kiln_model_load(const char *path, kiln_model **out, kiln_err *err) {
     snprintf(m->path, sizeof(m->path), "%s", path);
     kiln_status st = KILN_OK;
     size_t n = kiln_model_file_tensor_count(mf);
-    m->tensors = calloc(n ? n : 1, sizeof(kiln_tensor));
+    m->tensors = kiln_calloc(n ? n : 1, sizeof(kiln_tensor));
     if (!m->tensors) st = kiln_err_set(err, KILN_ERR_NOMEM, "%s: out of memory", path);
     for (size_t i = 0; i < n && !st; i++) {
         const kiln_tensor_info *ti = kiln_model_file_tensor(mf, i);
@@ -281,9 +282,9 @@ void kiln_model_free(kiln_model *m) {
     if (!m) return;
     if (m->file && m->file_close) m->file_close(m->file);
     kiln_model_free_vocab(m);
-    free(m->tensors);
+    kiln_free(m->tensors);
     kiln_arena_free(&m->arena);
-    free(m);
+    kiln_free(m);
 }
 
 int32_t kiln_model_n_vocab(const kiln_model *m) {

@@ -20,18 +20,19 @@
 kiln_status kiln_plan_compile(kiln_plan *p, kiln_err *err) {
     if (p->compiled) return KILN_OK;
     int32_t nr = p->n_regs, ni = p->n_insns;
-    int32_t *last = malloc(sizeof(int32_t) * (size_t)(nr + 1));
-    int32_t *def = malloc(sizeof(int32_t) * (size_t)(nr + 1));
-    int32_t *kstart = calloc((size_t)ni + 2, sizeof(int32_t));
-    uint16_t *kill = malloc(sizeof(uint16_t) * (size_t)(nr + 1));
-    int32_t *phys = malloc(sizeof(int32_t) * (size_t)(nr + 1));
-    uint32_t *pw = calloc((size_t)nr + 1, sizeof(uint32_t));
-    uint8_t *prow = calloc((size_t)nr + 1, 1);
-    int32_t *freelist = malloc(sizeof(int32_t) * (size_t)(nr + 1));
-    int32_t *dead_at = malloc(sizeof(int32_t) * (size_t)(nr + 1));
+    int32_t *last = kiln_malloc(sizeof(int32_t) * (size_t)(nr + 1));
+    int32_t *def = kiln_malloc(sizeof(int32_t) * (size_t)(nr + 1));
+    int32_t *kstart = kiln_calloc((size_t)ni + 2, sizeof(int32_t));
+    uint16_t *kill = kiln_malloc(sizeof(uint16_t) * (size_t)(nr + 1));
+    int32_t *phys = kiln_malloc(sizeof(int32_t) * (size_t)(nr + 1));
+    uint32_t *pw = kiln_calloc((size_t)nr + 1, sizeof(uint32_t));
+    uint8_t *prow = kiln_calloc((size_t)nr + 1, 1);
+    int32_t *freelist = kiln_malloc(sizeof(int32_t) * (size_t)(nr + 1));
+    int32_t *dead_at = kiln_malloc(sizeof(int32_t) * (size_t)(nr + 1));
     if (!last || !def || !kstart || !kill || !phys || !pw || !prow || !freelist || !dead_at) {
-        free(last), free(def), free(kstart), free(kill), free(phys), free(pw), free(prow);
-        free(freelist), free(dead_at);
+        kiln_free(last), kiln_free(def), kiln_free(kstart), kiln_free(kill), kiln_free(phys),
+            kiln_free(pw), kiln_free(prow);
+        kiln_free(freelist), kiln_free(dead_at);
         return kiln_err_set(err, KILN_ERR_NOMEM, "plan compile: out of memory");
     }
     for (int32_t r = 0; r < nr; r++) last[r] = def[r] = phys[r] = -1;
@@ -49,15 +50,16 @@ kiln_status kiln_plan_compile(kiln_plan *p, kiln_err *err) {
     }
     for (int32_t i = 0; i < ni; i++) kstart[i + 1] += kstart[i];
     {
-        int32_t *fill = calloc((size_t)ni + 1, sizeof(int32_t));
+        int32_t *fill = kiln_calloc((size_t)ni + 1, sizeof(int32_t));
         if (!fill) {
-            free(last), free(def), free(kstart), free(kill), free(phys), free(pw), free(prow);
-            free(freelist), free(dead_at);
+            kiln_free(last), kiln_free(def), kiln_free(kstart), kiln_free(kill), kiln_free(phys),
+                kiln_free(pw), kiln_free(prow);
+            kiln_free(freelist), kiln_free(dead_at);
             return kiln_err_set(err, KILN_ERR_NOMEM, "plan compile: out of memory");
         }
         for (int32_t r = 0; r < nr; r++)
             if (dead_at[r] >= 0) kill[kstart[dead_at[r]] + fill[dead_at[r]]++] = (uint16_t)r;
-        free(fill);
+        kiln_free(fill);
     }
     /* allocation */
     int32_t n_phys = 0, n_free = 0;
@@ -97,10 +99,11 @@ kiln_status kiln_plan_compile(kiln_plan *p, kiln_err *err) {
             if (phys[r] >= 0) freelist[n_free++] = phys[r];
         }
     }
-    free(freelist);
-    free(dead_at);
-    free(p->last_read), free(p->def), free(p->kill_start), free(p->kill), free(p->phys);
-    free(p->phys_width), free(p->phys_rows);
+    kiln_free(freelist);
+    kiln_free(dead_at);
+    kiln_free(p->last_read), kiln_free(p->def), kiln_free(p->kill_start), kiln_free(p->kill),
+        kiln_free(p->phys);
+    kiln_free(p->phys_width), kiln_free(p->phys_rows);
     p->last_read = last;
     p->def = def;
     p->kill_start = kstart;

@@ -1,5 +1,6 @@
 /* plan.c — building plans, param block encoding, and the validator. */
 #include "plan/plan.h"
+#include "base/mem.h"
 
 #include "kernels/kernel.h"
 
@@ -69,13 +70,13 @@ void kiln_plan_init(kiln_plan *p) {
 }
 
 static void plan_free_compiled(kiln_plan *p) {
-    free(p->last_read);
-    free(p->def);
-    free(p->kill_start);
-    free(p->kill);
-    free(p->phys);
-    free(p->phys_width);
-    free(p->phys_rows);
+    kiln_free(p->last_read);
+    kiln_free(p->def);
+    kiln_free(p->kill_start);
+    kiln_free(p->kill);
+    kiln_free(p->phys);
+    kiln_free(p->phys_width);
+    kiln_free(p->phys_rows);
     p->last_read = p->def = p->kill_start = p->phys = NULL;
     p->kill = NULL;
     p->phys_width = NULL;
@@ -87,11 +88,11 @@ static void plan_free_compiled(kiln_plan *p) {
 void kiln_plan_free(kiln_plan *p) {
     if (!p) return;
     plan_free_compiled(p);
-    free(p->insns);
-    free(p->regs);
-    free(p->weights);
-    free(p->params);
-    free(p->states);
+    kiln_free(p->insns);
+    kiln_free(p->regs);
+    kiln_free(p->weights);
+    kiln_free(p->params);
+    kiln_free(p->states);
     memset(p, 0, sizeof(*p));
 }
 
@@ -102,7 +103,7 @@ static kiln_status grow(void **arr, int32_t *cap, int32_t n, size_t elem, const 
     if (*cap > INT32_MAX / 2)
         return kiln_err_set(err, KILN_ERR_OVERFLOW, "plan: too many %s", what);
     int32_t nc = *cap ? *cap * 2 : 16;
-    void *q = realloc(*arr, (size_t)nc * elem);
+    void *q = kiln_realloc(*arr, (size_t)nc * elem);
     if (!q) return kiln_err_set(err, KILN_ERR_NOMEM, "plan: out of memory growing %s", what);
     *arr = q;
     *cap = nc;
@@ -461,7 +462,7 @@ kiln_status kiln_plan_validate(const kiln_plan *p, const bool *supported, kiln_p
             p->states[i].head_dim <= 0 || p->states[i].layer < 0)
             return fail(chk, KILN_PLAN_ESTATE_MISSING, -1, err, "state descriptor %d is malformed",
                         (int)i);
-    uint8_t *defined = calloc((size_t)p->n_regs + 1, 1);
+    uint8_t *defined = kiln_calloc((size_t)p->n_regs + 1, 1);
     if (!defined) return kiln_err_set(err, KILN_ERR_NOMEM, "plan validate: out of memory");
     kiln_status st = KILN_OK;
     for (int32_t i = 0; i < p->n_insns && st == KILN_OK; i++) {
@@ -568,6 +569,6 @@ kiln_status kiln_plan_validate(const kiln_plan *p, const bool *supported, kiln_p
                           (long long)p->weights[in->w[KILN_W_NORM]].shape[0], wdt);
         }
     }
-    free(defined);
+    kiln_free(defined);
     return st;
 }

@@ -10,6 +10,7 @@
  * whole. Merges work on integer ids (tok_impl.h), so no strings are built here.
  */
 #include "tok/tok_impl.h"
+#include "base/mem.h"
 #include "tok/unicode.h"
 
 #include <limits.h>
@@ -46,7 +47,7 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
     size_t nc = *cap ? *cap : 64;
     while (nc < need) nc *= 2;
     if (nc > SIZE_MAX / elem) return false;
-    void *q = realloc(*p, nc * elem);
+    void *q = kiln_realloc(*p, nc * elem);
     if (!q) return false;
     *p = q;
     *cap = nc;
@@ -57,17 +58,17 @@ static bool ws_reserve(kiln_pretok_buf *b, size_t n) {
     if (b->s_cap >= n) return true;
     size_t nc = b->s_cap ? b->s_cap : 64;
     while (nc < n) nc *= 2;
-    int32_t *a = realloc(b->s_id, nc * sizeof(int32_t));
+    int32_t *a = kiln_realloc(b->s_id, nc * sizeof(int32_t));
     if (a) b->s_id = a;
-    int32_t *c = realloc(b->s_prev, nc * sizeof(int32_t));
+    int32_t *c = kiln_realloc(b->s_prev, nc * sizeof(int32_t));
     if (c) b->s_prev = c;
-    int32_t *d = realloc(b->s_next, nc * sizeof(int32_t));
+    int32_t *d = kiln_realloc(b->s_next, nc * sizeof(int32_t));
     if (d) b->s_next = d;
-    uint32_t *e = realloc(b->s_off, nc * sizeof(uint32_t));
+    uint32_t *e = kiln_realloc(b->s_off, nc * sizeof(uint32_t));
     if (e) b->s_off = e;
-    uint32_t *f = realloc(b->s_len, nc * sizeof(uint32_t));
+    uint32_t *f = kiln_realloc(b->s_len, nc * sizeof(uint32_t));
     if (f) b->s_len = f;
-    uint32_t *g = realloc(b->s_rank, nc * sizeof(uint32_t));
+    uint32_t *g = kiln_realloc(b->s_rank, nc * sizeof(uint32_t));
     if (g) b->s_rank = g;
     if (!a || !c || !d || !e || !f || !g) return false;
     b->s_cap = nc;
@@ -297,7 +298,7 @@ static void cache_put(kiln_pretok_buf *b, uint64_t h, const char *s, size_t n,
     if (!b->cache || (b->cache_n + 1) * 2 > slots) {
         size_t ns = slots ? slots * 2 : 256;
         if (ns > CACHE_MAX_SLOTS) return; /* full: no more caching in this call */
-        struct kiln_bpe_cache_slot *nc = calloc(ns, sizeof *nc);
+        struct kiln_bpe_cache_slot *nc = kiln_calloc(ns, sizeof *nc);
         if (!nc) return;
         for (size_t i = 0; i < slots; i++) {
             if (!b->cache[i].hash) continue;
@@ -305,7 +306,7 @@ static void cache_put(kiln_pretok_buf *b, uint64_t h, const char *s, size_t n,
             while (nc[j].hash) j = (j + 1) & (ns - 1);
             nc[j] = b->cache[i];
         }
-        free(b->cache);
+        kiln_free(b->cache);
         b->cache = nc;
         b->cache_mask = ns - 1;
     }

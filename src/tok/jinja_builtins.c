@@ -8,6 +8,7 @@
  * sandbox does; namespace attributes are the only thing a template can change.
  */
 #include "tok/jinja_int.h"
+#include "base/mem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,12 +256,12 @@ static int split_common(jctx *c, const jnode *at, jv self, jv *args, size_t narg
     if (!l) return jv_oom(c, at);
     /* collect [start, end) pieces, then reverse for rsplit */
     size_t cap = 16, np = 0;
-    size_t *ps = malloc(cap * 2 * sizeof *ps);
+    size_t *ps = kiln_malloc(cap * 2 * sizeof *ps);
     if (!ps) return jv_oom(c, at);
 #define ADD_PIECE(a_, b_)                                                                          \
     do {                                                                                           \
         if (np == cap) {                                                                           \
-            size_t *nps_ = realloc(ps, cap * 4 * sizeof *ps);                                      \
+            size_t *nps_ = kiln_realloc(ps, cap * 4 * sizeof *ps);                                 \
             if (!nps_) goto oom;                                                                   \
             ps = nps_;                                                                             \
             cap *= 2;                                                                              \
@@ -320,11 +321,11 @@ static int split_common(jctx *c, const jnode *at, jv self, jv *args, size_t narg
         }
     } else {
         if (sep.type != JV_STR) {
-            free(ps);
+            kiln_free(ps);
             return jerr(c, at, "must be str or None, not %s", jv_type_name(sep));
         }
         if (sep.u.str.n == 0) {
-            free(ps);
+            kiln_free(ps);
             return jerr(c, at, "empty separator");
         }
         size_t sl = sep.u.str.n;
@@ -371,11 +372,11 @@ static int split_common(jctx *c, const jnode *at, jv self, jv *args, size_t narg
         if (piece.type != JV_STR || jl_push(c, l, piece)) goto oom;
     }
 #undef ADD_PIECE
-    free(ps);
+    kiln_free(ps);
     *out = jv_list(l);
     return 0;
 oom:
-    free(ps);
+    kiln_free(ps);
     return jv_oom(c, at);
 }
 BUILTIN(m_split) {
@@ -731,7 +732,7 @@ int jinja_str_percent(jctx *c, const jnode *at, jv fmt, jv args, jv *out) {
             jbuf_free(&tmp);
             if (len < 0) goto oom;
             jbuf_put(&b, o, (size_t)len);
-            free(o);
+            kiln_free(o);
         } else if (strchr("dixXeEfFgG", conv)) {
             if (!jv_is_num(v)) {
                 jbuf_free(&b);

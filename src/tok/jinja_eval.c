@@ -9,6 +9,7 @@
  * do not leak out (which is why templates use namespace()).
  */
 #include "tok/jinja.h"
+#include "base/mem.h"
 #include "tok/jinja_int.h"
 #include "base/utf8.h"
 
@@ -833,7 +834,7 @@ kiln_status jinja_parse(const char *src, size_t len, jinja_template **out, kiln_
         return kiln_err_set(err, KILN_ERR_FORMAT, "line %d, column %d: template is not valid UTF-8",
                             line, col);
     }
-    jinja_template *t = calloc(1, sizeof *t);
+    jinja_template *t = kiln_calloc(1, sizeof *t);
     if (!t) return kiln_err_set(err, KILN_ERR_NOMEM, "template: out of memory");
     kiln_arena_init(&t->arena, 64 * 1024);
     jlexed lx;
@@ -849,7 +850,7 @@ kiln_status jinja_parse(const char *src, size_t len, jinja_template **out, kiln_
 void jinja_free(jinja_template *t) {
     if (!t) return;
     kiln_arena_free(&t->arena);
-    free(t);
+    kiln_free(t);
 }
 
 kiln_status jinja_render(const jinja_template *t, const jinja_vars *vars, char **out,
@@ -899,7 +900,7 @@ kiln_status jinja_render(const jinja_template *t, const jinja_vars *vars, char *
         return err && err->code ? err->code : KILN_ERR_FORMAT;
     }
     if (!b.p) {
-        b.p = malloc(1);
+        b.p = kiln_malloc(1);
         if (!b.p) return kiln_err_set(err, KILN_ERR_NOMEM, "template: out of memory");
         b.p[0] = 0;
     }

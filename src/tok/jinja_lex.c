@@ -13,6 +13,7 @@
  * - `{% raw %}...{% endraw %}` becomes data.
  */
 #include "tok/jinja_int.h"
+#include "base/mem.h"
 #include "base/utf8.h"
 
 #include <stdio.h>
@@ -52,7 +53,7 @@ static void lx_goto(lexer *L, size_t p) {
 static jtok *lx_push(lexer *L, int type, int line, int col, const char *text, size_t len) {
     if (L->n_toks == L->cap) {
         size_t nc = L->cap ? L->cap * 2 : 256;
-        jtok *nt = realloc(L->toks, nc * sizeof *nt);
+        jtok *nt = kiln_realloc(L->toks, nc * sizeof *nt);
         if (!nt) return NULL;
         L->toks = nt;
         L->cap = nc;
@@ -520,6 +521,6 @@ oom:
     rc = -1;
     kiln_err_set(err, KILN_ERR_NOMEM, "template: out of memory while lexing");
 done:
-    free(L.toks);
+    kiln_free(L.toks);
     return rc;
 }

@@ -4,6 +4,7 @@
  * as Python prints it), len() and iteration.
  */
 #include "tok/jinja_int.h"
+#include "base/mem.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -38,7 +39,7 @@ void jbuf_put(jbuf *b, const char *s, size_t n) {
             }
             nc *= 2;
         }
-        char *np = realloc(b->p, nc);
+        char *np = kiln_realloc(b->p, nc);
         if (!np) {
             b->oom = true;
             return;
@@ -68,7 +69,7 @@ void jbuf_printf(jbuf *b, const char *fmt, ...) {
 }
 
 void jbuf_free(jbuf *b) {
-    free(b->p);
+    kiln_free(b->p);
     b->p = NULL;
     b->n = b->cap = 0;
 }

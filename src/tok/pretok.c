@@ -288,13 +288,13 @@ static bool uses_categories(const char *re) {
 /* Rewrites \p{X} into classes over the collapsed bytes (out: malloc'ed). */
 static kiln_status collapse_regex(const char *re, char **out, kiln_err *err) {
     size_t n = strlen(re), cap = n * 8 + 64, k = 0;
-    char *o = malloc(cap);
+    char *o = kiln_malloc(cap);
     if (!o) return kiln_err_set(err, KILN_ERR_NOMEM, "regex rewrite: out of memory");
     bool inside = false;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)re[i];
         if (c >= 0x80) {
-            free(o);
+            kiln_free(o);
             return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
                                 "pre-tokenizer regex mixes \\p{..} classes and non-ASCII "
                                 "characters: %s",
@@ -317,7 +317,7 @@ static kiln_status collapse_regex(const char *re, char **out, kiln_err *err) {
                 if (strncmp(re + i, g_ucat[j].pat, pl) == 0) u = &g_ucat[j];
             }
             if (!u) {
-                free(o);
+                kiln_free(o);
                 return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
                                     "pre-tokenizer regex uses an unsupported class at '%.12s'",
                                     re + i);
@@ -369,7 +369,7 @@ kiln_status kiln_pretok_init(kiln_pretok *p, int set, kiln_err *err) {
             st = collapse_regex(rs->re[i], &c, err);
             if (st == KILN_OK) {
                 st = compile_one(c, false, &p->re[i], err);
-                free(c);
+                kiln_free(c);
             }
         } else {
             st = compile_one(rs->re[i], true, &p->re[i], err);
@@ -392,27 +392,27 @@ void kiln_pretok_free(kiln_pretok *p) {
 }
 
 void kiln_pretok_buf_free(kiln_pretok_buf *b) {
-    free(b->cps);
-    free(b->utf8);
-    free(b->cp_off);
-    free(b->collapsed);
-    free(b->wide);
-    free(b->wide_b2c);
-    free(b->wide_off);
-    free(b->bounds[0]);
-    free(b->bounds[1]);
-    free(b->s_id);
-    free(b->s_prev);
-    free(b->s_next);
-    free(b->s_off);
-    free(b->s_len);
-    free(b->s_rank);
-    free(b->heap);
-    free(b->enc);
-    free(b->spm_memo);
-    free(b->cache);
-    free(b->cache_text);
-    free(b->cache_ids);
+    kiln_free(b->cps);
+    kiln_free(b->utf8);
+    kiln_free(b->cp_off);
+    kiln_free(b->collapsed);
+    kiln_free(b->wide);
+    kiln_free(b->wide_b2c);
+    kiln_free(b->wide_off);
+    kiln_free(b->bounds[0]);
+    kiln_free(b->bounds[1]);
+    kiln_free(b->s_id);
+    kiln_free(b->s_prev);
+    kiln_free(b->s_next);
+    kiln_free(b->s_off);
+    kiln_free(b->s_len);
+    kiln_free(b->s_rank);
+    kiln_free(b->heap);
+    kiln_free(b->enc);
+    kiln_free(b->spm_memo);
+    kiln_free(b->cache);
+    kiln_free(b->cache_text);
+    kiln_free(b->cache_ids);
     pcre2_match_data_free(b->md);
     pcre2_match_context_free(b->mctx);
     pcre2_jit_stack_free(b->jstack);
@@ -424,7 +424,7 @@ static bool reserve(void **p, size_t *cap, size_t n, size_t elem) {
     size_t nc = *cap ? *cap : 256, bytes;
     while (nc < n) nc *= 2;
     if (!kiln_size_mul(nc, elem, &bytes)) return false;
-    void *q = realloc(*p, bytes);
+    void *q = kiln_realloc(*p, bytes);
     if (!q) return false;
     *p = q;
     *cap = nc;

@@ -10,6 +10,7 @@
  * The caller has already prefixed the space and replaced ' ' by U+2581.
  */
 #include "tok/tok_impl.h"
+#include "base/mem.h"
 #include "tok/unicode.h"
 
 #include <stdlib.h>
@@ -40,7 +41,7 @@ typedef struct heap {
 static bool heap_push(heap *h, bigram b) {
     if (h->n == h->cap) {
         size_t nc = h->cap ? h->cap * 2 : 256;
-        bigram *p = realloc(h->a, nc * sizeof *p);
+        bigram *p = kiln_realloc(h->a, nc * sizeof *p);
         if (!p) return false;
         h->a = p;
         h->cap = nc;
@@ -123,14 +124,14 @@ kiln_status kiln_spm_tokenize(const kiln_vocab *v, kiln_pretok_buf *pb, const ch
     if (len == 0) return KILN_OK;
     if (len > INT32_MAX)
         return kiln_err_set(err, KILN_ERR_OVERFLOW, "fragment of %zu bytes is too long", len);
-    sym *s = malloc(sizeof(sym) * len);
+    sym *s = kiln_malloc(sizeof(sym) * len);
     heap h = {0};
     if (!s) return kiln_err_set(err, KILN_ERR_NOMEM, "SPM symbols for %zu bytes", len);
     /* the memo lives for the whole kiln_tokenize call (all fragments) */
     if (!pb->spm_memo) {
         size_t slots = 1024;
         while (slots < 65536 && slots < total_len * 2) slots *= 2;
-        pb->spm_memo = calloc(slots, sizeof(memo_slot)); /* NULL: no memo, still correct */
+        pb->spm_memo = kiln_calloc(slots, sizeof(memo_slot)); /* NULL: no memo, still correct */
         pb->spm_memo_mask = slots - 1;
     }
     memo m = {pb->spm_memo, pb->spm_memo_mask};
@@ -189,7 +190,7 @@ kiln_status kiln_spm_tokenize(const kiln_vocab *v, kiln_pretok_buf *pb, const ch
 oom:
     st = kiln_err_set(err, KILN_ERR_NOMEM, "SPM tokenization of %zu bytes: out of memory", len);
 done:
-    free(s);
-    free(h.a);
+    kiln_free(s);
+    kiln_free(h.a);
     return st;
 }

@@ -5,6 +5,7 @@
  * U+FFFD (one per maximal invalid subpart, as base/utf8.h decodes).
  */
 #include "base/utf8.h"
+#include "base/mem.h"
 #include "tok/tok_impl.h"
 
 #include <stdlib.h>
@@ -22,7 +23,7 @@ struct kiln_detok_stream {
 
 kiln_status kiln_detok_stream_create(const kiln_vocab *v, bool special, kiln_detok_stream **out,
                                      kiln_err *err) {
-    kiln_detok_stream *s = calloc(1, sizeof *s);
+    kiln_detok_stream *s = kiln_calloc(1, sizeof *s);
     if (!s) return kiln_err_set(err, KILN_ERR_NOMEM, "detokenizer stream: out of memory");
     s->v = v;
     s->special = special;
@@ -33,8 +34,8 @@ kiln_status kiln_detok_stream_create(const kiln_vocab *v, bool special, kiln_det
 
 void kiln_detok_stream_free(kiln_detok_stream *s) {
     if (!s) return;
-    free(s->out);
-    free(s);
+    kiln_free(s->out);
+    kiln_free(s);
 }
 
 static const char k_fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
@@ -76,24 +77,34 @@ kiln_status kiln_detok_stream_push(kiln_detok_stream *s, kiln_token t, const cha
         return kiln_err_set(err, KILN_ERR_RANGE, "token %d is not in the vocabulary (%u tokens)", t,
                             s->v->n_tokens);
     kiln_str p = kiln_token_piece(s->v, t, s->special, s->first && s->v->add_space_prefix);
-    s->first = false;
+    /* a leading BOS (control) is not the text's first token: the prefix goes with the next */
+    if (!(s->first && t == s->v->bos && (s->v->attr[t] & KILN_TOKEN_ATTR_CONTROL)))
+        s->first = false;
     size_t n = s->n_held + p.len;
     /* worst case: every byte becomes U+FFFD (3 bytes) */
     if (n * 3 + 4 > s->out_cap) {
         size_t nc = n * 3 + 64;
-        char *o = realloc(s->out, nc);
+        char *o = kiln_realloc(s->out, nc);
         if (!o) return kiln_err_set(err, KILN_ERR_NOMEM, "detokenizer stream: out of memory");
         s->out = o;
         s->out_cap = nc;
     }
-    uint8_t *tmp = malloc(n ? n : 1);
+    uint8_t *tmp = kiln_malloc(n ? n : 1);
     if (!tmp) return kiln_err_set(err, KILN_ERR_NOMEM, "detokenizer stream: out of memory");
     memcpy(tmp, s->held, s->n_held);
     memcpy(tmp + s->n_held, p.ptr, p.len);
     *len = drain(s, tmp, n, false);
-    free(tmp);
+    kiln_free(tmp);
     *text = s->out;
     return KILN_OK;
+}
+
+void kiln_detok_stream_prime(kiln_detok_stream *s, const kiln_token *prompt, size_t n) {
+    size_t i = 0;
+    if (n > 0 && prompt[0] == s->v->bos && prompt[0] >= 0 && (uint32_t)prompt[0] < s->v->n_tokens &&
+        (s->v->attr[prompt[0]] & KILN_TOKEN_ATTR_CONTROL))
+        i = 1;
+    s->first = i >= n;
 }
 
 void kiln_detok_stream_flush(kiln_detok_stream *s, const char **text, size_t *len) {

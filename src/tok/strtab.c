@@ -16,10 +16,10 @@ kiln_status kiln_strtab_init(kiln_strtab *t, uint32_t expect, kiln_err *err) {
     memset(t, 0, sizeof *t);
     t->cap = expect < 16 ? 16 : expect;
     size_t nslots = pow2_at_least((size_t)t->cap * 2);
-    t->off_len = malloc(sizeof(uint64_t) * t->cap);
-    t->slots = calloc(nslots, sizeof(uint64_t));
+    t->off_len = kiln_malloc(sizeof(uint64_t) * t->cap);
+    t->slots = kiln_calloc(nslots, sizeof(uint64_t));
     t->blob_cap = (size_t)t->cap * 8;
-    t->blob = malloc(t->blob_cap);
+    t->blob = kiln_malloc(t->blob_cap);
     if (!t->off_len || !t->slots || !t->blob) {
         kiln_strtab_free(t);
         return kiln_err_set(err, KILN_ERR_NOMEM, "string table for %u strings: out of memory",
@@ -30,9 +30,9 @@ kiln_status kiln_strtab_init(kiln_strtab *t, uint32_t expect, kiln_err *err) {
 }
 
 void kiln_strtab_free(kiln_strtab *t) {
-    free(t->blob);
-    free(t->off_len);
-    free(t->slots);
+    kiln_free(t->blob);
+    kiln_free(t->off_len);
+    kiln_free(t->slots);
     memset(t, 0, sizeof *t);
 }
 
@@ -54,7 +54,7 @@ int32_t kiln_strtab_find(const kiln_strtab *t, const char *s, size_t n) {
 
 static bool grow_slots(kiln_strtab *t) {
     size_t nslots = ((size_t)t->slot_mask + 1) * 2;
-    uint64_t *ns = calloc(nslots, sizeof(uint64_t));
+    uint64_t *ns = kiln_calloc(nslots, sizeof(uint64_t));
     if (!ns) return false;
     for (size_t i = 0; i <= t->slot_mask; i++) {
         uint64_t e = t->slots[i];
@@ -64,7 +64,7 @@ static bool grow_slots(kiln_strtab *t) {
         while (ns[j]) j = (j + 1) & (nslots - 1);
         ns[j] = e;
     }
-    free(t->slots);
+    kiln_free(t->slots);
     t->slots = ns;
     t->slot_mask = (uint32_t)(nslots - 1);
     return true;
@@ -73,7 +73,7 @@ static bool grow_slots(kiln_strtab *t) {
 int32_t kiln_strtab_add(kiln_strtab *t, const char *s, size_t n) {
     if (n >= (1u << 24) || t->n >= INT32_MAX - 1) return -1;
     if (t->n == t->cap) {
-        uint64_t *nol = realloc(t->off_len, sizeof(uint64_t) * (size_t)t->cap * 2);
+        uint64_t *nol = kiln_realloc(t->off_len, sizeof(uint64_t) * (size_t)t->cap * 2);
         if (!nol) return -1;
         t->off_len = nol;
         t->cap *= 2;
@@ -83,7 +83,7 @@ int32_t kiln_strtab_add(kiln_strtab *t, const char *s, size_t n) {
         size_t nc = t->blob_cap * 2;
         while (nc < t->blob_len + n) nc *= 2;
         if (nc >= ((size_t)1 << 40)) return -1;
-        char *nb = realloc(t->blob, nc);
+        char *nb = kiln_realloc(t->blob, nc);
         if (!nb) return -1;
         t->blob = nb;
         t->blob_cap = nc;
@@ -121,7 +121,7 @@ int32_t kiln_strtab_intern(kiln_strtab *t, const char *s, size_t n) {
 
 kiln_status kiln_u64map_init(kiln_u64map *m, size_t expect, kiln_err *err) {
     size_t n = pow2_at_least(expect * 2 + 1);
-    m->slots = calloc(n, sizeof *m->slots);
+    m->slots = kiln_calloc(n, sizeof *m->slots);
     m->mask = n - 1;
     m->n = 0;
     if (!m->slots)
@@ -130,13 +130,13 @@ kiln_status kiln_u64map_init(kiln_u64map *m, size_t expect, kiln_err *err) {
 }
 
 void kiln_u64map_free(kiln_u64map *m) {
-    free(m->slots);
+    kiln_free(m->slots);
     memset(m, 0, sizeof *m);
 }
 
 static bool u64map_grow(kiln_u64map *m) {
     size_t n = (m->mask + 1) * 2;
-    kiln_u64slot *ns = calloc(n, sizeof *ns);
+    kiln_u64slot *ns = kiln_calloc(n, sizeof *ns);
     if (!ns) return false;
     for (size_t i = 0; i <= m->mask; i++) {
         if (!m->slots[i].key) continue;
@@ -144,7 +144,7 @@ static bool u64map_grow(kiln_u64map *m) {
         while (ns[j].key) j = (j + 1) & (n - 1);
         ns[j] = m->slots[i];
     }
-    free(m->slots);
+    kiln_free(m->slots);
     m->slots = ns;
     m->mask = n - 1;
     return true;

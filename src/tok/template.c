@@ -4,6 +4,7 @@
  * special tokens, extra variables) and renders.
  */
 #include "tok/template.h"
+#include "base/mem.h"
 #include "tok/jinja.h"
 #include "format/meta.h"
 
@@ -20,12 +21,12 @@ struct kiln_chat_template {
 kiln_status kiln_chat_template_parse(const char *src, size_t len, const char *name,
                                      kiln_chat_template **out, kiln_err *err) {
     *out = NULL;
-    kiln_chat_template *ct = calloc(1, sizeof *ct);
+    kiln_chat_template *ct = kiln_calloc(1, sizeof *ct);
     if (!ct) return kiln_err_set(err, KILN_ERR_NOMEM, "chat template: out of memory");
     snprintf(ct->name, sizeof ct->name, "%s", name && *name ? name : "chat template");
     kiln_status st = jinja_parse(src, len, &ct->t, err);
     if (st) {
-        free(ct);
+        kiln_free(ct);
         return kiln_err_wrap(err, st, "%s", name && *name ? name : "chat template");
     }
     *out = ct;
@@ -35,7 +36,7 @@ kiln_status kiln_chat_template_parse(const char *src, size_t len, const char *na
 void kiln_chat_template_free(kiln_chat_template *t) {
     if (!t) return;
     jinja_free(t->t);
-    free(t);
+    kiln_free(t);
 }
 
 kiln_status kiln_chat_template_render(const kiln_chat_template *t, const kiln_chat_inputs *in,
@@ -110,7 +111,7 @@ kiln_status kiln_chat_template_from_meta(const kiln_meta *m, const char *name, c
     if (v->type != KILN_META_STRING)
         return kiln_err_set(err, KILN_ERR_TYPE, "metadata key '%s' is a %s, not a string", key,
                             kiln_meta_type_name(v->type));
-    char *p = malloc(v->v.s.len + 1);
+    char *p = kiln_malloc(v->v.s.len + 1);
     if (!p) return kiln_err_set(err, KILN_ERR_NOMEM, "copying '%s': out of memory", key);
     memcpy(p, v->v.s.ptr, v->v.s.len);
     p[v->v.s.len] = 0;
@@ -121,7 +122,7 @@ kiln_status kiln_chat_template_from_meta(const kiln_meta *m, const char *name, c
 
 static kiln_status dup_json_str(const json_t *s, char **out, size_t *out_len, kiln_err *err) {
     size_t n = json_string_length(s);
-    char *p = malloc(n + 1);
+    char *p = kiln_malloc(n + 1);
     if (!p) return kiln_err_set(err, KILN_ERR_NOMEM, "chat template: out of memory");
     memcpy(p, json_string_value(s), n);
     p[n] = 0;
@@ -139,12 +140,12 @@ kiln_status kiln_chat_template_from_hf_dir(const char *dir, const char *name, ch
         FILE *f = fopen(path, "rb");
         if (f) {
             size_t cap = 1 << 16, n = 0;
-            char *p = malloc(cap);
+            char *p = kiln_malloc(cap);
             while (p) {
                 n += fread(p + n, 1, cap - n - 1, f);
                 if (n < cap - 1) break;
-                char *np = realloc(p, cap * 2);
-                if (!np) free(p);
+                char *np = kiln_realloc(p, cap * 2);
+                if (!np) kiln_free(p);
                 p = np;
                 cap *= 2;
             }
@@ -200,7 +201,7 @@ static kiln_status token_text(const kiln_meta *m, const char *id_key, char **out
     if (!kiln_meta_arr_str(toks, id, &s))
         return kiln_err_set(err, KILN_ERR_RANGE, "%s = %llu is past the vocabulary (%llu tokens)",
                             id_key, (unsigned long long)id, (unsigned long long)toks->count);
-    char *p = malloc(s.len + 1);
+    char *p = kiln_malloc(s.len + 1);
     if (!p) return kiln_err_set(err, KILN_ERR_NOMEM, "out of memory");
     memcpy(p, s.ptr, s.len);
     p[s.len] = 0;
@@ -214,8 +215,8 @@ kiln_status kiln_chat_template_special_tokens(const kiln_meta *m, char **bos, ch
     kiln_status st = token_text(m, "tokenizer.ggml.bos_token_id", bos, err);
     if (!st) st = token_text(m, "tokenizer.ggml.eos_token_id", eos, err);
     if (st) {
-        free(*bos);
-        free(*eos);
+        kiln_free(*bos);
+        kiln_free(*eos);
         *bos = *eos = NULL;
     }
     return st;

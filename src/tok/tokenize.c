@@ -59,11 +59,11 @@ static size_t accept(const kiln_vocab *v, const char *text, size_t len, uint8_t 
 static kiln_status partition_scan(const kiln_vocab *v, const char *text, size_t len,
                                   bool parse_special, uint8_t *mark, int32_t *tok_at,
                                   kiln_err *err) {
-    uint8_t *seen = calloc(v->n_special ? v->n_special : 1, 1);
-    int32_t *by_rank = malloc(sizeof(int32_t) * (v->n_special ? v->n_special : 1));
+    uint8_t *seen = kiln_calloc(v->n_special ? v->n_special : 1, 1);
+    int32_t *by_rank = kiln_malloc(sizeof(int32_t) * (v->n_special ? v->n_special : 1));
     if (!seen || !by_rank) {
-        free(seen);
-        free(by_rank);
+        kiln_free(seen);
+        kiln_free(by_rank);
         return kiln_err_set(err, KILN_ERR_NOMEM, "special tokens: out of memory");
     }
     for (size_t i = 0; i < len; i++) {
@@ -105,8 +105,8 @@ static kiln_status partition_scan(const kiln_vocab *v, const char *text, size_t 
             i = end;
         }
     }
-    free(seen);
-    free(by_rank);
+    kiln_free(seen);
+    kiln_free(by_rank);
     return KILN_OK;
 }
 
@@ -128,14 +128,14 @@ static kiln_status partition(const kiln_vocab *v, const char *text, size_t len, 
             int32_t t = v->trie_tok[node];
             if (t >= 0 && eligible(v, t, parse_special)) {
                 if (n == budget) {
-                    free(o);
+                    kiln_free(o);
                     return partition_scan(v, text, len, parse_special, mark, tok_at, err);
                 }
                 if (n == cap) {
                     size_t nc = cap ? cap * 2 : 64;
-                    occ *no = realloc(o, nc * sizeof *no);
+                    occ *no = kiln_realloc(o, nc * sizeof *no);
                     if (!no) {
-                        free(o);
+                        kiln_free(o);
                         return kiln_err_set(err, KILN_ERR_NOMEM, "special tokens: out of memory");
                     }
                     o = no;
@@ -147,25 +147,25 @@ static kiln_status partition(const kiln_vocab *v, const char *text, size_t len, 
     }
     memset(mark, FREE, len);
     if (n == 0) {
-        free(o);
+        kiln_free(o);
         return KILN_OK;
     }
     /* order by (rank, position): occurrences were found in position order, so a stable
      * counting sort on the rank is enough */
     size_t n_ranks = v->n_special;
-    size_t *start = calloc(n_ranks + 1, sizeof *start);
-    occ *sorted = malloc(n * sizeof *sorted);
+    size_t *start = kiln_calloc(n_ranks + 1, sizeof *start);
+    occ *sorted = kiln_malloc(n * sizeof *sorted);
     if (!start || !sorted) {
-        free(start);
-        free(sorted);
-        free(o);
+        kiln_free(start);
+        kiln_free(sorted);
+        kiln_free(o);
         return kiln_err_set(err, KILN_ERR_NOMEM, "special tokens: out of memory");
     }
     for (size_t k = 0; k < n; k++) start[o[k].rank + 1]++;
     for (size_t r = 0; r < n_ranks; r++) start[r + 1] += start[r];
     for (size_t k = 0; k < n; k++) sorted[start[o[k].rank]++] = o[k];
-    free(start);
-    free(o);
+    kiln_free(start);
+    kiln_free(o);
     o = sorted;
     size_t last_end = 0;
     int32_t cur = -1;
@@ -178,7 +178,7 @@ static kiln_status partition(const kiln_vocab *v, const char *text, size_t len, 
         if (!free_span) continue;
         last_end = accept(v, text, len, mark, tok_at, cur, p, tl);
     }
-    free(o);
+    kiln_free(o);
     return KILN_OK;
 }
 
@@ -192,7 +192,7 @@ static kiln_status raw_fragment(const kiln_vocab *v, kiln_pretok_buf *pb, char *
     if (!kiln_size_mul(n + 1, 3, &need))
         return kiln_err_set(err, KILN_ERR_OVERFLOW, "text too long");
     if (*scratch_cap < need) {
-        char *ns = realloc(*scratch, need);
+        char *ns = kiln_realloc(*scratch, need);
         if (!ns) return kiln_err_set(err, KILN_ERR_NOMEM, "tokenize: out of memory");
         *scratch = ns;
         *scratch_cap = need;
@@ -232,8 +232,8 @@ kiln_status kiln_tokenize(const kiln_vocab *v, const char *text, size_t len, uns
     kiln_pretok_buf pb = {0};
     kiln_status st = KILN_OK;
     if (len) {
-        mark = malloc(len);
-        tok_at = malloc(len * sizeof(int32_t));
+        mark = kiln_malloc(len);
+        tok_at = kiln_malloc(len * sizeof(int32_t));
         if (!mark || !tok_at) {
             st = kiln_err_set(err, KILN_ERR_NOMEM, "tokenize %zu bytes: out of memory", len);
             goto done;
@@ -271,9 +271,9 @@ oom:
     st = kiln_err_set(err, KILN_ERR_NOMEM, "tokenize: out of memory");
 done:
     if (st) out->n = n0;
-    free(mark);
-    free(tok_at);
-    free(scratch);
+    kiln_free(mark);
+    kiln_free(tok_at);
+    kiln_free(scratch);
     kiln_pretok_buf_free(&pb);
     return st;
 }
@@ -341,7 +341,10 @@ kiln_status kiln_detokenize(const kiln_vocab *v, const kiln_token *ids, size_t n
                                 "vocabulary (%u tokens)",
                                 ids[i], i, v->n_tokens);
     bool remove_space = v->add_space_prefix;
-    if (remove_special && v->add_bos && n > 0 && ids[0] == v->bos) {
+    const bool sequence = flags & KILN_DETOK_SEQUENCE;
+    if (sequence && n > 0 && ids[0] == v->bos && (v->attr[ids[0]] & KILN_TOKEN_ATTR_CONTROL)) {
+        ids++, n--; /* the BOS the tokenizer added; the space prefix goes with the next */
+    } else if (remove_special && v->add_bos && n > 0 && ids[0] == v->bos) {
         remove_space = false;
         ids++, n--;
     }
@@ -352,7 +355,7 @@ kiln_status kiln_detokenize(const kiln_vocab *v, const kiln_token *ids, size_t n
         if (!kiln_size_add(total, p.len, &total))
             return kiln_err_set(err, KILN_ERR_OVERFLOW, "detokenized text too long");
     }
-    char *t = malloc(total + 1);
+    char *t = kiln_malloc(total + 1);
     if (!t) return kiln_err_set(err, KILN_ERR_NOMEM, "detokenize: %zu bytes", total);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -360,7 +363,7 @@ kiln_status kiln_detokenize(const kiln_vocab *v, const kiln_token *ids, size_t n
         memcpy(t + k, p.ptr, p.len);
         k += p.len;
     }
-    if (v->clean_spaces) k = clean_spaces(t, k);
+    if (v->clean_spaces && !sequence) k = clean_spaces(t, k);
     t[k] = 0;
     *out = t;
     *out_len = k;

@@ -21,7 +21,7 @@ void kiln_vocab_desc_init(kiln_vocab_desc *d) {
 
 void kiln_tokens_free(kiln_tokens *t) {
     if (!t) return;
-    free(t->ids);
+    kiln_free(t->ids);
     t->ids = NULL;
     t->n = t->cap = 0;
 }
@@ -30,7 +30,7 @@ bool kiln_tokens_push(kiln_tokens *t, kiln_token id) {
     if (t->n == t->cap) {
         size_t nc = t->cap ? t->cap * 2 : 64;
         if (nc > SIZE_MAX / sizeof(kiln_token)) return false;
-        kiln_token *p = realloc(t->ids, nc * sizeof(kiln_token));
+        kiln_token *p = kiln_realloc(t->ids, nc * sizeof(kiln_token));
         if (!p) return false;
         t->ids = p;
         t->cap = nc;
@@ -42,17 +42,17 @@ bool kiln_tokens_push(kiln_tokens *t, kiln_token id) {
 void kiln_vocab_free(kiln_vocab *v) {
     if (!v) return;
     kiln_strtab_free(&v->str);
-    free(v->score);
-    free(v->attr);
-    free(v->eog);
+    kiln_free(v->score);
+    kiln_free(v->attr);
+    kiln_free(v->eog);
     kiln_u64map_free(&v->merges);
     kiln_pretok_free(&v->pretok);
     kiln_u64map_free(&v->trie);
-    free(v->trie_tok);
-    free(v->special_rank);
-    free(v->piece_blob);
-    free(v->piece_off_len);
-    free(v);
+    kiln_free(v->trie_tok);
+    kiln_free(v->special_rank);
+    kiln_free(v->piece_blob);
+    kiln_free(v->piece_off_len);
+    kiln_free(v);
 }
 
 static bool text_is(const kiln_vocab *v, int32_t id, const char *s) {
@@ -250,7 +250,7 @@ static kiln_status build_trie(kiln_vocab *v, kiln_err *err) {
             if (kiln_strtab_get(&v->str, order[i]).len == len) v->special_rank[order[i]] = rank++;
         if (len == 0) break;
     }
-    free(order);
+    kiln_free(order);
     v->n_special = (size_t)rank;
     memset(v->trie_first, 0, sizeof v->trie_first);
     for (uint32_t i = 0; i < v->n_tokens; i++) {
@@ -368,9 +368,9 @@ static kiln_status build_merges(kiln_vocab *v, const kiln_vocab_desc *d, kiln_er
         size_t ln = (size_t)(sp - m.ptr), rn = m.len - ln - 1;
         if (ln + rn > tmp_cap) {
             tmp_cap = (ln + rn) * 2;
-            char *nt = realloc(tmp, tmp_cap);
+            char *nt = kiln_realloc(tmp, tmp_cap);
             if (!nt) {
-                free(tmp);
+                kiln_free(tmp);
                 return kiln_err_set(err, KILN_ERR_NOMEM, "merges: out of memory");
             }
             tmp = nt;
@@ -383,11 +383,11 @@ static kiln_status build_merges(kiln_vocab *v, const kiln_vocab_desc *d, kiln_er
         if (l < 0 || r < 0 || lr < 0 ||
             !kiln_u64map_put_first(&v->merges, ((uint64_t)(uint32_t)l << 32 | (uint32_t)r) + 1,
                                    (uint64_t)i << 32 | (uint32_t)lr)) {
-            free(tmp);
+            kiln_free(tmp);
             return kiln_err_set(err, KILN_ERR_NOMEM, "merges: out of memory");
         }
     }
-    free(tmp);
+    kiln_free(tmp);
     return KILN_OK;
 }
 
@@ -560,7 +560,7 @@ static kiln_status create(const kiln_vocab_desc *d, kiln_vocab *v, kiln_err *err
 
 kiln_status kiln_vocab_create(const kiln_vocab_desc *d, kiln_vocab **out, kiln_err *err) {
     *out = NULL;
-    kiln_vocab *v = calloc(1, sizeof *v);
+    kiln_vocab *v = kiln_calloc(1, sizeof *v);
     if (!v) return kiln_err_set(err, KILN_ERR_NOMEM, "vocabulary: out of memory");
     kiln_status st = create(d, v, err);
     if (st) {

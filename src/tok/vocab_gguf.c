@@ -3,6 +3,7 @@
  * format layer's metadata view (format/meta.h); also from any kiln_model_file.
  */
 #include "format/gguf.h"
+#include "base/mem.h"
 #include "format/model_file.h"
 #include "tok/tok_impl.h"
 
@@ -118,12 +119,12 @@ kiln_status kiln_vocab_from_meta(const kiln_meta *m, const char *source, kiln_vo
     source = NULL; /* kiln_vocab_create already named the source */
 done:
     if (st && source) kiln_err_wrap(err, st, "%s", source);
-    free(model);
-    free(pre);
-    free(tokens);
-    free(merges);
-    free(scores);
-    free(types);
+    kiln_free(model);
+    kiln_free(pre);
+    kiln_free(tokens);
+    kiln_free(merges);
+    kiln_free(scores);
+    kiln_free(types);
     return st;
 }
 

@@ -11,6 +11,7 @@
  * message naming it.
  */
 #include "tok/tok_impl.h"
+#include "base/mem.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -160,9 +161,9 @@ kiln_status kiln_vocab_load_hf(const char *path, const char *pre_override, kiln_
         st = kiln_err_set(err, KILN_ERR_FORMAT, "%s: empty vocabulary", path);
         goto done;
     }
-    tokens = calloc(n, sizeof *tokens);
-    types = calloc(n, sizeof *types);
-    owned = calloc(n, sizeof *owned);
+    tokens = kiln_calloc(n, sizeof *tokens);
+    types = kiln_calloc(n, sizeof *types);
+    owned = kiln_calloc(n, sizeof *owned);
     if (!tokens || !types || !owned) goto oom;
     json_object_foreach(vocab, key, val) {
         size_t id = (size_t)json_integer_value(val);
@@ -186,7 +187,7 @@ kiln_status kiln_vocab_load_hf(const char *path, const char *pre_override, kiln_
         if (tokens[k].ptr) continue;
         char buf[32];
         int l = snprintf(buf, sizeof buf, "[PAD%zu]", k);
-        owned[n_owned] = strdup(buf);
+        owned[n_owned] = kiln_strdup(buf);
         if (!owned[n_owned]) goto oom;
         tokens[k].ptr = owned[n_owned++];
         tokens[k].len = (size_t)l;
@@ -194,7 +195,7 @@ kiln_status kiln_vocab_load_hf(const char *path, const char *pre_override, kiln_
     }
     json_t *jm = json_object_get(model, "merges");
     size_t nm = json_array_size(jm);
-    merges = calloc(nm + 1, sizeof *merges);
+    merges = kiln_calloc(nm + 1, sizeof *merges);
     if (!merges) goto oom;
     json_array_foreach(jm, i, it) {
         if (json_is_string(it)) {
@@ -209,14 +210,14 @@ kiln_status kiln_vocab_load_hf(const char *path, const char *pre_override, kiln_
                 goto done;
             }
             size_t ll = strlen(l), rl = strlen(r);
-            char *s = malloc(ll + rl + 2);
+            char *s = kiln_malloc(ll + rl + 2);
             if (!s) goto oom;
             memcpy(s, l, ll);
             s[ll] = ' ';
             memcpy(s + ll + 1, r, rl + 1);
-            char **no = realloc(owned, (n + nm + 1) * sizeof *owned);
+            char **no = kiln_realloc(owned, (n + nm + 1) * sizeof *owned);
             if (!no) {
-                free(s);
+                kiln_free(s);
                 goto oom;
             }
             owned = no;
@@ -265,11 +266,11 @@ kiln_status kiln_vocab_load_hf(const char *path, const char *pre_override, kiln_
 oom:
     st = kiln_err_set(err, KILN_ERR_NOMEM, "%s: out of memory", path);
 done:
-    for (size_t k = 0; k < n_owned; k++) free(owned[k]);
-    free(owned);
-    free(tokens);
-    free(types);
-    free(merges);
+    for (size_t k = 0; k < n_owned; k++) kiln_free(owned[k]);
+    kiln_free(owned);
+    kiln_free(tokens);
+    kiln_free(types);
+    kiln_free(merges);
     json_decref(cfg);
     json_decref(root);
     return st;

@@ -2,6 +2,7 @@
  * model.c — presets, the tensor list of each family, and deterministic weight values.
  */
 #include "gen.h"
+#include "base/mem.h"
 
 #include "format/dtype.h"
 
@@ -197,7 +198,7 @@ static gen_tensor *add(builder *b, const char *hf, const char *gg, int64_t in, i
     gen_model *m = b->m;
     if (m->n_t == b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 64;
-        gen_tensor *p = realloc(m->t, cap * sizeof *p);
+        gen_tensor *p = kiln_realloc(m->t, cap * sizeof *p);
         if (!p) {
             b->oom = true;
             return NULL;
@@ -339,7 +340,7 @@ kiln_status gen_model_build(gen_model *m, kiln_err *err) {
 }
 
 void gen_model_free(gen_model *m) {
-    free(m->t);
+    kiln_free(m->t);
     m->t = NULL;
     m->n_t = 0;
 }

@@ -3,6 +3,7 @@
  * convert_hf_to_gguf.py writes for each architecture.
  */
 #include "gen.h"
+#include "base/mem.h"
 
 #include "base/pool.h"
 #include "format/dtype.h"
@@ -19,7 +20,7 @@ static kiln_status fill_rows(const kiln_gguf_wtensor *wt, int64_t row0, int64_t 
                              int ith, kiln_err *err) {
     (void)ith;
     const gen_tensor *t = wt->user;
-    float *tmp = malloc((size_t)t->ne[0] * sizeof(float));
+    float *tmp = kiln_malloc((size_t)t->ne[0] * sizeof(float));
     if (!tmp) return kiln_err_set(err, KILN_ERR_NOMEM, "row buffer");
     kiln_status st = KILN_OK;
     for (int64_t r = 0; r < n && !st; r++) {
@@ -27,7 +28,7 @@ static kiln_status fill_rows(const kiln_gguf_wtensor *wt, int64_t row0, int64_t 
         st = kiln_quantize_row(wt->dtype, tmp, (uint8_t *)dst + (size_t)r * wt->row_bytes, t->ne[0],
                                err);
     }
-    free(tmp);
+    kiln_free(tmp);
     return st;
 }
 

@@ -126,7 +126,7 @@ static bool idx_build(tok_index *x, const gen_vocab *v) {
     x->v = v;
     x->cap = 16;
     while (x->cap < 2 * v->n) x->cap *= 2;
-    x->slots = calloc(x->cap, sizeof *x->slots);
+    x->slots = kiln_calloc(x->cap, sizeof *x->slots);
     if (!x->slots) return false;
     for (size_t t = 0; t < v->n; t++) {
         if (idx_find(x, v->tokens[t], v->lens[t]) >= 0) continue; /* first wins */
@@ -158,9 +158,9 @@ static kiln_status spm_merges(const gen_vocab *v, json_t *out, kiln_err *err) {
     tok_index x;
     if (!idx_build(&x, v)) return kiln_err_set(err, KILN_ERR_NOMEM, "token index");
     size_t cap = v->n * 2 + 16, n = 0;
-    merge *ms = malloc(cap * sizeof *ms);
+    merge *ms = kiln_malloc(cap * sizeof *ms);
     if (!ms) {
-        free(x.slots);
+        kiln_free(x.slots);
         return kiln_err_set(err, KILN_ERR_NOMEM, "merges");
     }
     for (size_t t = 0; t < v->n; t++) {
@@ -171,9 +171,9 @@ static kiln_status spm_merges(const gen_vocab *v, json_t *out, kiln_err *err) {
             const int64_t l = idx_find(&x, s, k), r = idx_find(&x, s + k, v->lens[t] - k);
             if (l < 0 || r < 0) continue;
             if (n == cap) {
-                merge *p = realloc(ms, 2 * cap * sizeof *ms);
+                merge *p = kiln_realloc(ms, 2 * cap * sizeof *ms);
                 if (!p) {
-                    free(ms), free(x.slots);
+                    kiln_free(ms), kiln_free(x.slots);
                     return kiln_err_set(err, KILN_ERR_NOMEM, "merges");
                 }
                 ms = p, cap *= 2;
@@ -187,8 +187,8 @@ static kiln_status spm_merges(const gen_vocab *v, json_t *out, kiln_err *err) {
         json_array_append_new(out, json_pack("[s#s#]", s, (int)ms[i].split, s + ms[i].split,
                                              (int)(v->lens[ms[i].piece] - ms[i].split)));
     }
-    free(ms);
-    free(x.slots);
+    kiln_free(ms);
+    kiln_free(x.slots);
     return KILN_OK;
 }
 
@@ -390,7 +390,7 @@ static kiln_status write_shard(const gen_model *m, size_t first, size_t last, co
     const size_t padded = (hl + 7) / 8 * 8;
     FILE *f = fopen(path, "wb");
     if (!f) {
-        free(hs);
+        kiln_free(hs);
         return kiln_err_errno(err, errno, "creating %s", path);
     }
     kiln_status st = KILN_OK;
@@ -398,7 +398,7 @@ static kiln_status write_shard(const gen_model *m, size_t first, size_t last, co
     st = write_all(f, &hl64, 8, path, err);
     if (!st) st = write_all(f, hs, hl, path, err);
     for (size_t k = hl; k < padded && !st; k++) st = write_all(f, " ", 1, path, err);
-    free(hs);
+    kiln_free(hs);
     for (size_t i = first; i < last && !st; i++) {
         const gen_tensor *t = &m->t[i];
         const uint32_t tdt = st_dtype(t, dt);
@@ -461,7 +461,7 @@ kiln_status gen_write_hf(gen_model *m, const gen_vocab *v, const char *dir, uint
     KILN_TRY(write_text(dir, "tokenizer_config.json", tc, err));
 
     /* shards: consecutive tensors, a new shard when the next tensor would pass the size */
-    size_t n_shards = 0, *ends = calloc(m->n_t + 1, sizeof *ends);
+    size_t n_shards = 0, *ends = kiln_calloc(m->n_t + 1, sizeof *ends);
     if (!ends) return kiln_err_set(err, KILN_ERR_NOMEM, "shard table");
     uint64_t cur = 0, total = 0;
     for (size_t i = 0; i < m->n_t; i++) {
@@ -477,12 +477,12 @@ kiln_status gen_write_hf(gen_model *m, const gen_vocab *v, const char *dir, uint
     const size_t buf_cap = (size_t)64 << 20;
     uint8_t *buf = st ? NULL : kiln_alloc_aligned(buf_cap);
     const int nth = st ? 0 : kiln_pool_size(pool);
-    float **tmp = calloc((size_t)nth + 1, sizeof *tmp);
+    float **tmp = kiln_calloc((size_t)nth + 1, sizeof *tmp);
     int64_t max_row = 1;
     for (size_t i = 0; i < m->n_t; i++)
         if (m->t[i].ne[0] > max_row) max_row = m->t[i].ne[0];
     bool ok = buf && tmp;
-    for (int i = 0; i < nth && ok; i++) ok = (tmp[i] = malloc((size_t)max_row * 4)) != NULL;
+    for (int i = 0; i < nth && ok; i++) ok = (tmp[i] = kiln_malloc((size_t)max_row * 4)) != NULL;
     if (!st && !ok) st = kiln_err_set(err, KILN_ERR_NOMEM, "write buffers");
     json_t *wm = json_object();
     size_t first = 0;
@@ -505,10 +505,10 @@ kiln_status gen_write_hf(gen_model *m, const gen_vocab *v, const char *dir, uint
         st = write_text(dir, "model.safetensors.index.json", idx, err);
     }
     json_decref(wm);
-    for (int i = 0; tmp && i < nth; i++) free(tmp[i]);
-    free(tmp);
+    for (int i = 0; tmp && i < nth; i++) kiln_free(tmp[i]);
+    kiln_free(tmp);
     kiln_free_aligned(buf);
     kiln_pool_free(pool);
-    free(ends);
+    kiln_free(ends);
     return st;
 }

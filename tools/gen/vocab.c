@@ -10,6 +10,7 @@
  * Scores: byte and special tokens 0, piece i gets -(i - first piece).
  */
 #include "gen.h"
+#include "base/mem.h"
 
 #include "format/gguf.h"
 #include "format/meta.h"
@@ -69,7 +70,7 @@ static void push(vb *b, const char *s, size_t len, float score, int32_t type) {
     if (b->oom || v->n >= b->cap) return;
     const size_t i = slot(b, s, len);
     if (b->set[i]) return;
-    char *p = malloc(len + 1);
+    char *p = kiln_malloc(len + 1);
     if (!p) {
         b->oom = true;
         return;
@@ -91,11 +92,11 @@ kiln_status gen_vocab_builtin(size_t n, gen_vocab *v, kiln_err *err) {
                             "vocab size %zu outside 300..2^24 for the built-in vocabulary", n);
     vb b = {v, n, NULL, 1, false};
     while (b.set_cap < 2 * n) b.set_cap *= 2;
-    b.set = calloc(b.set_cap, sizeof *b.set);
-    v->tokens = calloc(n, sizeof *v->tokens);
-    v->lens = calloc(n, sizeof *v->lens);
-    v->scores = calloc(n, sizeof *v->scores);
-    v->types = calloc(n, sizeof *v->types);
+    b.set = kiln_calloc(b.set_cap, sizeof *b.set);
+    v->tokens = kiln_calloc(n, sizeof *v->tokens);
+    v->lens = kiln_calloc(n, sizeof *v->lens);
+    v->scores = kiln_calloc(n, sizeof *v->scores);
+    v->types = kiln_calloc(n, sizeof *v->types);
     if (!b.set || !v->tokens || !v->lens || !v->scores || !v->types) b.oom = true;
     v->builtin = true;
     v->unk_id = 0, v->bos_id = 1, v->eos_id = 2;
@@ -150,7 +151,7 @@ kiln_status gen_vocab_builtin(size_t n, gen_vocab *v, kiln_err *err) {
         }
     }
 #undef PIECE
-    free(b.set);
+    kiln_free(b.set);
     if (b.oom) {
         gen_vocab_free(v);
         return kiln_err_set(err, KILN_ERR_NOMEM, "building the built-in vocabulary");
@@ -165,7 +166,7 @@ kiln_status gen_vocab_builtin(size_t n, gen_vocab *v, kiln_err *err) {
 }
 
 static char *dup_bytes(const char *p, size_t n) {
-    char *s = malloc(n + 1);
+    char *s = kiln_malloc(n + 1);
     if (s) {
         memcpy(s, p, n);
         s[n] = 0;
@@ -183,10 +184,10 @@ kiln_status gen_vocab_from_gguf(const char *path, gen_vocab *v, kiln_err *err) {
     kiln_status st = kiln_meta_get_arr(m, "tokenizer.ggml.tokens", KILN_META_STRING, &toks, err);
     if (st) goto fail;
     const size_t n = (size_t)toks->count;
-    v->tokens = calloc(n ? n : 1, sizeof *v->tokens);
-    v->lens = calloc(n ? n : 1, sizeof *v->lens);
-    v->scores = calloc(n ? n : 1, sizeof *v->scores);
-    v->types = calloc(n ? n : 1, sizeof *v->types);
+    v->tokens = kiln_calloc(n ? n : 1, sizeof *v->tokens);
+    v->lens = kiln_calloc(n ? n : 1, sizeof *v->lens);
+    v->scores = kiln_calloc(n ? n : 1, sizeof *v->scores);
+    v->types = kiln_calloc(n ? n : 1, sizeof *v->types);
     if (!v->tokens || !v->lens || !v->scores || !v->types) goto oom;
     for (size_t i = 0; i < n; i++) {
         kiln_str s;
@@ -236,8 +237,8 @@ kiln_status gen_vocab_from_gguf(const char *path, gen_vocab *v, kiln_err *err) {
     if (kiln_meta_has(m, "tokenizer.ggml.merges")) {
         if ((st = kiln_meta_get_arr(m, "tokenizer.ggml.merges", KILN_META_STRING, &arr, err)))
             goto fail;
-        v->merges = calloc(arr->count ? arr->count : 1, sizeof *v->merges);
-        v->merge_lens = calloc(arr->count ? arr->count : 1, sizeof *v->merge_lens);
+        v->merges = kiln_calloc(arr->count ? arr->count : 1, sizeof *v->merges);
+        v->merge_lens = kiln_calloc(arr->count ? arr->count : 1, sizeof *v->merge_lens);
         if (!v->merges || !v->merge_lens) goto oom;
         for (uint64_t i = 0; i < arr->count; i++) {
             kiln_meta_arr_str(arr, i, &s);
@@ -256,15 +257,15 @@ fail:
 
 void gen_vocab_free(gen_vocab *v) {
     if (v->merges)
-        for (size_t i = 0; i < v->n_merges; i++) free(v->merges[i]);
-    free(v->merges);
-    free(v->merge_lens);
+        for (size_t i = 0; i < v->n_merges; i++) kiln_free(v->merges[i]);
+    kiln_free(v->merges);
+    kiln_free(v->merge_lens);
     kiln_gguf_close(v->src);
     if (v->tokens)
-        for (size_t i = 0; i < v->n; i++) free(v->tokens[i]);
-    free(v->tokens);
-    free(v->lens);
-    free(v->scores);
-    free(v->types);
+        for (size_t i = 0; i < v->n; i++) kiln_free(v->tokens[i]);
+    kiln_free(v->tokens);
+    kiln_free(v->lens);
+    kiln_free(v->scores);
+    kiln_free(v->types);
     memset(v, 0, sizeof *v);
 }

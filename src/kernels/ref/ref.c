@@ -1,5 +1,6 @@
 /* ref.c — reference kernels (see ref.h for the rules they follow). */
 #include "kernels/ref/ref.h"
+#include "base/mem.h"
 #include "kernels/ref/ref_fused.h"
 
 #include "format/dtype.h"
@@ -56,7 +57,7 @@ static void mm_range(void *ctx, int64_t n0, int64_t n1, int ith) {
     const kiln_matmul_args *a = j->a;
     float *row = NULL;
     if (a->w_dtype != KILN_DTYPE_F32) {
-        row = malloc((size_t)a->k * sizeof(float));
+        row = kiln_malloc((size_t)a->k * sizeof(float));
         if (!row) {
             atomic_store(&j->failed, KILN_ERR_NOMEM);
             return;
@@ -78,7 +79,7 @@ static void mm_range(void *ctx, int64_t n0, int64_t n1, int ith) {
         for (int64_t t = 0; t < a->t; t++)
             a->y[t * a->y_stride + n] = kiln_ref_dot(a->x + t * a->x_stride, w, a->k) + b;
     }
-    free(row);
+    kiln_free(row);
 }
 
 kiln_status kiln_ref_matmul(const kiln_kctx *c, const kiln_matmul_args *a) {
@@ -144,7 +145,7 @@ kiln_status kiln_ref_rope(const kiln_kctx *c, const kiln_rope_args *a) {
     (void)c;
     const int nd = a->n_rot;
     if (nd <= 0) return KILN_OK;
-    float *cache = malloc((size_t)nd * sizeof(float));
+    float *cache = kiln_malloc((size_t)nd * sizeof(float));
     if (!cache) return KILN_ERR_NOMEM;
     float corr[2] = {0, 0};
     if (a->ext_factor != 0.0f) {
@@ -187,7 +188,7 @@ kiln_status kiln_ref_rope(const kiln_kctx *c, const kiln_rope_args *a) {
             }
         }
     }
-    free(cache);
+    kiln_free(cache);
     return KILN_OK;
 }
 
@@ -212,11 +213,13 @@ static void kv_store(const kiln_kv_layer *kv, void *base, size_t off, const floa
 kiln_status kiln_ref_kv_write(const kiln_kctx *c, const kiln_kv_write_args *a) {
     (void)c;
     for (int64_t t = 0; t < a->t; t++) {
-        const kiln_kv_seq *s = &a->seqs[a->tok_seq[t]];
+        const int32_t row = a->tok_seq[t];
         int32_t pos = a->tok_pos[t];
         int32_t lb = pos / KILN_KV_BLOCK, slot = pos % KILN_KV_BLOCK;
-        if (pos < 0 || lb >= s->n_blocks) return KILN_ERR_RANGE;
-        int32_t b = s->block_table[lb];
+        if (row < 0 || row >= a->blocks.n_seqs || pos < 0 || pos >= a->blocks.seq_len[row] ||
+            lb >= a->blocks.stride)
+            return KILN_ERR_RANGE;
+        int32_t b = a->blocks.table[(size_t)row * (size_t)a->blocks.stride + (size_t)lb];
         for (int32_t h = 0; h < a->kv.n_kv_head; h++) {
             size_t off = kv_off(&a->kv, b, slot, h);
             kv_store(&a->kv, a->kv.k, off, a->k + t * a->k_stride + (int64_t)h * a->kv.head_dim);
@@ -251,7 +254,7 @@ static void attn_range(void *ctx, int64_t r0, int64_t r1, int ith) {
     const kiln_attention_args *a = j->a;
     const int hd = a->kv.head_dim;
     const int group = a->n_head / a->kv.n_kv_head;
-    float *tmp = malloc((size_t)hd * 3 * sizeof(float));
+    float *tmp = kiln_malloc((size_t)hd * 3 * sizeof(float));
     float *scores = NULL;
     size_t scores_cap = 0;
     if (!tmp) {
@@ -262,18 +265,19 @@ static void attn_range(void *ctx, int64_t r0, int64_t r1, int ith) {
     for (int64_t r = r0; r < r1; r++) {
         int64_t t = r / a->n_head;
         int h = (int)(r % a->n_head), kvh = h / group;
-        const kiln_kv_seq *s = &a->seqs[a->tok_seq[t]];
+        const int32_t row = a->tok_seq[t];
         int32_t pos = a->tok_pos[t];
         int32_t p0 = 0;
         if (a->window > 0 && pos - a->window + 1 > 0) p0 = pos - a->window + 1;
         size_t n = (size_t)(pos - p0 + 1);
-        if (pos < 0 || pos / KILN_KV_BLOCK >= s->n_blocks) {
+        if (row < 0 || row >= a->blocks.n_seqs || pos < 0 || pos >= a->blocks.seq_len[row] ||
+            pos / KILN_KV_BLOCK >= a->blocks.stride) {
             atomic_store(&j->failed, KILN_ERR_RANGE);
             break;
         }
         if (n > scores_cap) {
-            free(scores);
-            scores = malloc(n * sizeof(float));
+            kiln_free(scores);
+            scores = kiln_malloc(n * sizeof(float));
             scores_cap = n;
             if (!scores) {
                 atomic_store(&j->failed, KILN_ERR_NOMEM);
@@ -286,8 +290,9 @@ static void attn_range(void *ctx, int64_t r0, int64_t r1, int ith) {
             q = q16;
         }
         float mx = -INFINITY;
+        const int32_t *tab = a->blocks.table + (size_t)row * (size_t)a->blocks.stride;
         for (int32_t p = p0; p <= pos; p++) {
-            int32_t b = s->block_table[p / KILN_KV_BLOCK];
+            int32_t b = tab[p / KILN_KV_BLOCK];
             kv_load(&a->kv, a->kv.k, kv_off(&a->kv, b, p % KILN_KV_BLOCK, kvh), kv);
             if (j->ggml)
                 for (int d = 0; d < hd; d++) kv[d] = f16_round(kv[d]);
@@ -304,7 +309,7 @@ static void attn_range(void *ctx, int64_t r0, int64_t r1, int ith) {
         const float inv = (float)(1.0 / sum);
         for (int d = 0; d < hd; d++) acc[d] = 0;
         for (int32_t p = p0; p <= pos; p++) {
-            int32_t b = s->block_table[p / KILN_KV_BLOCK];
+            int32_t b = tab[p / KILN_KV_BLOCK];
             kv_load(&a->kv, a->kv.v, kv_off(&a->kv, b, p % KILN_KV_BLOCK, kvh), kv);
             float w = scores[p - p0] * inv;
             if (j->ggml) { /* the probabilities go to the f16 P x V product */
@@ -315,8 +320,8 @@ static void attn_range(void *ctx, int64_t r0, int64_t r1, int ith) {
         }
         memcpy(a->out + t * a->out_stride + (int64_t)h * hd, acc, (size_t)hd * sizeof(float));
     }
-    free(scores);
-    free(tmp);
+    kiln_free(scores);
+    kiln_free(tmp);
 }
 
 static kiln_status attention(const kiln_kctx *c, const kiln_attention_args *a, bool ggml) {

@@ -68,7 +68,7 @@ kiln_status kiln_ref_matmul_argmax(const kiln_kctx *c, const kiln_matmul_argmax_
     if (n < 0 || n > a->mm.n) return KILN_ERR_INVALID_ARG;
     size_t cnt;
     if (!kiln_size_mul((size_t)t, (size_t)(n > 0 ? n : 1), &cnt)) return KILN_ERR_OVERFLOW;
-    float *y = malloc(cnt * sizeof(float));
+    float *y = kiln_malloc(cnt * sizeof(float));
     if (!y) return KILN_ERR_NOMEM;
     kiln_matmul_args mm = a->mm;
     mm.n = n;
@@ -77,6 +77,6 @@ kiln_status kiln_ref_matmul_argmax(const kiln_kctx *c, const kiln_matmul_argmax_
     kiln_status st = n > 0 ? (a->fn ? a->fn : kiln_ref_matmul)(c, &mm) : KILN_OK;
     for (int64_t r = 0; !st && r < t; r++)
         a->ids[r] = kiln_argmax_row(y + r * n, n, a->softcap, a->vals ? &a->vals[r] : NULL);
-    free(y);
+    kiln_free(y);
     return st;
 }

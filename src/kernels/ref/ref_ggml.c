@@ -392,7 +392,7 @@ static void gmm_range(void *ctx, int64_t n0, int64_t n1, int ith) {
     const kiln_matmul_args *a = j->a;
     const uint32_t at = kiln_ggml_vec_dot_type(a->w_dtype);
     const int64_t nb = a->k / block_elems(at);
-    ublock *u = malloc((size_t)nb * sizeof *u); /* one unpacked weight row */
+    ublock *u = kiln_malloc((size_t)nb * sizeof *u); /* one unpacked weight row */
     if (!u) {
         atomic_store(&j->failed, KILN_ERR_NOMEM);
         return;
@@ -408,7 +408,7 @@ static void gmm_range(void *ctx, int64_t n0, int64_t n1, int ith) {
             a->y[t * a->y_stride + n] = sumf + b;
         }
     }
-    free(u);
+    kiln_free(u);
 }
 
 kiln_status kiln_ref_matmul_ggml(const kiln_kctx *c, const kiln_matmul_args *a) {
@@ -420,7 +420,7 @@ kiln_status kiln_ref_matmul_ggml(const kiln_kctx *c, const kiln_matmul_args *a) 
     size_t rb, total;
     if (kiln_dtype_row_bytes(at, a->k, &rb, NULL)) return KILN_ERR_INVALID_ARG;
     if (!kiln_size_mul(rb, (size_t)a->t, &total)) return KILN_ERR_OVERFLOW;
-    uint8_t *xq = malloc(total ? total : 1);
+    uint8_t *xq = kiln_malloc(total ? total : 1);
     if (!xq) return KILN_ERR_NOMEM;
     kiln_status st = KILN_OK;
     for (int64_t t = 0; t < a->t && !st; t++)
@@ -430,6 +430,6 @@ kiln_status kiln_ref_matmul_ggml(const kiln_kctx *c, const kiln_matmul_args *a) 
         kiln_pool_for(c ? c->pool : NULL, a->n, 16, gmm_range, &j);
         st = (kiln_status)atomic_load(&j.failed);
     }
-    free(xq);
+    kiln_free(xq);
     return st;
 }
