@@ -386,9 +386,10 @@ typedef struct kv_fixture {
     void *kd, *vd;   /* device cache */
     int32_t *tables; /* [n_seq][max_blocks] host */
     int max_blocks;
-    int32_t len[8];      /* tokens cached per sequence */
-    kiln_kv_seq seqs[8]; /* host view */
-    kiln_kv_seq *seqs_d; /* device array (device tables) */
+    int32_t len[8];    /* tokens cached per sequence */
+    kiln_kv_blocks hb; /* host view of the packed table */
+    kiln_kv_blocks db; /* device copy (table and seq_len in device memory) */
+    int32_t *seqlen_d;
     int32_t *tables_d;
 } kv_fixture;
 
@@ -426,28 +427,27 @@ static void kv_setup(kv_fixture *f, int n_seq, int nkv, int hd, uint32_t dt, con
         int32_t tmp = perm[i];
         perm[i] = perm[j], perm[j] = tmp;
     }
-    f->tables = calloc((size_t)(n_seq * f->max_blocks), sizeof(int32_t));
+    f->tables = malloc(sizeof(int32_t) * (size_t)(n_seq * f->max_blocks));
+    for (int i = 0; i < n_seq * f->max_blocks; i++) f->tables[i] = -1; /* unmapped */
     int next = 0;
     for (int s = 0; s < n_seq; s++) {
         int nb = (len[s] + KILN_KV_BLOCK - 1) / KILN_KV_BLOCK;
         for (int b = 0; b < nb; b++) f->tables[s * f->max_blocks + b] = perm[next++];
-        f->seqs[s].block_table = f->tables + s * f->max_blocks;
-        f->seqs[s].n_blocks = nb;
     }
+    f->hb = (kiln_kv_blocks){
+        .table = f->tables, .seq_len = f->len, .n_seqs = n_seq, .stride = f->max_blocks};
     free(perm);
     f->kd = dup_dev(f->k, f->cache_bytes);
     f->vd = dup_dev(f->v, f->cache_bytes);
     f->tables_d = dup_dev(f->tables, sizeof(int32_t) * (size_t)(n_seq * f->max_blocks));
-    kiln_kv_seq ds[8];
-    for (int s = 0; s < n_seq; s++) {
-        ds[s].block_table = f->tables_d + s * f->max_blocks;
-        ds[s].n_blocks = f->seqs[s].n_blocks;
-    }
-    f->seqs_d = dup_dev(ds, sizeof(kiln_kv_seq) * (size_t)n_seq);
+    f->seqlen_d = dup_dev(f->len, sizeof(int32_t) * (size_t)n_seq);
+    f->db = f->hb;
+    f->db.table = f->tables_d;
+    f->db.seq_len = f->seqlen_d;
 }
 
 static void kv_free(kv_fixture *f) {
-    cudaFree(f->kd), cudaFree(f->vd), cudaFree(f->tables_d), cudaFree(f->seqs_d);
+    cudaFree(f->kd), cudaFree(f->vd), cudaFree(f->tables_d), cudaFree(f->seqlen_d);
     free(f->k), free(f->v), free(f->tables);
 }
 
@@ -531,11 +531,11 @@ static void test_kv_write_rope_kv(void **state) {
                                 .t = t,
                                 .tok_seq = tok_seq,
                                 .tok_pos = tok_pos,
-                                .seqs = f.seqs};
+                                .blocks = f.hb};
         if (c % 2 == 0) {
             assert_int_equal(kiln_ref_kv_write(NULL, &w), KILN_OK);
             w.kv = kv_dev(&f), w.k = kd, w.v = vd, w.tok_seq = ts_d, w.tok_pos = tp_d,
-            w.seqs = f.seqs_d;
+            w.blocks = f.db;
             assert_int_equal(kiln_cuda_kv_write(&kc, &w), KILN_OK);
             CHECK_ERR("kv_write cache", cache_err(&f), 1e-9);
         } else {
@@ -555,7 +555,7 @@ static void test_kv_write_rope_kv(void **state) {
             r.rope.x = qd_, r.rope.pos = tp_d;
             r.kv.kv = kv_dev(&f), r.kv.k = kd, r.kv.v = vd, r.kv.tok_seq = ts_d,
             r.kv.tok_pos = tp_d;
-            r.kv.seqs = f.seqs_d;
+            r.kv.blocks = f.db;
             assert_int_equal(kiln_cuda_rope_kv(&kc, &r), KILN_OK);
             get(qo, qd_, sizeof(float) * (size_t)(t * qd));
             CHECK_ERR("rope_kv q", relerr(qo, qq, t, qd, qd, qd), 2e-5);
@@ -608,7 +608,7 @@ static void test_attention(void **state) {
                                  .n_head = c->n_head,
                                  .tok_seq = tok_seq,
                                  .tok_pos = tok_pos,
-                                 .seqs = f.seqs,
+                                 .blocks = f.hb,
                                  .scale = 1.0f / sqrtf((float)c->head_dim) *
                                           (c->softcap > 0 ? 8.0f : 1.0f),
                                  .softcap = c->softcap,
@@ -619,7 +619,7 @@ static void test_attention(void **state) {
         a.out = poisoned(sizeof(float) * (size_t)(t * qd));
         a.tok_seq = dup_dev(tok_seq, sizeof(int32_t) * (size_t)t);
         a.tok_pos = dup_dev(tok_pos, sizeof(int32_t) * (size_t)t);
-        a.seqs = f.seqs_d;
+        a.blocks = f.db;
         assert_int_equal(kiln_cuda_attention(&kc, &a), KILN_OK);
         get(oo, a.out, sizeof(float) * (size_t)(t * qd));
         char what[96];

@@ -60,22 +60,23 @@ template <int E, bool F16>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     attn_kernel(kiln_kv_layer kv, const float *__restrict__ q, int64_t qs, float *out, int64_t os,
                 int n_head, const int32_t *__restrict__ tok_seq,
-                const int32_t *__restrict__ tok_pos, const kiln_kv_seq *__restrict__ seqs,
-                float scale, float softcap, int window) {
+                const int32_t *__restrict__ tok_pos, kiln_kv_blocks bl, float scale, float softcap,
+                int window) {
     constexpr int HD = 32 * E;
     const int h = blockIdx.x;
     const int64_t t = blockIdx.y;
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
     const int group = n_head / kv.n_kv_head, kvh = h / group;
-    const int32_t pos = tok_pos[t];
-    const kiln_kv_seq s = seqs[tok_seq[t]];
+    const int32_t pos = tok_pos[t], row = tok_seq[t];
     float *o = out + t * os + (int64_t)h * HD + lane * E;
-    if (pos < 0 || pos / KILN_KV_BLOCK >= s.n_blocks) { /* validated by the engine */
+    if (row < 0 || row >= bl.n_seqs || pos < 0 || pos >= bl.seq_len[row] ||
+        pos / KILN_KV_BLOCK >= bl.stride) { /* validated by the engine */
         if (wi == 0)
 #pragma unroll
             for (int e = 0; e < E; e++) o[e] = 0.0f;
         return;
     }
+    const int32_t *table = bl.table + (int64_t)row * bl.stride;
     const int32_t p0 = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
     const size_t elt = F16 ? 2 : 4;
     const size_t head_off = ((size_t)kvh * HD + (size_t)lane * E) * elt;
@@ -86,7 +87,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     for (int e = 0; e < E; e++) qv[e] = qp[e], acc[e] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     for (int32_t p = p0 + wi; p <= pos; p += ATT_WARPS) {
-        const int32_t b = s.block_table[p / KILN_KV_BLOCK];
+        const int32_t b = table[p / KILN_KV_BLOCK];
         const size_t off =
             (size_t)b * kv.block_bytes + (size_t)(p % KILN_KV_BLOCK) * slot_bytes + head_off;
         float kr[E], vr[E];
@@ -137,11 +138,11 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         if (f16)                                                                                   \
             attn_kernel<EE, true><<<grid, ATT_WARPS * 32, 0, s>>>(                                 \
                 a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->tok_seq,            \
-                a->tok_pos, a->seqs, a->scale, a->softcap, a->window);                             \
+                a->tok_pos, a->blocks, a->scale, a->softcap, a->window);                           \
         else                                                                                       \
             attn_kernel<EE, false><<<grid, ATT_WARPS * 32, 0, s>>>(                                \
                 a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->tok_seq,            \
-                a->tok_pos, a->seqs, a->scale, a->softcap, a->window);                             \
+                a->tok_pos, a->blocks, a->scale, a->softcap, a->window);                           \
         break
 
 extern "C" kiln_status kiln_cuda_attention(const kiln_kctx *c, const kiln_attention_args *a) {

@@ -1,9 +1,9 @@
 /*
- * cuda_kernels.h — kiln's own CUDA kernels (src/kernels/cuda/ (one .cu per family)) and the cuBLAS
- * prefill matmul, as kernel-ABI entry points (kernels/kernel.h) callable from C.
+ * cuda_kernels.h — kiln's own CUDA kernels (src/kernels/cuda/, one .cu file per family) and the
+ * cuBLAS prefill matmul, as kernel-ABI entry points (kernels/kernel.h) callable from C.
  *
- * Every pointer in the args (weights, activations, ids, positions, the kiln_kv_seq array
- * and the block tables it points to, the KV cache) is DEVICE memory; kctx->stream is the
+ * Every pointer in the args (weights, activations, ids, positions, the packed block table and
+ * seq_len of kiln_kv_blocks, the KV cache) is DEVICE memory; kctx->stream is the
  * cudaStream_t the kernel is launched on (NULL: the legacy default stream) and
  * kctx->scratch is device memory of at least the spec's workspace bytes. The entry
  * points only enqueue work: they never synchronize, never allocate, and return

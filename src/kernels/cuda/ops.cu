@@ -189,16 +189,17 @@ extern "C" kiln_status kiln_cuda_rope(const kiln_kctx *c, const kiln_rope_args *
 /* ---- paged KV write ---- */
 
 template <bool F16>
-__global__ void
-kv_write_kernel(kiln_kv_layer kv, const float *__restrict__ k, const float *__restrict__ v,
-                int64_t ks, int64_t vs, const int32_t *__restrict__ tok_seq,
-                const int32_t *__restrict__ tok_pos, const kiln_kv_seq *__restrict__ seqs) {
+__global__ void kv_write_kernel(kiln_kv_layer kv, const float *__restrict__ k,
+                                const float *__restrict__ v, int64_t ks, int64_t vs,
+                                const int32_t *__restrict__ tok_seq,
+                                const int32_t *__restrict__ tok_pos, kiln_kv_blocks bl) {
     const int64_t t = blockIdx.x;
-    const kiln_kv_seq s = seqs[tok_seq[t]];
-    const int32_t pos = tok_pos[t];
+    const int32_t row = tok_seq[t], pos = tok_pos[t];
+    if (row < 0 || row >= bl.n_seqs) return; /* validated by the engine; never a fault */
     const int32_t lb = pos / KILN_KV_BLOCK, slot = pos % KILN_KV_BLOCK;
-    if (pos < 0 || lb >= s.n_blocks) return; /* validated by the engine; never a fault */
-    const int32_t b = s.block_table[lb];
+    if (pos < 0 || pos >= bl.seq_len[row] || lb >= bl.stride) return;
+    const int32_t b = bl.table[(int64_t)row * bl.stride + lb];
+    if (b < 0) return;
     const int width = kv.n_kv_head * kv.head_dim;
     const size_t base = (size_t)b * kv.block_bytes;
     for (int i = threadIdx.x; i < width; i += blockDim.x) {
@@ -221,10 +222,10 @@ extern "C" kiln_status kiln_cuda_kv_write(const kiln_kctx *c, const kiln_kv_writ
     cudaStream_t s = KC_STREAM(c);
     if (a->kv.dtype == KILN_DTYPE_F16)
         kv_write_kernel<true><<<(unsigned)a->t, threads, 0, s>>>(
-            a->kv, a->k, a->v, a->k_stride, a->v_stride, a->tok_seq, a->tok_pos, a->seqs);
+            a->kv, a->k, a->v, a->k_stride, a->v_stride, a->tok_seq, a->tok_pos, a->blocks);
     else if (a->kv.dtype == KILN_DTYPE_F32)
         kv_write_kernel<false><<<(unsigned)a->t, threads, 0, s>>>(
-            a->kv, a->k, a->v, a->k_stride, a->v_stride, a->tok_seq, a->tok_pos, a->seqs);
+            a->kv, a->k, a->v, a->k_stride, a->v_stride, a->tok_seq, a->tok_pos, a->blocks);
     else
         return KILN_ERR_UNSUPPORTED;
     return kc_launched();

@@ -1,6 +1,6 @@
 /*
- * prov_cuda.c — the "cuda" provider: kiln's own CUDA kernels (src/kernels/cuda/ (one .cu per
- * family)) and the cuBLAS prefill matmul, one spec row each. Compiled only in a CUDA build (CMake
+ * prov_cuda.c — the "cuda" provider: kiln's own CUDA kernels (src/kernels/cuda/, one .cu per
+ * family) and the cuBLAS prefill matmul, one spec row each. Compiled only in a CUDA build (CMake
  * globs this folder under KILN_CUDA).
  *
  * Availability: a device of compute capability >= 8.0 that the runtime can see
