@@ -21,6 +21,14 @@
  */
 #include "testutil.h"
 
+#include <stdio.h>
+
+#ifndef KILN_HAVE_CUDA
+int main(void) {
+    printf("SKIP: kiln was built without CUDA (-DKILN_CUDA=OFF)\n");
+    return 77;
+}
+#else
 #include "base/mem.h"
 #include "format/dtype.h"
 #include "format/quants.h"
@@ -658,3 +666,5 @@ int main(void) {
     cudaFree(kc.scratch);
     return r;
 }
+
+#endif /* KILN_HAVE_CUDA */
