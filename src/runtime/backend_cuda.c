@@ -51,7 +51,7 @@ static kiln_status cb_open(kiln_device *dev, kiln_err *err) {
     CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
     dev->impl = NULL;
     dev->queue = s;
-    snprintf(dev->name, sizeof dev->name, "cuda:%d %s", dev->ordinal, p.name);
+    snprintf(dev->name, sizeof dev->name, "cuda:%d %.100s", dev->ordinal, p.name);
     return KILN_OK;
 }
 
