@@ -12,6 +12,7 @@
 #include "runtime/kselect.h"
 
 #include "base/log.h"
+#include "base/mapguard.h"
 #include "base/mem.h"
 #include "format/dtype.h"
 
@@ -148,6 +149,7 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
         if (!e->counters) st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     }
     if (!st && o->n_threads != 1) st = kiln_pool_create(o->n_threads, &e->pool, err);
+    if (!st) st = kiln_mapguard_check(err); /* a model page faulted while binding */
     if (st) {
         kiln_engine_free(e);
         return st;
@@ -352,6 +354,8 @@ static kiln_status step(kiln_engine *e, const kiln_batch_entry *en, int32_t n, f
     x.kv = &e->kv;
     x.counters = e->counters;
     kiln_status st = kiln_exec_run(&e->bp, &x, err);
+    /* a model page faulted (file truncated while mapped): not the model's output */
+    if (!st && (st = kiln_mapguard_check(err)) != KILN_OK) return st;
     if (st) {
         /* circuit breaker: the failing kernel is marked unhealthy and its call sites are
          * rebound, so the next step runs the next candidate (this step still fails) */
