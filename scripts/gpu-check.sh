@@ -1,38 +1,106 @@
 #!/usr/bin/env bash
-# Runs on the lent GPU machine over the copy of the work tree, with .carry/ built by
-# scripts/gpu-pack.sh. Everything that needs the GPU happens in this one call: doctor,
-# the unit and gpu-labelled test binaries, and the steps named in $KILN_GPU_STEPS
-# (space-separated: gen8b load bench). Logs go to $OUT (when set) for the session.
+# gpu-check.sh — one command on the lent GPU machine: kiln's binaries (carried in .carry/
+# by `scripts/gpu-pack.sh`, or built here from source with the Debian packages that
+# `scripts/gpu-pack.sh --source DEST` put in .deps/), `kiln doctor`, the test binaries
+# (unit + gpu), compute-sanitizer memcheck and racecheck on the gpu tests, bench_cuda, and
+# the steps named in $KILN_GPU_STEPS (space-separated: gen8b load). A short table last.
+# Logs go to $OUT (when set, else /tmp/kiln-gpu-out).
+#
+#   [KILN_GPU_STEPS="gen8b load"] scripts/gpu-check.sh [--no-bench] [--no-sanitizer]
+#       [--no-unit] [--arch 90] [--jobs N]
+#
+# Exit status 0 when every step that ran passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export LD_LIBRARY_PATH=$PWD/.carry/lib:${LD_LIBRARY_PATH:-}
-export PATH=$PWD/.carry/bin:$PATH
+ARCH=90 JOBS=$(nproc) BENCH=1 SAN=1 UNIT=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-bench) BENCH=0 ;;
+    --no-sanitizer) SAN=0 ;;
+    --no-unit) UNIT=0 ;;
+    --arch) ARCH=$2; shift ;;
+    --jobs) JOBS=$2; shift ;;
+    *) echo "usage: $0 [--no-bench] [--no-sanitizer] [--no-unit] [--arch SM] [--jobs N]" >&2
+       exit 2 ;;
+  esac
+  shift
+done
 export KILN_SOURCE_DIR=$PWD KILN_SHARED_DIR=$PWD/tests/data/shared KILN_NO_PROGRESS=1
 OUT=${OUT:-/tmp/kiln-gpu-out}; mkdir -p "$OUT"
-log() { echo "== $*"; }
+ROWS=()
 rc=0
-log "nvidia-smi"; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv || true
-log "kiln doctor"; kiln doctor | tee "$OUT/doctor.txt" || rc=1
-log "test binaries"
-for t in .carry/bin/test_*; do
+step() { # name, command... (output in $OUT/name.log)
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@" >"$OUT/$name.log" 2>&1
+  local r=$?
+  ROWS+=("$(printf '%-26s %-8s %4ss' "$name" "$([ $r = 0 ] && echo ok || echo "FAIL:$r")" \
+    "$((SECONDS - t0))")")
+  [ $r = 0 ] || rc=1
+  return $r
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader \
+  >"$OUT/gpu.txt" 2>&1
+
+if [ -x .carry/bin/kiln ]; then
+  # binaries built by gpu-pack.sh on the development machine
+  export LD_LIBRARY_PATH=$PWD/.carry/lib:${LD_LIBRARY_PATH:-}
+  BIN=$PWD/.carry/bin TESTS=$PWD/.carry/bin
+else
+  # build here; kiln's C dependencies from carried Debian packages when missing, the
+  # libraries found through the binaries' RPATH (not LD_LIBRARY_PATH: the image's own
+  # tools keep their libraries)
+  DEPS=()
+  if ! pkg-config --exists jansson 2>/dev/null && [ -d .deps ]; then
+    K=/tmp/kdeps L=/tmp/kdeps/usr/lib/x86_64-linux-gnu
+    mkdir -p $K/bin
+    for f in .deps/*.deb; do dpkg -x "$f" $K; done
+    # shared linking only: private requirements (gnutls for libmicrohttpd) are not carried
+    sed -i '/^Requires.private/d' $L/pkgconfig/*.pc
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$L" "$K/usr/bin/pkgconf" >$K/bin/pkg-config
+    chmod +x $K/bin/pkg-config
+    export PKG_CONFIG_SYSROOT_DIR=$K PKG_CONFIG_LIBDIR=$L/pkgconfig:$K/usr/share/pkgconfig
+    DEPS=(-DPKG_CONFIG_EXECUTABLE=$K/bin/pkg-config -DCMAKE_BUILD_RPATH=$L
+      "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,-rpath-link,$L")
+  fi
+  step configure cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA_ARCHITECTURES="$ARCH" \
+    -DKILN_ONEDNN=OFF -DKILN_OPENBLAS=OFF "${DEPS[@]}"
+  step build cmake --build build -j"$JOBS"
+  BIN=$PWD/build TESTS=$PWD/build/tests
+  mkdir -p build/bin && cp -f build/bench/bench_* build/bin/ 2>/dev/null
+fi
+export PATH=$BIN:$BIN/bin:$PATH
+
+step doctor "$BIN/kiln" doctor
+for t in "$TESTS"/test_*; do
   [ -x "$t" ] || continue
-  if "$t" > "$OUT/$(basename "$t").log" 2>&1; then echo "PASS $(basename "$t")"
-  else echo "FAIL $(basename "$t")"; tail -20 "$OUT/$(basename "$t").log"; rc=1; fi
+  name=$(basename "$t")
+  if [ $UNIT = 0 ] && [ "$name" != test_cuda_kernels ]; then continue; fi
+  step "$name" "$t"
 done
-for step in ${KILN_GPU_STEPS:-}; do
-  log "step $step"
-  case $step in
+if [ $SAN = 1 ] && command -v compute-sanitizer >/dev/null && [ -x "$TESTS/test_cuda_kernels" ]; then
+  step memcheck timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$TESTS/test_cuda_kernels"
+  step racecheck timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$TESTS/test_cuda_kernels"
+fi
+[ $BENCH = 1 ] && step bench_cuda timeout 300 bench_cuda
+for s in ${KILN_GPU_STEPS:-}; do
+  case $s in
     gen8b)
       mkdir -p /tmp/models
-      t0=$(date +%s.%N)
-      kiln-gen --preset llama3-8b --type q4_0 -o /tmp/models/llama3-8b-q4_0.gguf 2>&1 \
-        | tee "$OUT/gen8b.txt" || rc=1
-      python3 -c "import sys,time; print(\"kiln-gen llama3-8b q4_0 wall: %.1f s\" % (time.time()-float(sys.argv[1])))" "$t0"; ls -la /tmp/models
-      kiln inspect /tmp/models/llama3-8b-q4_0.gguf 2>&1 | head -30 ;;
+      step gen8b kiln-gen --preset llama3-8b --type q4_0 -o /tmp/models/llama3-8b-q4_0.gguf ;;
     load)
-      bench_load --file /tmp/models/llama3-8b-q4_0.gguf --cuda 0 --reps 3 --threads 16 \
-        2>&1 | tee "$OUT/bench_load.txt" || rc=1 ;;
-    *) echo "unknown step $step"; rc=1 ;;
+      step load bench_load --file /tmp/models/llama3-8b-q4_0.gguf --cuda 0 --reps 3 --threads 16 ;;
+    *) echo "unknown step $s"; rc=1 ;;
   esac
 done
+
+echo
+grep -h "rel err\|FAILED\|PASSED\|SKIP" "$OUT"/test_cuda_kernels.log 2>/dev/null | tail -6
+grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/memcheck.log "$OUT"/racecheck.log 2>/dev/null
+[ -f "$OUT/bench_cuda.log" ] && sed -n '/^bandwidth/p;/^Llama-3-8B/,$p' "$OUT/bench_cuda.log"
+echo "gpu: $(cat "$OUT/gpu.txt")"
+printf '%s\n' "${ROWS[@]}"
 exit $rc

@@ -5,7 +5,32 @@
 # fetch packages, so everything travels (limit 64 MiB): OpenBLAS and oneDNN are left out
 # of this build (CPU providers; not needed there).
 #   scripts/gpu-pack.sh && <device run with carry [".carry"]> bash scripts/gpu-check.sh
+#
+# --source DEST [FILE...]: instead, copy the tracked files of this checkout (and FILEs) to
+# DEST and download the Debian packages kiln builds against (headers, .pc files, shared
+# libraries, pkgconf, cmocka; ~10 MB) into DEST/.deps/: gpu-check.sh then builds on the GPU
+# machine (16 cores, nvcc there) instead of carrying binaries built on this 2-core one.
+# The packages are this machine's distribution's (Debian 12, glibc 2.36): the GPU image
+# needs a glibc at least as new.
 set -euo pipefail
+if [ "${1:-}" = "--source" ]; then
+  [ $# -ge 2 ] || { echo "usage: $0 --source DEST [FILE...]" >&2; exit 2; }
+  DEST=$2; shift 2
+  SRC=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+  rm -rf "$DEST" && mkdir -p "$DEST/.deps"
+  git -C "$SRC" ls-files -z | (cd "$SRC" && xargs -0 cp --parents -a -t "$DEST")
+  for f in "$@"; do cp -a "$f" "$DEST/"; done
+  PKGS="libjansson-dev libjansson4 libyaml-dev libyaml-0-2 libsqlite3-dev libsqlite3-0
+    libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev
+    libutf8proc2 libedit-dev libedit2 libbsd0 libmd0 liburing-dev liburing2 libmicrohttpd-dev
+    libmicrohttpd12 libxxhash-dev libxxhash0 libcmocka-dev libcmocka0 pkgconf pkgconf-bin
+    libpkgconf3 libgnutls30 libnettle8 libhogweed6 libp11-kit0 libtasn1-6 libidn2-0
+    libunistring2 libffi8 libgmp10 libncurses-dev libtinfo6 libncursesw6 libncurses6
+    libbsd-dev libmd-dev"
+  (cd "$DEST/.deps" && apt-get download $PKGS >/dev/null 2>&1)
+  echo "packed $(git -C "$SRC" rev-parse --short HEAD) into $DEST ($(du -sh "$DEST" | cut -f1))"
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 B=build-gpu
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_OPENBLAS=OFF \

@@ -113,27 +113,125 @@ typedef struct kiln_batch_entry {
     int32_t want_logits; /* nonzero: this entry gets a row of logits */
 } kiln_batch_entry;
 
-/* Runs one forward pass over n entries. Each sequence's entries must appear in order
- * of position, the first at the sequence's current length, without gaps. logits gets
- * one row of n_vocab floats per entry with want_logits, in entry order (may be NULL
- * when none asks). Results for a sequence do not depend on the other sequences in the
- * batch (on batch-invariant kernels, which the ref backend's all are).
- * Errors: KILN_ERR_INVALID_ARG (bad entry: unknown sequence, token out of range,
- * position out of order), KILN_ERR_CAPACITY (KV budget exhausted: the step did not
- * run, sequences are unchanged), others from kernels. */
+/* ---- capacity (what a scheduler admits and preempts with; never fails) ----
+ * KV memory is handed out in blocks of kiln_engine_kv_block_size positions; every
+ * sequence holds ceil(len / block_size) blocks (a fork shares its parent's full ones). */
+int32_t kiln_engine_kv_block_size(const kiln_engine *e);
+int32_t kiln_engine_kv_blocks_total(const kiln_engine *e);
+int32_t kiln_engine_kv_blocks_free(const kiln_engine *e);
+int32_t kiln_engine_max_step_tokens(const kiln_engine *e);
+int32_t kiln_engine_max_seqs(const kiln_engine *e);
+int32_t kiln_engine_seqs_free(const kiln_engine *e);
+/* Blocks the sequence must take from the free pool to grow by n_new positions (0 when
+ * its last block has room; -1 for an unknown sequence or n_new < 0). */
+int32_t kiln_seq_blocks_needed(const kiln_engine *e, int32_t seq, int32_t n_new);
+/* Blocks a step over these entries would take (the sum of kiln_seq_blocks_needed over
+ * the entries' sequences; -1 when an entry names an unknown sequence). A step whose
+ * need is <= kiln_engine_kv_blocks_free never fails with KILN_ERR_CAPACITY. */
+int32_t kiln_engine_blocks_needed(const kiln_engine *e, const kiln_batch_entry *entries, int32_t n);
+
+/* ---- a step in two parts: prepare, then run ----
+ * kiln_engine_prepare validates the entries, reserves their KV blocks (all or nothing)
+ * and builds the step's packed inputs (token ids, positions, the block table) in the
+ * engine's buffers; kiln_engine_run runs it. Between the two nothing of the engine
+ * changes, so a device backend can prepare step N+1 while step N runs (prepare never
+ * waits for a running step). At most one step is prepared at a time (a second prepare
+ * before run: KILN_ERR_STATE); kiln_engine_cancel drops it and returns its blocks.
+ * Entries: each sequence's entries in order of position, the first at the sequence's
+ * length plus what an earlier prepared-and-run step adds, without gaps. Results for a
+ * sequence do not depend on the other sequences in the batch (batch-invariant kernels:
+ * every ref kernel and the cpu backend's attention; cpu matmuls are row-independent).
+ * Errors of prepare: KILN_ERR_INVALID_ARG (bad entry: unknown sequence, token out of
+ * range, position out of order; too many entries), KILN_ERR_CAPACITY (KV budget
+ * exhausted: nothing reserved, sequences unchanged), KILN_ERR_STATE. Errors of run: from
+ * kernels (KILN_ERR_DEVICE with the device's message, ...); after a failed run the
+ * sequences of the step keep their lengths from before it. */
+typedef struct kiln_step_opts {
+    /* 0: every entry with want_logits gets a row of logits (kiln_engine_logits);
+     * 1: greedy, it gets a token id instead (kiln_engine_token): the lowest id <
+     * n_vocab_limit with the largest logit after the model's final softcap (NaN / -inf
+     * never chosen; -1 when none is left), what a temperature-0 sampler without
+     * penalties picks; the backend may fuse the pick into the LM head. */
+    int32_t greedy;
+    int32_t n_vocab_limit; /* greedy: <= 0 means the whole vocabulary */
+} kiln_step_opts;
+
+kiln_status kiln_engine_prepare(kiln_engine *e, const kiln_batch_entry *entries, int32_t n,
+                                const kiln_step_opts *opts, kiln_err *err);
+kiln_status kiln_engine_run(kiln_engine *e, kiln_err *err);
+void kiln_engine_cancel(kiln_engine *e);
+
+/* ---- outputs of the last run, owned by the engine (valid until the next run) ----
+ * One output row per entry that wanted logits, in entry order. */
+int32_t kiln_engine_n_outputs(const kiln_engine *e);
+int32_t kiln_engine_n_vocab(const kiln_engine *e);
+/* Row i's n_vocab logits (NULL when i is out of range or the step was greedy). */
+const float *kiln_engine_logits(const kiln_engine *e, int32_t i);
+/* Row i's token id of a greedy step (-1 when out of range / none / not greedy). */
+int32_t kiln_engine_token(const kiln_engine *e, int32_t i);
+
+/* One step, prepare + run, with the logits copied to a caller buffer: logits gets one
+ * row of n_vocab floats per entry with want_logits, in entry order (may be NULL when
+ * none asks). Errors as prepare and run. */
 kiln_status kiln_engine_step(kiln_engine *e, const kiln_batch_entry *entries, int32_t n,
                              float *logits, kiln_err *err);
-/* As kiln_engine_step, for greedy decoding: instead of a logits row, every entry with
- * want_logits gets one token id in ids (entry order): the lowest id < n_vocab_limit
- * with the largest logit (after the model's final softcap; ids whose logit is NaN or
- * -inf are never chosen; -1 when none is left), i.e. what a temperature-0 sampler
- * without penalties picks from the logits kiln_engine_step would return. The backend
- * may fuse the pick into the LM head so the logits are never stored. n_vocab_limit <= 0
- * means the model's whole vocabulary. Errors as kiln_engine_step. */
+/* The same for greedy decoding (kiln_step_opts.greedy): every entry with want_logits
+ * gets one token id in ids (entry order). n_vocab_limit <= 0 means the whole
+ * vocabulary. */
 kiln_status kiln_engine_step_greedy(kiln_engine *e, const kiln_batch_entry *entries, int32_t n,
                                     int32_t n_vocab_limit, int32_t *ids, kiln_err *err);
 /* Dispatch counts per opcode since creation (NULL when counters are off). */
 const uint64_t *kiln_engine_counters(const kiln_engine *e);
+
+/* ---- text and generation ----
+ * The model's tokenizer must be loaded first (kiln_model_load_tokenizer). Text is
+ * exact: the generated text is what the whole token sequence detokenizes to minus the
+ * prompt's text (so prompt + generated text is the sequence's text; UTF-8 characters
+ * split across tokens come out whole). */
+
+/* Loads the tokenizer of the model's file (GGUF metadata or tokenizer.json). Idempotent. */
+kiln_status kiln_model_load_tokenizer(kiln_model *m, kiln_err *err);
+/* Text -> token ids. add_special: BOS/EOS as the vocabulary asks; parse_special: text
+ * like "<start_of_turn>" becomes that control token. Writes at most cap ids; *n_out is
+ * the number of ids the text has (KILN_ERR_RANGE when it exceeds cap). */
+kiln_status kiln_model_tokenize(const kiln_model *m, const char *text, size_t len, int add_special,
+                                int parse_special, int32_t *ids, int32_t cap, int32_t *n_out,
+                                kiln_err *err);
+/* Token ids -> the text of the sequence (a leading BOS and the SPM space prefix removed;
+ * control tokens give no text). Writes at most cap bytes plus a NUL when it fits;
+ * *len_out is the text's length (KILN_ERR_RANGE when len_out >= cap). */
+kiln_status kiln_model_detokenize(const kiln_model *m, const int32_t *ids, int32_t n, char *buf,
+                                  size_t cap, size_t *len_out, kiln_err *err);
+
+typedef struct kiln_gen_params {
+    int32_t n_predict;       /* tokens to generate at most (default 128)            */
+    float temperature;       /* default 0.8; <= 0: greedy                           */
+    int32_t top_k;           /* default 40; <= 0: off                               */
+    float top_p;             /* default 0.95; 1: off                                */
+    float min_p;             /* default 0.05; 0: off                                */
+    float repeat_penalty;    /* default 1 (off)                                     */
+    int32_t repeat_last_n;   /* default 64 (-1: all, 0: off)                        */
+    float frequency_penalty; /* default 0                                           */
+    float presence_penalty;  /* default 0                                           */
+    uint64_t seed;           /* default 0                                           */
+    const char *const *stop; /* stop strings (NULL: none); the text stops before one */
+    int32_t n_stop;
+    int32_t ignore_eos; /* nonzero: do not stop at end-of-generation tokens         */
+} kiln_gen_params;
+
+void kiln_gen_params_default(kiln_gen_params *p);
+
+/* Called for each generated token with the text it completes (may be empty: part of a
+ * UTF-8 character or of a possible stop string is held back), then once with token -1
+ * for held text at the end (only when there is some). Return nonzero to stop. */
+typedef int (*kiln_token_cb)(void *user, int32_t token, const char *text, size_t len);
+
+/* Generates from prompt (tokenized with BOS as the model asks, special tokens not
+ * parsed) on a new sequence of e, which is freed at the end. The engine must have been
+ * created for m. Errors: KILN_ERR_INVALID_ARG (no tokenizer loaded, empty prompt, bad
+ * parameters), KILN_ERR_RANGE (prompt longer than the context), engine errors. */
+kiln_status kiln_generate(kiln_engine *e, const kiln_model *m, const char *prompt,
+                          const kiln_gen_params *p, kiln_token_cb cb, void *user, kiln_err *err);
 
 #ifdef __cplusplus
 }

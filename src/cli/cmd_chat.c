@@ -4,8 +4,11 @@
  * Each turn renders the whole conversation with the model's chat template, tokenizes
  * it, and reuses the sequence's cached prefix: the KV cache is truncated to the
  * longest common prefix of the new tokens and the tokens already fed, so only the new
- * user turn is prefilled (multi-turn reuse of the sequence's own history). Line editing
- * and history come from libedit. Commands: /reset (forget the conversation), /quit.
+ * user turn is prefilled (multi-turn reuse of the sequence's own history); each turn
+ * prints how many prompt tokens it prefilled and how many it reused. Line editing and
+ * history come from libedit. Commands: /reset, /system TEXT, /save FILE (the conversation
+ * as JSON, written atomically), /load FILE, /help, /quit. Ctrl-C stops the reply being
+ * generated (the partial reply stays in the conversation); Ctrl-D leaves.
  */
 #include "cli/args.h"
 #include "base/mem.h"
@@ -15,7 +18,10 @@
 #include "base/timer.h"
 
 #include <editline/readline.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +35,16 @@ typedef struct chat_state {
     json_t *msgs;
     int64_t n_predict;
     const char *tpl; /* --chat-template text, or NULL for the model's */
+    bool quit;
 } chat_state;
+
+/* Set by SIGINT while a reply is generated: the turn stops at the next token. */
+static volatile sig_atomic_t g_interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    g_interrupted = 1;
+}
 
 static kiln_status append_fed(kiln_tokens *t, int32_t id, kiln_err *err) {
     if (t->n == t->cap) {
@@ -81,7 +96,7 @@ static kiln_status turn(chat_state *c, char **reply, kiln_err *err) {
     if ((st = kiln_detok_stream_create(v, false, &ds, err))) goto done;
     uint64_t t1 = kiln_now_ns();
     int64_t n = 0;
-    while (n < c->n_predict && (int64_t)c->fed.n < c->g.n_ctx) {
+    while (n < c->n_predict && (int64_t)c->fed.n < c->g.n_ctx && !g_interrupted) {
         int32_t id = kiln_sampler_sample(c->smp, logits, c->g.n_vocab_tok);
         if (id < 0 || kiln_vocab_is_eog(v, id)) break;
         kiln_sampler_accept(c->smp, id);
@@ -107,6 +122,7 @@ static kiln_status turn(chat_state *c, char **reply, kiln_err *err) {
         if ((st = append_fed(&c->fed, id, err))) goto done;
     }
     double gen_ms = kiln_elapsed_ms(t1);
+    if (g_interrupted) printf(" [stopped]");
     printf("\n");
     fprintf(stderr, "[%zu new prompt tokens (%zu reused) %.1f tok/s; %lld generated %.1f tok/s]\n",
             toks.n - common, common,
@@ -127,11 +143,123 @@ done:
     return st;
 }
 
+static void reset_conversation(chat_state *c, const char *sys) {
+    json_array_clear(c->msgs);
+    if (sys)
+        json_array_append_new(c->msgs, json_pack("{s:s, s:s}", "role", "system", "content", sys));
+    kiln_seq_truncate(c->g.engine, c->seq, 0, NULL);
+    c->fed.n = 0;
+}
+
+/* Writes the conversation to path atomically: a temporary file in the same directory,
+ * fsync'ed, then renamed over path. */
+static kiln_status save_conversation(const chat_state *c, const char *path, kiln_err *err) {
+    char tmp[4200];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp))
+        return kiln_err_set(err, KILN_ERR_RANGE, "/save: path too long");
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) return kiln_err_errno(err, errno, "/save: creating %s", tmp);
+    if (json_dumpfd(c->msgs, fd, JSON_INDENT(2)) != 0 || write(fd, "\n", 1) != 1 ||
+        fsync(fd) != 0) {
+        kiln_status st = kiln_err_errno(err, errno, "/save: writing %s", tmp);
+        close(fd);
+        unlink(tmp);
+        return st;
+    }
+    if (close(fd) != 0 || rename(tmp, path) != 0) {
+        kiln_status st = kiln_err_errno(err, errno, "/save: writing %s", path);
+        unlink(tmp);
+        return st;
+    }
+    return KILN_OK;
+}
+
+/* Reads a conversation saved by /save (a JSON array of {role, content} strings). */
+static kiln_status load_conversation(chat_state *c, const char *path, char **sys, kiln_err *err) {
+    json_error_t je;
+    json_t *a = json_load_file(path, 0, &je);
+    if (!a) return kiln_err_set(err, KILN_ERR_FORMAT, "/load: %s:%d: %s", path, je.line, je.text);
+    size_t i;
+    json_t *m;
+    if (!json_is_array(a)) {
+        json_decref(a);
+        return kiln_err_set(err, KILN_ERR_FORMAT, "/load: %s: not a JSON array of messages", path);
+    }
+    json_array_foreach(a, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!role || !json_is_string(json_object_get(m, "content")) ||
+            (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))) {
+            json_decref(a);
+            return kiln_err_set(err, KILN_ERR_FORMAT,
+                                "/load: %s: message %zu needs a role (system, user, assistant) "
+                                "and a string content",
+                                path, i);
+        }
+    }
+    json_decref(c->msgs);
+    c->msgs = a;
+    kiln_free(*sys);
+    *sys = NULL;
+    json_t *first = json_array_get(a, 0);
+    if (first && !strcmp(json_string_value(json_object_get(first, "role")), "system"))
+        *sys = strdup(json_string_value(json_object_get(first, "content")));
+    /* the KV cache keeps whatever prefix the loaded conversation shares with it */
+    return KILN_OK;
+}
+
+/* Handles a /command; returns false when line is not one (sent as a message). */
+static bool command(chat_state *c, const char *line, char **sys) {
+    kiln_err err;
+    kiln_err_clear(&err);
+    const char *arg = strchr(line, ' ');
+    size_t n = arg ? (size_t)(arg - line) : strlen(line);
+    while (arg && *arg == ' ') arg++;
+    if (arg && !*arg) arg = NULL;
+#define IS(name) (n == strlen(name) && !strncmp(line, name, n))
+    if (IS("/quit") || IS("/exit")) {
+        c->quit = true;
+    } else if (IS("/help")) {
+        printf("/reset        forget the conversation (keeps the system prompt)\n"
+               "/system TEXT  set the system prompt and start over (/system alone clears it)\n"
+               "/save FILE    write the conversation as JSON\n"
+               "/load FILE    continue a saved conversation\n"
+               "/quit         leave (or Ctrl-D); Ctrl-C stops a reply\n");
+    } else if (IS("/reset")) {
+        reset_conversation(c, *sys);
+        printf("[conversation reset]\n");
+    } else if (IS("/system")) {
+        kiln_free(*sys);
+        *sys = arg ? strdup(arg) : NULL;
+        reset_conversation(c, *sys);
+        printf(arg ? "[system prompt set; conversation reset]\n"
+                   : "[system prompt cleared; conversation reset]\n");
+    } else if (IS("/save")) {
+        if (!arg)
+            printf("usage: /save FILE\n");
+        else if (save_conversation(c, arg, &err))
+            kiln_cli_fail("chat", &err);
+        else
+            printf("[saved %zu messages to %s]\n", json_array_size(c->msgs), arg);
+    } else if (IS("/load")) {
+        if (!arg)
+            printf("usage: /load FILE\n");
+        else if (load_conversation(c, arg, sys, &err))
+            kiln_cli_fail("chat", &err);
+        else
+            printf("[loaded %zu messages from %s]\n", json_array_size(c->msgs), arg);
+    } else {
+        return false;
+    }
+#undef IS
+    fflush(stdout);
+    return true;
+}
+
 int kiln_cmd_chat(int argc, char **argv) {
     static const kiln_cmd_usage u = {
         "kiln chat -m MODEL [options]",
-        "Multi-turn chat in the terminal with the model's chat template. Type /reset to start "
-        "over, /quit (or Ctrl-D) to leave."};
+        "Multi-turn chat in the terminal with the model's chat template. Commands: /reset, "
+        "/system TEXT, /save FILE, /load FILE, /help, /quit (or Ctrl-D). Ctrl-C stops a reply."};
     kiln_opt opts[] = {
         {"model", 'm', true, "MODEL", "model file or short name (gemma3-270m)", false, NULL},
         {"system", 0, true, "TEXT", "system prompt", false, NULL},
@@ -200,35 +328,39 @@ int kiln_cmd_chat(int argc, char **argv) {
     sp.seed = (uint64_t)seed;
     if (kiln_sampler_create(&sp, c.g.n_vocab, &c.smp, &err)) goto done;
     if (kiln_seq_create(c.g.engine, &c.seq, &err)) goto done;
-    const char *sys = kiln_opt_find(opts, KILN_NOPTS(opts), "system")->value;
+    const char *sys0 = kiln_opt_find(opts, KILN_NOPTS(opts), "system")->value;
+    char *sys = sys0 ? kiln_strdup(sys0) : NULL;
     c.msgs = json_array();
     if (!c.msgs) goto done;
     if (sys)
         json_array_append_new(c.msgs, json_pack("{s:s, s:s}", "role", "system", "content", sys));
     bool tty = isatty(0);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
     if (tty)
-        fprintf(stderr, "kiln chat: %s (%s backend). /reset, /quit\n", c.g.model->path,
-                go.backend ? go.backend : "cpu");
+        fprintf(stderr,
+                "kiln chat: %s (%s backend). /help for commands, Ctrl-C stops a reply, "
+                "Ctrl-D leaves\n",
+                c.g.model->path, go.backend ? go.backend : "cpu");
     for (;;) {
+        g_interrupted = 0;
         char *line = readline(tty ? "> " : "");
-        if (!line) break;
+        if (!line) {
+            if (g_interrupted) continue; /* Ctrl-C at the prompt: a new line */
+            break;
+        }
         if (!*line) {
             kiln_free(line);
             continue;
         }
         if (tty) add_history(line);
-        if (strcmp(line, "/quit") == 0 || strcmp(line, "/exit") == 0) {
+        if (line[0] == '/' && command(&c, line, &sys)) {
+            bool quit = c.quit;
             kiln_free(line);
-            break;
-        }
-        if (strcmp(line, "/reset") == 0) {
-            json_array_clear(c.msgs);
-            if (sys)
-                json_array_append_new(c.msgs,
-                                      json_pack("{s:s, s:s}", "role", "system", "content", sys));
-            kiln_seq_truncate(c.g.engine, c.seq, 0, NULL);
-            c.fed.n = 0;
-            kiln_free(line);
+            if (quit) break;
             continue;
         }
         json_array_append_new(c.msgs, json_pack("{s:s, s:s}", "role", "user", "content", line));
@@ -244,6 +376,7 @@ int kiln_cmd_chat(int argc, char **argv) {
                               json_pack("{s:s, s:s}", "role", "assistant", "content", reply));
         kiln_free(reply);
     }
+    kiln_free(sys);
     rc = 0;
 done:
     if (rc) kiln_cli_fail("chat", &err);

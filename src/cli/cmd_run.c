@@ -1,25 +1,58 @@
 /*
  * cmd_run.c — `kiln run`: generate text from one prompt.
  *
- * The prompt is tokenized (BOS added as the model's metadata says; with --chat the
- * model's chat template wraps it first), prefilled in steps of up to 512 tokens, then
- * tokens are sampled one at a time and streamed to stdout through the streaming
- * detokenizer (never a partial UTF-8 character). The prompt is not echoed. Prompt and
- * generation speed go to stderr at the end.
+ * Steps, one function each: parse the options (run_parse), read the prompt and the
+ * chat template (run_inputs), open the model and engine (kiln_gen_open), tokenize the
+ * prompt (BOS as the model's metadata says; with --chat the model's chat template wraps
+ * it first: run_tokens), then generate (kiln_generate_seq, src/runtime/generate.h):
+ * prefill in steps of up to 512 tokens, sample one token at a time and stream the exact
+ * text to stdout (never a partial UTF-8 character; the first generated token keeps its
+ * leading space, so prompt + output is the text of the whole sequence). The prompt is
+ * not echoed. Prompt and generation speed go to stderr at the end. Every resource is
+ * owned by one run_state and released in one place (run_free), whatever step failed.
  */
 #include "base/timer.h"
 #include "base/mem.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/gen.h"
+#include "runtime/generate.h"
 #include "runtime/kselect.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int kiln_cmd_run(int argc, char **argv) {
+typedef struct run_opts {
+    const char *model, *prompt, *file, *chat_template, *stop, *backend, *numerics;
+    const char *policy, *dispatch;
+    int64_t n_predict, n_ctx, threads;
+    bool chat, ignore_eos, print_ids, kv_f16;
+    kiln_sampler_params sp;
+} run_opts;
+
+typedef struct run_state {
+    char *prompt_buf; /* -f FILE */
+    char *tpl;        /* --chat-template FILE */
+    char *chat_text;
+    kiln_gen_ctx g;
+    bool g_open;
+    kiln_tokens toks;
+    int32_t seq;
+} run_state;
+
+static void run_free(run_state *s) {
+    if (s->g_open && s->seq >= 0) kiln_seq_free(s->g.engine, s->seq);
+    if (s->g_open) kiln_gen_close(&s->g);
+    kiln_tokens_free(&s->toks);
+    kiln_free(s->chat_text);
+    kiln_free(s->tpl);
+    kiln_free(s->prompt_buf);
+    memset(s, 0, sizeof(*s));
+}
+
+/* 0: parsed; else the exit code (help: 0 is returned through *done). */
+static int run_parse(int argc, char **argv, run_opts *o, bool *done) {
     static const kiln_cmd_usage u = {
         "kiln run -m MODEL -p PROMPT [options]",
         "Generates text from a prompt and streams it to stdout; prompt and generation speed go "
@@ -55,225 +88,167 @@ int kiln_cmd_run(int argc, char **argv) {
         {"policy", 0, true, "FILE", "kernel policy (kiln.yaml; docs/KERNELS.md)", false, NULL},
         {"dispatch", 0, true, "FILE", "baked dispatch table from kiln solve", false, NULL},
     };
+    const size_t no = KILN_NOPTS(opts);
     const char *pos[4];
     int n_pos;
-    int r = kiln_args_parse(argc, argv, &u, opts, KILN_NOPTS(opts), pos, 4, &n_pos);
-    if (r == KILN_ARGS_HELP) return 0;
+    *done = false;
+    int r = kiln_args_parse(argc, argv, &u, opts, no, pos, 4, &n_pos);
+    if (r == KILN_ARGS_HELP) {
+        *done = true;
+        return 0;
+    }
     if (r == KILN_ARGS_ERROR) return 2;
-    kiln_opt *o_m = kiln_opt_find(opts, KILN_NOPTS(opts), "model");
-    kiln_opt *o_p = kiln_opt_find(opts, KILN_NOPTS(opts), "prompt");
-    kiln_opt *o_f = kiln_opt_find(opts, KILN_NOPTS(opts), "file");
-    if (!o_m->seen || (!o_p->seen && !o_f->seen)) {
+#define OPT(name) kiln_opt_find(opts, no, name)
+    if (!OPT("model")->seen || (!OPT("prompt")->seen && !OPT("file")->seen)) {
         fprintf(stderr, "kiln run: -m MODEL and -p PROMPT (or -f FILE) are required\n");
-        kiln_args_usage(&u, opts, KILN_NOPTS(opts), true);
+        kiln_args_usage(&u, opts, no, true);
         return 2;
     }
-    int64_t n_predict = 128, top_k = 40, seed = 0, n_ctx = 0, threads = 0, last_n = 64;
+    int64_t top_k = 40, seed = 0, last_n = 64;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, freq = 0, pres = 0;
-    if (!kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "n-predict"), 0, 1 << 24, &n_predict) ||
-        !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "top-k"), 0, 1 << 30, &top_k) ||
-        !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "seed"), 0, INT64_MAX, &seed) ||
-        !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "ctx-size"), 0, 1 << 24, &n_ctx) ||
-        !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "threads"), 0, 1024, &threads) ||
-        !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "repeat-last-n"), -1, 1 << 20,
-                      &last_n) ||
-        !kiln_opt_float(kiln_opt_find(opts, KILN_NOPTS(opts), "temp"), 0, 100, &temp) ||
-        !kiln_opt_float(kiln_opt_find(opts, KILN_NOPTS(opts), "top-p"), 1e-6, 1, &top_p) ||
-        !kiln_opt_float(kiln_opt_find(opts, KILN_NOPTS(opts), "min-p"), 0, 1, &min_p) ||
-        !kiln_opt_float(kiln_opt_find(opts, KILN_NOPTS(opts), "repeat-penalty"), 1e-3, 100, &rep) ||
-        !kiln_opt_float(kiln_opt_find(opts, KILN_NOPTS(opts), "frequency-penalty"), -100, 100,
-                        &freq) ||
-        !kiln_opt_float(kiln_opt_find(opts, KILN_NOPTS(opts), "presence-penalty"), -100, 100,
-                        &pres))
+    o->n_predict = 128;
+    if (!kiln_opt_int(OPT("n-predict"), 0, 1 << 24, &o->n_predict) ||
+        !kiln_opt_int(OPT("top-k"), 0, 1 << 30, &top_k) ||
+        !kiln_opt_int(OPT("seed"), 0, INT64_MAX, &seed) ||
+        !kiln_opt_int(OPT("ctx-size"), 0, 1 << 24, &o->n_ctx) ||
+        !kiln_opt_int(OPT("threads"), 0, 1024, &o->threads) ||
+        !kiln_opt_int(OPT("repeat-last-n"), -1, 1 << 20, &last_n) ||
+        !kiln_opt_float(OPT("temp"), 0, 100, &temp) ||
+        !kiln_opt_float(OPT("top-p"), 1e-6, 1, &top_p) ||
+        !kiln_opt_float(OPT("min-p"), 0, 1, &min_p) ||
+        !kiln_opt_float(OPT("repeat-penalty"), 1e-3, 100, &rep) ||
+        !kiln_opt_float(OPT("frequency-penalty"), -100, 100, &freq) ||
+        !kiln_opt_float(OPT("presence-penalty"), -100, 100, &pres))
         return 2;
-    bool chat = kiln_opt_find(opts, KILN_NOPTS(opts), "chat")->seen;
-    bool ignore_eos = kiln_opt_find(opts, KILN_NOPTS(opts), "ignore-eos")->seen;
-    bool print_ids = kiln_opt_find(opts, KILN_NOPTS(opts), "ids")->seen;
-    kiln_opt *o_stop = kiln_opt_find(opts, KILN_NOPTS(opts), "stop");
+    o->model = OPT("model")->value;
+    o->prompt = OPT("prompt")->value;
+    o->file = OPT("file")->seen ? OPT("file")->value : NULL;
+    o->chat_template = OPT("chat-template")->seen ? OPT("chat-template")->value : NULL;
+    o->stop = OPT("stop")->seen ? OPT("stop")->value : NULL;
+    o->backend = OPT("backend")->value;
+    o->numerics = OPT("numerics")->value;
+    o->policy = OPT("policy")->value;
+    o->dispatch = OPT("dispatch")->value;
+    o->chat = OPT("chat")->seen || o->chat_template;
+    o->ignore_eos = OPT("ignore-eos")->seen;
+    o->print_ids = OPT("ids")->seen;
+    o->kv_f16 = OPT("kv-f16")->seen;
+    const bool tuned = OPT("policy")->seen || OPT("dispatch")->seen;
+    if (!tuned) o->policy = o->dispatch = NULL;
+#undef OPT
+    kiln_sampler_params_default(&o->sp);
+    o->sp.temperature = (float)temp;
+    o->sp.top_k = (int32_t)top_k;
+    o->sp.top_p = (float)top_p;
+    o->sp.min_p = (float)min_p;
+    o->sp.repeat_penalty = (float)rep;
+    o->sp.repeat_last_n = (int32_t)last_n;
+    o->sp.frequency_penalty = (float)freq;
+    o->sp.presence_penalty = (float)pres;
+    o->sp.seed = (uint64_t)seed;
+    return 0;
+}
 
+/* Reads -f FILE and --chat-template FILE (the shared reader of gen.h). */
+static kiln_status run_inputs(const run_opts *o, run_state *s, kiln_err *err) {
+    size_t len;
+    if (o->file) KILN_TRY(kiln_gen_read_file(o->file, &s->prompt_buf, &len, err));
+    if (o->chat_template) KILN_TRY(kiln_gen_read_file(o->chat_template, &s->tpl, &len, err));
+    return KILN_OK;
+}
+
+/* The prompt's tokens (chat template applied with --chat) into s->toks. */
+static kiln_status run_tokens(const run_opts *o, run_state *s, kiln_err *err) {
+    const char *prompt = s->prompt_buf ? s->prompt_buf : o->prompt;
+    if (o->chat) {
+        KILN_TRY(kiln_gen_chat_prompt(s->g.model, s->tpl, prompt, &s->chat_text, err));
+        KILN_TRY(kiln_gen_tokenize_chat(s->g.model, s->chat_text, &s->toks, err));
+    } else {
+        KILN_TRY(kiln_tokenize(s->g.model->vocab, prompt, strlen(prompt), KILN_TOK_ADD_SPECIAL,
+                               &s->toks, err));
+    }
+    if (s->toks.n == 0) return kiln_err_set(err, KILN_ERR_INVALID_ARG, "the prompt has no tokens");
+    if ((int64_t)s->toks.n >= s->g.n_ctx)
+        return kiln_err_set(err, KILN_ERR_RANGE,
+                            "prompt of %zu tokens does not fit the context (%lld)", s->toks.n,
+                            (long long)s->g.n_ctx);
+    return KILN_OK;
+}
+
+static int print_text(void *user, int32_t token, const char *text, size_t len) {
+    (void)user;
+    (void)token;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+static int print_id(void *user, int32_t token, const char *text, size_t len) {
+    (void)user;
+    (void)text;
+    (void)len;
+    if (token >= 0) printf("%d ", token);
+    fflush(stdout);
+    return 0;
+}
+
+int kiln_cmd_run(int argc, char **argv) {
+    run_opts o;
+    memset(&o, 0, sizeof(o));
+    bool done;
+    int rc = run_parse(argc, argv, &o, &done);
+    if (rc || done) return rc;
     kiln_err err;
     kiln_err_clear(&err);
-    char *prompt_buf = NULL;
-    const char *prompt = o_p->value;
-    if (o_f->seen) {
-        FILE *f = fopen(o_f->value, "rb");
-        if (!f) {
-            kiln_err_errno(&err, errno, "opening %s", o_f->value);
-            return kiln_cli_fail("run", &err);
-        }
-        size_t cap = 1 << 16, len = 0, k;
-        prompt_buf = kiln_malloc(cap + 1);
-        while (prompt_buf && (k = fread(prompt_buf + len, 1, cap - len, f)) > 0) {
-            len += k;
-            if (len == cap) {
-                char *q = kiln_realloc(prompt_buf, cap * 2 + 1);
-                if (!q) {
-                    kiln_free(prompt_buf);
-                    prompt_buf = NULL;
-                    break;
-                }
-                prompt_buf = q;
-                cap *= 2;
-            }
-        }
-        fclose(f);
-        if (!prompt_buf) {
-            kiln_err_set(&err, KILN_ERR_NOMEM, "reading %s", o_f->value);
-            return kiln_cli_fail("run", &err);
-        }
-        prompt_buf[len] = 0;
-        prompt = prompt_buf;
-    }
-    kiln_gen_opts go = {.model = o_m->value,
-                        .backend = kiln_opt_find(opts, KILN_NOPTS(opts), "backend")->value,
-                        .n_threads = (int32_t)threads,
-                        .n_ctx = n_ctx,
+    run_state s;
+    memset(&s, 0, sizeof(s));
+    s.seq = -1;
+    rc = 1;
+    if (run_inputs(&o, &s, &err)) goto done;
+    if ((o.policy || o.dispatch) &&
+        kiln_runtime_selector_configure(o.policy, NULL, o.dispatch, &err))
+        goto done;
+    kiln_gen_opts go = {.model = o.model,
+                        .backend = o.backend,
+                        .n_threads = (int32_t)o.threads,
+                        .n_ctx = o.n_ctx,
                         .max_seqs = 1,
-                        .kv_f16 = kiln_opt_find(opts, KILN_NOPTS(opts), "kv-f16")->seen,
-                        .numerics = kiln_opt_find(opts, KILN_NOPTS(opts), "numerics")->value};
-    kiln_opt *o_tpl = kiln_opt_find(opts, KILN_NOPTS(opts), "chat-template");
-    char *tpl = NULL;
-    if (o_tpl->seen) {
-        size_t tl;
-        if (kiln_gen_read_file(o_tpl->value, &tpl, &tl, &err)) {
-            kiln_free(prompt_buf);
-            return kiln_cli_fail("run", &err);
-        }
-        chat = true;
-    }
-    kiln_opt *o_pol = kiln_opt_find(opts, KILN_NOPTS(opts), "policy");
-    kiln_opt *o_dis = kiln_opt_find(opts, KILN_NOPTS(opts), "dispatch");
-    if ((o_pol->seen || o_dis->seen) &&
-        kiln_runtime_selector_configure(o_pol->value, NULL, o_dis->value, &err)) {
-        kiln_free(prompt_buf);
-        kiln_free(tpl);
-        return kiln_cli_fail("run", &err);
-    }
-    kiln_gen_ctx g;
+                        .kv_f16 = o.kv_f16,
+                        .numerics = o.numerics};
     uint64_t t_load = kiln_now_ns();
-    if (kiln_gen_open(&go, &g, &err)) {
-        kiln_free(prompt_buf);
-        return kiln_cli_fail("run", &err);
-    }
+    if (kiln_gen_open(&go, &s.g, &err)) goto done;
+    s.g_open = true;
     double load_ms = kiln_elapsed_ms(t_load);
-    const kiln_vocab *v = g.model->vocab;
-    int rc = 1;
-    char *chat_text = NULL;
-    kiln_tokens toks = {0};
-    kiln_sampler *smp = NULL;
-    kiln_detok_stream *ds = NULL;
-    kiln_stopper stop;
-    memset(&stop, 0, sizeof(stop));
-    float *logits = kiln_malloc((size_t)g.n_vocab * sizeof(float));
-    if (!logits) {
-        kiln_err_set(&err, KILN_ERR_NOMEM, "logits");
+    if (run_tokens(&o, &s, &err)) goto done;
+    if (kiln_seq_create(s.g.engine, &s.seq, &err)) goto done;
+    const char *stops[1] = {o.stop};
+    kiln_gen_run r = {.seq = s.seq,
+                      .prompt = s.toks.ids,
+                      .n_prompt = s.toks.n,
+                      .sampling = &o.sp,
+                      .n_predict = o.n_predict < s.g.n_ctx - (int64_t)s.toks.n
+                                       ? o.n_predict
+                                       : s.g.n_ctx - (int64_t)s.toks.n,
+                      .stops = stops,
+                      .n_stops = o.stop ? 1 : 0,
+                      .ignore_eos = o.ignore_eos,
+                      .no_text = o.print_ids};
+    kiln_gen_stats gs;
+    if (kiln_generate_seq(s.g.engine, s.g.model->vocab, &r, o.print_ids ? print_id : print_text,
+                          NULL, &gs, &err))
         goto done;
-    }
-    if (chat) {
-        if (kiln_gen_chat_prompt(g.model, tpl, prompt, &chat_text, &err)) goto done;
-        if (kiln_gen_tokenize_chat(g.model, chat_text, &toks, &err)) goto done;
-    } else {
-        if (kiln_tokenize(v, prompt, strlen(prompt), KILN_TOK_ADD_SPECIAL, &toks, &err)) goto done;
-    }
-    if (toks.n == 0) {
-        kiln_err_set(&err, KILN_ERR_INVALID_ARG, "the prompt has no tokens");
-        goto done;
-    }
-    if ((int64_t)toks.n + n_predict > g.n_ctx) {
-        if ((int64_t)toks.n >= g.n_ctx) {
-            kiln_err_set(&err, KILN_ERR_RANGE,
-                         "prompt of %zu tokens does not fit the context (%lld)", toks.n,
-                         (long long)g.n_ctx);
-            goto done;
-        }
-        n_predict = g.n_ctx - (int64_t)toks.n;
-    }
-    kiln_sampler_params sp;
-    kiln_sampler_params_default(&sp);
-    sp.temperature = (float)temp;
-    sp.top_k = (int32_t)top_k;
-    sp.top_p = (float)top_p;
-    sp.min_p = (float)min_p;
-    sp.repeat_penalty = (float)rep;
-    sp.repeat_last_n = (int32_t)last_n;
-    sp.frequency_penalty = (float)freq;
-    sp.presence_penalty = (float)pres;
-    sp.seed = (uint64_t)seed;
-    if (kiln_sampler_create(&sp, g.n_vocab, &smp, &err)) goto done;
-    for (size_t i = 0; i < toks.n; i++) kiln_sampler_accept(smp, toks.ids[i]);
-    const char *stops[1] = {o_stop->seen ? o_stop->value : ""};
-    if (kiln_stopper_init(&stop, stops, o_stop->seen ? 1 : 0, NULL, 0, &err)) goto done;
-    if (kiln_detok_stream_create(v, false, &ds, &err)) goto done;
-    int32_t seq;
-    if (kiln_seq_create(g.engine, &seq, &err)) goto done;
-    uint64_t t0 = kiln_now_ns();
-    if (kiln_gen_prefill(&g, seq, toks.ids, toks.n, logits, &err)) goto done;
-    double prompt_ms = kiln_elapsed_ms(t0);
-    uint64_t t1 = kiln_now_ns();
-    int64_t n_gen = 0;
-    bool stopped = false;
-    /* greedy without penalties: the engine picks the token inside the LM head (no logits
-     * are materialized; the same token the sampler would pick from them) */
-    const bool fused_greedy = temp <= 0 && rep == 1.0 && freq == 0 && pres == 0;
-    int32_t fused_id = -2; /* -2: none yet (the first token comes from the prefill logits) */
-    while (n_gen < n_predict && !stopped) {
-        int32_t id = fused_id != -2 ? fused_id : kiln_sampler_sample(smp, logits, g.n_vocab_tok);
-        if (id < 0) {
-            kiln_err_set(&err, KILN_ERR_INTERNAL,
-                         "no token could be sampled (all logits NaN or -inf)");
-            goto done;
-        }
-        n_gen++;
-        if (!ignore_eos && kiln_vocab_is_eog(v, id)) break;
-        kiln_sampler_accept(smp, id);
-        if (print_ids) {
-            printf("%d ", id);
-        } else {
-            const char *txt, *emit;
-            size_t len, elen;
-            if (kiln_detok_stream_push(ds, id, &txt, &len, &err)) goto done;
-            if (kiln_stopper_feed(&stop, txt, len, &emit, &elen, &stopped, &err)) goto done;
-            fwrite(emit, 1, elen, stdout);
-        }
-        fflush(stdout);
-        if (n_gen == n_predict || stopped) break;
-        kiln_batch_entry b = {seq, id, kiln_seq_len(g.engine, seq), 1};
-        if (fused_greedy) {
-            if (kiln_engine_step_greedy(g.engine, &b, 1, g.n_vocab_tok, &fused_id, &err)) goto done;
-        } else if (kiln_engine_step(g.engine, &b, 1, logits, &err)) {
-            goto done;
-        }
-    }
-    if (!print_ids && !stopped) {
-        const char *txt, *emit;
-        size_t len, elen;
-        kiln_detok_stream_flush(ds, &txt, &len);
-        if (kiln_stopper_feed(&stop, txt, len, &emit, &elen, &stopped, &err)) goto done;
-        fwrite(emit, 1, elen, stdout);
-        if (!stopped) {
-            kiln_stopper_flush(&stop, &emit, &elen);
-            fwrite(emit, 1, elen, stdout);
-        }
-    }
     printf("\n");
     fflush(stdout);
-    double gen_ms = kiln_elapsed_ms(t1);
     fprintf(stderr,
-            "kiln run: load %.0f ms; prompt %zu tokens in %.0f ms (%.2f tok/s); generated %lld "
+            "kiln run: load %.0f ms; prompt %lld tokens in %.0f ms (%.2f tok/s); generated %lld "
             "tokens in %.0f ms (%.2f tok/s)\n",
-            load_ms, toks.n, prompt_ms, prompt_ms > 0 ? (double)toks.n * 1000.0 / prompt_ms : 0.0,
-            (long long)n_gen, gen_ms, gen_ms > 0 ? (double)n_gen * 1000.0 / gen_ms : 0.0);
+            load_ms, (long long)gs.n_prompt, gs.prompt_ms,
+            gs.prompt_ms > 0 ? (double)gs.n_prompt * 1000.0 / gs.prompt_ms : 0.0,
+            (long long)gs.n_gen, gs.gen_ms,
+            gs.gen_ms > 0 ? (double)gs.n_gen * 1000.0 / gs.gen_ms : 0.0);
     rc = 0;
 done:
     if (rc) kiln_cli_fail("run", &err);
-    kiln_detok_stream_free(ds);
-    kiln_stopper_free(&stop);
-    kiln_sampler_free(smp);
-    kiln_tokens_free(&toks);
-    kiln_free(chat_text);
-    kiln_free(logits);
-    kiln_free(prompt_buf);
-    kiln_free(tpl);
-    kiln_gen_close(&g);
+    run_free(&s);
     return rc;
 }

@@ -34,11 +34,13 @@ kiln_status kiln_kernel_env_open(kiln_kernel_env *env, const char *model_arg, co
     else if (kiln_perfdb_default_path(env->perf_path, sizeof env->perf_path, NULL))
         env->perf_path[0] = 0;
     KILN_TRY(kiln_runtime_selector_configure(policy_path, perfdb_path, NULL, err));
-    KILN_TRY(kiln_runtime_selector(&env->sel, err));
+    KILN_TRY(kiln_device_open(env->be, 0, &env->dev, err));
+    env->dev_open = true;
+    env->sel = kiln_kselect_selector(env->dev.ks);
     char path[1024];
-    KILN_TRY(kiln_resolve_model(model_arg, path, sizeof path, err));
-    KILN_TRY(kiln_model_load(path, &env->model, err));
-    kiln_status st = KILN_OK;
+    kiln_status st = kiln_resolve_model(model_arg, path, sizeof path, err);
+    if (!st) st = kiln_model_load(path, &env->model, err);
+    if (st) goto fail;
     if (!env->model->family) {
         st = kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: no model family for '%s'", path,
                           env->model->cfg.arch);
@@ -51,7 +53,7 @@ kiln_status kiln_kernel_env_open(kiln_kernel_env *env, const char *model_arg, co
         kiln_plan_free(&plan);
         goto fail;
     }
-    st = kiln_bind_plan(env->be, env->model, &plan, &env->bp, NULL, err);
+    st = kiln_bind_plan(&env->dev, env->model, &plan, &env->bp, NULL, err);
     if (st) goto fail;
     env->bound = true;
     int n = 0;
@@ -96,5 +98,6 @@ void kiln_kernel_env_close(kiln_kernel_env *env) {
     kiln_free(env->sites);
     if (env->bound) kiln_bound_plan_free(&env->bp);
     kiln_model_free(env->model);
+    if (env->dev_open) kiln_device_close(&env->dev);
     memset(env, 0, sizeof *env);
 }

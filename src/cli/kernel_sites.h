@@ -4,8 +4,8 @@
  * choice are the ones `kiln run` gets), the call sites as selection contexts, and the
  * runtime selector (runtime/kselect.h) configured with the policy and PerfDB given.
  *
- * kiln_kernel_env_close frees everything it opened. The selector belongs to the runtime
- * (process-wide); the env only borrows it.
+ * kiln_kernel_env_close frees everything it opened. The selector is the env's device's
+ * (kiln_device.ks), as an engine's is.
  */
 #ifndef KILN_CLI_KERNEL_SITES_H
 #define KILN_CLI_KERNEL_SITES_H
@@ -25,11 +25,13 @@ typedef struct kiln_model_site {
 typedef struct kiln_kernel_env {
     kiln_model *model;
     const kiln_backend *be;
+    kiln_device dev; /* opened on be: owns the selector */
+    bool dev_open;
     kiln_bound_plan bp;
     bool bound;
     kiln_model_site *sites;
     int n_sites;
-    kiln_selector *sel; /* the runtime selector (borrowed) */
+    kiln_selector *sel; /* dev's selector (borrowed) */
     char perf_path[512];
 } kiln_kernel_env;
 

@@ -16,6 +16,7 @@ static const struct {
     const char *name, *file;
 } known_models[] = {
     {"gemma3-270m", "gemma-3-270m-q4_k_m.gguf"},
+    {"smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf"},
 };
 
 kiln_status kiln_resolve_model(const char *arg, char *out, size_t out_size, kiln_err *err) {
@@ -46,6 +47,7 @@ kiln_status kiln_resolve_model(const char *arg, char *out, size_t out_size, kiln
         return KILN_OK;
     }
     return kiln_err_set(err, KILN_ERR_NOT_FOUND,
-                        "model '%s': no such file, and not a known short name (known: gemma3-270m)",
+                        "model '%s': no such file, and not a known short name (known: gemma3-270m, "
+                        "smollm2-135m)",
                         arg);
 }

@@ -1,6 +1,7 @@
 #include "kernels/kernel.h"
 
 #include <assert.h>
+#include <stdarg.h>
 
 static const char *const kop_names[] = {
     [KILN_KOP_MATMUL] = "matmul",
@@ -20,4 +21,13 @@ static_assert(sizeof(kop_names) / sizeof(kop_names[0]) == KILN_KOP_COUNT,
 
 const char *kiln_kop_name(kiln_kop op) {
     return (unsigned)op < KILN_KOP_COUNT ? kop_names[op] : "unknown";
+}
+
+kiln_status kiln_kerr(const kiln_kctx *c, kiln_status code, const char *fmt, ...) {
+    if (!c || !c->err) return code;
+    va_list ap;
+    va_start(ap, fmt);
+    kiln_err_vset(c->err, code, fmt, ap);
+    va_end(ap);
+    return code;
 }

@@ -14,13 +14,26 @@
  *    layout for quantized types: each row is k / block_size blocks), row stride
  *    w_row_bytes. A kernel may ask the loader for another layout (w_layout != 0,
  *    declared in its spec); then w points to that repacked layout.
- *  - The KV cache is paged: blocks of KILN_KV_BLOCK tokens. A sequence's block table
- *    maps logical block i (positions [16 i, 16 i + 16)) to a physical block id.
+ *  - Every pointer in an argument struct is in the memory of the backend the kernel
+ *    belongs to (host memory for ref/cpu, device memory for CUDA): activations, weights,
+ *    the KV pool and the step's packed inputs (token ids, positions, block table) all
+ *    come from the backend's buffer interface (runtime/backend.h).
+ *  - The KV cache is paged: blocks of KILN_KV_BLOCK tokens. The step's block table is one
+ *    packed [n_seqs][stride] array of physical block ids (kiln_kv_blocks): row s maps
+ *    logical block i (positions [16 i, 16 i + 16)) of the step's s-th sequence.
  *  - Kernels are deterministic for a given kernel and thread count unless their spec
  *    says otherwise; batch-invariant kernels compute each token's row independently of
  *    the other rows in the call.
- *  - A kernel returns KILN_OK, or a status with a message (a runtime failure, such as a
- *    CUDA error, marks the kernel unhealthy: see the circuit breaker in select.h).
+ *  - A kernel returns KILN_OK or a status, and may write a message into c->err (use
+ *    kiln_kerr; only from the calling thread, never from pool workers). Statuses say
+ *    whose fault a failure is (the circuit breaker in runtime/kselect.h acts on it):
+ *      KILN_ERR_DEVICE    a device / driver call failed (a CUDA error string goes into
+ *                         the message): a fault of the kernel on this device;
+ *      KILN_ERR_INTERNAL  the kernel detected an invalid result of its own (NaN where
+ *                         none can be, a failed self-check): a fault of the kernel;
+ *      anything else      not the kernel's fault: KILN_ERR_NOMEM (transient), RANGE
+ *                         (input outside what the step promised), UNSUPPORTED (args
+ *                         the kernel cannot take: a binding bug). The kernel stays.
  *    Argument shapes are validated at plan-bind time, not per call.
  */
 #ifndef KILN_KERNELS_KERNEL_H
@@ -53,13 +66,20 @@ typedef enum kiln_kop {
 
 const char *kiln_kop_name(kiln_kop op);
 
-/* Per-call context handed to every kernel. */
+/* Per-call context handed to every kernel (kernels take it as const; err points to
+ * the caller's error context, which a failing kernel may fill). */
 typedef struct kiln_kctx {
-    kiln_pool *pool; /* host thread pool (NULL: single-threaded)            */
-    void *scratch;   /* workspace of at least the spec's workspace bytes    */
+    kiln_pool *pool; /* host thread pool (NULL: single-threaded)              */
+    void *scratch;   /* workspace of at least the spec's workspace bytes (in the
+                        backend's memory: device memory on CUDA)              */
     size_t scratch_size;
-    void *stream; /* cudaStream_t for CUDA kernels, NULL on the host     */
+    void *stream;  /* the step's queue (cudaStream_t on CUDA), NULL on the host */
+    void *dev;     /* the backend's device state (kiln_device.impl), NULL on host */
+    kiln_err *err; /* where a failing kernel writes its message, or NULL      */
 } kiln_kctx;
+
+/* A kernel's failure: sets c->err (when there is one) to the message and returns code. */
+kiln_status kiln_kerr(const kiln_kctx *c, kiln_status code, const char *fmt, ...) KILN_PRINTF(3, 4);
 
 /* ---- matmul ---- */
 typedef struct kiln_matmul_args {
@@ -137,22 +157,29 @@ typedef struct kiln_kv_layer {
     size_t block_bytes;
 } kiln_kv_layer;
 
-typedef struct kiln_kv_seq {
-    const int32_t *block_table; /* logical block -> physical block id               */
-    int32_t n_blocks;           /* blocks mapped (positions < 16 * n_blocks valid)   */
-} kiln_kv_seq;
+/* The step's block table, packed (built once per step by the engine, in a buffer of
+ * the backend's memory; one copy to a device). Row s is the step's s-th sequence
+ * (tok_seq[t] == s): table[s * stride + i] is the physical block of its positions
+ * [16 i, 16 i + 16). seq_len[s] is the sequence's context length after the step's
+ * writes: positions < seq_len[s] are valid, blocks < ceil(seq_len[s] / 16) mapped
+ * (entries past them are -1). */
+typedef struct kiln_kv_blocks {
+    const int32_t *table;   /* [n_seqs][stride] physical block ids                   */
+    const int32_t *seq_len; /* [n_seqs]                                              */
+    int32_t n_seqs, stride;
+} kiln_kv_blocks;
 
 typedef struct kiln_kv_write_args {
     kiln_kv_layer kv;
     const float *k, *v; /* [t][n_kv_head * head_dim], strides k_stride, v_stride */
     int64_t k_stride, v_stride, t;
-    const int32_t *tok_seq; /* [t] index into seqs                                  */
+    const int32_t *tok_seq; /* [t] row of the block table                            */
     const int32_t *tok_pos; /* [t] position                                          */
-    const kiln_kv_seq *seqs;
+    kiln_kv_blocks blocks;
 } kiln_kv_write_args;
 
 /* ---- attention over the paged cache ----
- * Token i (of sequence seqs[tok_seq[i]], at position tok_pos[i]) attends to the cached
+ * Token i (of block-table row tok_seq[i], at position tok_pos[i]) attends to the cached
  * positions p with p <= tok_pos[i] and, when window > 0, p > tok_pos[i] - window.
  * Scores are dot(q, k) * scale, then softcap * tanh(s / softcap) when softcap > 0.
  * Query head h reads KV head h / (n_head / n_kv_head) (GQA). Every KV entry a token
@@ -165,7 +192,7 @@ typedef struct kiln_attention_args {
     int64_t out_stride, t;
     int32_t n_head;
     const int32_t *tok_seq, *tok_pos;
-    const kiln_kv_seq *seqs;
+    kiln_kv_blocks blocks;
     float scale, softcap;
     int32_t window; /* 0: full causal                                        */
 } kiln_attention_args;

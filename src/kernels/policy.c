@@ -260,6 +260,8 @@ static kiln_status parse_root(pctx *x, yaml_node_t *root, kiln_policy *p) {
             KILN_TRY(get_list(x, vn, k, &p->avoid));
         } else if (!strcmp(k, "rules")) {
             KILN_TRY(parse_rules(x, vn, p));
+        } else if (!strcmp(k, "tenants")) {
+            /* the scheduler's part of kiln.yaml: src/sched/tenants.c reads it */
         } else {
             return perr(x, kn, "unknown key '%s'", k, NULL);
         }

@@ -21,10 +21,10 @@
 /* Built-in providers. A new provider (cpu SIMD, cuda, cublas, onednn) adds its
  * kiln_provider here; the order only breaks priority ties. */
 static const kiln_provider *const builtin_providers[] = {
-    &kiln_provider_ref,
-    &kiln_provider_cpu,
-    &kiln_provider_openblas,
-    &kiln_provider_onednn,
+    &kiln_provider_ref,  &kiln_provider_cpu, &kiln_provider_openblas, &kiln_provider_onednn,
+#ifdef KILN_HAVE_CUDA
+    &kiln_provider_cuda,
+#endif
 };
 
 static int cmp_priority(const kiln_registry *r, int a, int b) {

@@ -48,6 +48,9 @@ extern const kiln_provider kiln_provider_ref;
 extern const kiln_provider kiln_provider_openblas;
 extern const kiln_provider kiln_provider_cpu;
 extern const kiln_provider kiln_provider_onednn; /* no kernels when built without oneDNN */
+#ifdef KILN_HAVE_CUDA
+extern const kiln_provider kiln_provider_cuda; /* src/kernels/cuda/prov_cuda.c */
+#endif
 
 #define KILN_REG_MAX_PROVIDERS 16
 #define KILN_REG_MAX_KERNELS   512

@@ -112,7 +112,8 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
     } a;
     memset(&a, 0, sizeof a);
     int32_t *ints = NULL;
-    kiln_kv_seq seq = {0};
+    kiln_kv_blocks seq = {0};
+    int32_t seq_len = 0;
     int64_t n = c->n > 0 ? c->n : 1;
 #define NEED(ptr)                                                                                  \
     do {                                                                                           \
@@ -235,8 +236,8 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
         for (int32_t i = 0; i < nblk; i++) ints[i] = i;
         int32_t *tok_seq = ints + nblk, *tok_pos = tok_seq + t;
         for (int64_t i = 0; i < t; i++) tok_seq[i] = 0, tok_pos[i] = (int32_t)(ctxlen - t + i);
-        seq.block_table = ints;
-        seq.n_blocks = nblk;
+        seq_len = (int32_t)ctxlen;
+        seq = (kiln_kv_blocks){.table = ints, .seq_len = &seq_len, .n_seqs = 1, .stride = nblk};
         float *q = frandom(b, (size_t)(t * nh * hd), err);
         NEED(q);
         if (c->op == KILN_KOP_KV_WRITE) {
@@ -250,7 +251,7 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
                                          .t = t,
                                          .tok_seq = tok_seq,
                                          .tok_pos = tok_pos,
-                                         .seqs = &seq};
+                                         .blocks = seq};
         } else {
             float *out = balloc(b, (size_t)(t * nh * hd) * sizeof(float), err);
             NEED(out);
@@ -263,7 +264,7 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
                                          .n_head = nh,
                                          .tok_seq = tok_seq,
                                          .tok_pos = tok_pos,
-                                         .seqs = &seq,
+                                         .blocks = seq,
                                          .scale = 1.0f / sqrtf((float)hd)};
         }
         break;

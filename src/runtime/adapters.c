@@ -1,16 +1,20 @@
 /*
- * adapters.c — the host adapters (ref and cpu backends): each macro-op as a sequence
- * of kernel calls through the instruction's dispatch table, over every token of the
- * step at once. Registers are row-major [t][width]; the workspace x->work holds the
- * intermediates (q, k, v, attention output; gate, up).
+ * adapters.c — the adapters: each macro-op as a sequence of kernel calls through the
+ * instruction's dispatch table, over every token of the step at once. One composition
+ * for every backend: backends supply kernels and memory (backend.h), and nothing here
+ * dereferences a buffer (registers, workspace, KV, packed inputs are in the device's
+ * memory; copies go through the device). Registers are row-major [t][width]; the
+ * workspace x->work holds the intermediates (q, k, v, attention output; gate, up).
  */
 #include "runtime/exec.h"
 
 #include <math.h>
 #include <string.h>
 
-/* the kernel of call site s; remembers s so a failure can be traced to its kernel */
-#define FN(bi, s, x) ((x)->cur_site = (s), (bi)->site[s].fn[(x)->bucket])
+/* the kernel of call site s for the step's bucket; remembers s and the bucket so a
+ * failure can be traced to its kernel */
+#define FN(bi, s, x)      FN_B(bi, s, x, (x)->bucket)
+#define FN_B(bi, s, x, b) ((x)->cur_site = (s), (x)->cur_bucket = (b), (bi)->site[s].fn[b])
 
 static kiln_status add_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
     int64_t n = bi->width_out[0];
@@ -124,7 +128,7 @@ static kiln_status attention_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
                             .t = t,
                             .tok_seq = x->tok_seq,
                             .tok_pos = x->tok_pos,
-                            .seqs = x->seqs};
+                            .blocks = x->blocks};
     if (p->n_rot > 0) {
         /* rope(q), rope(k) and the k/v write: one kernel */
         kiln_rope_kv_args r = {.rope = {.x = q,
@@ -148,20 +152,28 @@ static kiln_status attention_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
     } else {
         KILN_TRY(FN(bi, KILN_SITE_KV_WRITE, x).kv_write(&x->kctx, &w));
     }
-    kiln_attention_args at = {.kv = kv,
-                              .q = q,
-                              .q_stride = qd,
-                              .out = o,
-                              .out_stride = qd,
-                              .t = t,
-                              .n_head = p->n_head,
-                              .tok_seq = x->tok_seq,
-                              .tok_pos = x->tok_pos,
-                              .seqs = x->seqs,
-                              .scale = p->scale,
-                              .softcap = p->softcap,
-                              .window = p->window};
-    KILN_TRY(FN(bi, KILN_SITE_ATTN, x).attention(&x->kctx, &at));
+    /* decode rows [0, n_decode) and prefill rows [n_decode, t): one call each, with the
+     * kernel bound for that call's own row count (exec.h) */
+    const int64_t nd = x->n_decode > 0 && x->n_decode <= t ? x->n_decode : 0;
+    for (int part = 0; part < 2; part++) {
+        const int64_t r0 = part ? nd : 0, rows = part ? t - nd : nd;
+        if (rows <= 0) continue;
+        kiln_attention_args at = {.kv = kv,
+                                  .q = q + r0 * qd,
+                                  .q_stride = qd,
+                                  .out = o + r0 * qd,
+                                  .out_stride = qd,
+                                  .t = rows,
+                                  .n_head = p->n_head,
+                                  .tok_seq = x->tok_seq + r0,
+                                  .tok_pos = x->tok_pos + r0,
+                                  .blocks = x->blocks,
+                                  .scale = p->scale,
+                                  .softcap = p->softcap,
+                                  .window = p->window};
+        const int b = kiln_bucket_of(rows);
+        KILN_TRY(FN_B(bi, KILN_SITE_ATTN, x, b).attention(&x->kctx, &at));
+    }
     return matmul(x, bi, KILN_SITE_O, &bi->w[KILN_W_ATT_O], &bi->w[KILN_W_ATT_BO], o, qd, out,
                   bi->width_out[0], t);
 }
@@ -170,21 +182,18 @@ static kiln_status ffn_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
     const int64_t t = x->t, E = bi->width_in[0], ff = bi->w[KILN_W_FFN_UP].n;
     float *h = kiln_reg_in(x, bi, 0), *out = kiln_reg_out(x, bi, 0);
     float *g = x->work, *u = g + t * ff;
-    if (bi->w[KILN_W_FFN_GATE].data) {
-        /* gate and up: one grouped call, the activation fused into it where it can be */
-        kiln_matmul_group_args a = {.n = 2,
-                                    .glu_fn = SITE_FN(bi, KILN_SITE_GLU, x).glu,
-                                    .act = (kiln_glu_act)bi->prm.ffn.act,
-                                    .glu_y = u,
-                                    .glu_y_stride = ff};
-        a.m[0] = mm_args(&bi->w[KILN_W_FFN_GATE], NULL, h, E, g, ff, t);
-        a.m[1] = mm_args(&bi->w[KILN_W_FFN_UP], NULL, h, E, u, ff, t);
-        a.fn[0] = SITE_FN(bi, KILN_SITE_GATE, x).matmul;
-        a.fn[1] = SITE_FN(bi, KILN_SITE_UP, x).matmul;
-        KILN_TRY(FN(bi, KILN_SITE_GATE_UP, x).matmul_group(&x->kctx, &a));
-    } else {
-        KILN_TRY(matmul(x, bi, KILN_SITE_UP, &bi->w[KILN_W_FFN_UP], NULL, h, E, u, ff, t));
-    }
+    /* gate and up (the binding requires both: kiln_plan_validate rejects an FFN without
+     * a gate): one grouped call, the activation fused into it where it can be */
+    kiln_matmul_group_args a = {.n = 2,
+                                .glu_fn = SITE_FN(bi, KILN_SITE_GLU, x).glu,
+                                .act = (kiln_glu_act)bi->prm.ffn.act,
+                                .glu_y = u,
+                                .glu_y_stride = ff};
+    a.m[0] = mm_args(&bi->w[KILN_W_FFN_GATE], NULL, h, E, g, ff, t);
+    a.m[1] = mm_args(&bi->w[KILN_W_FFN_UP], NULL, h, E, u, ff, t);
+    a.fn[0] = SITE_FN(bi, KILN_SITE_GATE, x).matmul;
+    a.fn[1] = SITE_FN(bi, KILN_SITE_UP, x).matmul;
+    KILN_TRY(FN(bi, KILN_SITE_GATE_UP, x).matmul_group(&x->kctx, &a));
     return matmul(x, bi, KILN_SITE_DOWN, &bi->w[KILN_W_FFN_DOWN], NULL, u, ff, out,
                   bi->width_out[0], t);
 }
@@ -194,10 +203,16 @@ static kiln_status lm_head_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
     const kiln_bound_weight *w = &bi->w[KILN_W_LM_HEAD];
     const int64_t E = bi->width_in[0];
     const float *h = kiln_reg_in(x, bi, 0);
-    /* gather the rows that want logits (contiguous in the workspace) */
+    /* gather the rows that want logits (contiguous in the workspace), on the device */
     float *rows = x->work;
-    for (int32_t i = 0; i < x->n_logits; i++)
-        memcpy(rows + (int64_t)i * E, h + (int64_t)x->logit_rows[i] * E, (size_t)E * sizeof(float));
+    const size_t rb = (size_t)E * sizeof(float);
+    for (int32_t i = 0; i < x->n_logits; i++) {
+        kiln_buf dst = {.ptr = rows + (int64_t)i * E, .size = rb, .space = KILN_MEM_DEVICE};
+        kiln_buf src = {.ptr = (void *)(h + (int64_t)x->logit_rows[i] * E),
+                        .size = rb,
+                        .space = KILN_MEM_DEVICE};
+        KILN_TRY(kiln_buf_d2d(x->dev, &dst, 0, &src, 0, rb, x->kctx.err));
+    }
     if (x->greedy_ids) {
         /* greedy step: the argmax per row, fused into the LM head where the kernel can
          * (same logits as the matmul below, same pick as softcap + greedy sampling) */
@@ -210,15 +225,17 @@ static kiln_status lm_head_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
         return FN(bi, KILN_SITE_LM_ARGMAX, x).matmul_argmax(&x->kctx, &a);
     }
     KILN_TRY(matmul(x, bi, KILN_SITE_LM_HEAD, w, NULL, rows, E, x->logits, w->n, x->n_logits));
+    /* the final softcap: here on host memory; a device backend's engine applies it to
+     * the host copy of the logits (engine.c, kiln_engine_run) */
     const float cap = bi->prm.lm_head.softcap;
-    if (cap > 0) {
+    if (cap > 0 && x->dev->be->host_memory) {
         size_t n = (size_t)x->n_logits * (size_t)w->n;
         for (size_t i = 0; i < n; i++) x->logits[i] = cap * tanhf(x->logits[i] / cap);
     }
     return KILN_OK;
 }
 
-const kiln_adapter_fn kiln_host_adapters[KILN_OP_LIMIT] = {
+const kiln_adapter_fn kiln_adapters[KILN_OP_LIMIT] = {
     [KILN_OP_EMBED] = embed_adapter,         [KILN_OP_RMS_NORM] = norm_adapter,
     [KILN_OP_ATTENTION] = attention_adapter, [KILN_OP_FFN] = ffn_adapter,
     [KILN_OP_RESIDUAL_ADD] = add_adapter,    [KILN_OP_LM_HEAD] = lm_head_adapter,

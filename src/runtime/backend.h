@@ -1,37 +1,41 @@
 /*
- * backend.h — backends, adapters, call sites and the dispatch table.
+ * backend.h — the backend contract: what a backend implements (docs/DESIGN.md, "The
+ * backend contract"), call sites and the dispatch table.
  *
- * A backend has a static adapter table indexed by opcode: one adapter per macro-op,
- * NULL = unsupported, which is a bind-time error (never a per-token check). An
- * adapter runs its op for every token of the step — all sequences at once — by
- * calling kernels through its call sites.
+ * A backend supplies memory (the buffer interface below: allocate in a memory space,
+ * copy host<->device and device<->device, memset, synchronize, free, on a queue) and
+ * kernels (registered with the selection engine, kernels/registry.h). It does not
+ * supply compositions: the adapters (adapters.c, kiln_adapters) compose each macro-op
+ * of the plan out of kernel calls once, for every backend. An adapter runs its op for
+ * every token of the step — all sequences at once — by calling kernels through its
+ * call sites.
  *
  * A call site is one kernel call inside one bound instruction (the attention of layer
  * 3 has call sites q, k, v, q_norm, k_norm, rope, kv_write, attn, o). When a plan is
  * bound, every call site is described by a kiln_callsite and kiln_bind_callsite()
- * picks a kernel for each tokens-in-step bucket; the chosen function pointers form the
- * dispatch table the adapter reads in the hot loop. kiln_bind_callsite is the single
- * place where kernels are chosen: today it returns the reference kernel; the
- * selection engine (kernels/select.h) plugs in there.
+ * picks a kernel for each tokens-in-step bucket through the device's selector
+ * (runtime/kselect.h); the chosen function pointers form the dispatch table the adapter
+ * reads in the hot loop.
  *
- * Backends ref and cpu share the host adapters below (adapters.c): they differ only in
- * which kernels kiln_bind_callsite picks (cpu: SIMD kernels where valid). A CUDA
- * backend has its own adapter table (device buffers, streams).
+ * Backends ref and cpu (backend_host.c) differ only in which kernels the selector
+ * picks (cpu: SIMD kernels where valid); both use host memory.
  */
 #ifndef KILN_RUNTIME_BACKEND_H
 #define KILN_RUNTIME_BACKEND_H
 
 #include "kernels/kernel.h"
+#include "kernels/select.h"
 #include "plan/plan.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Tokens-in-step buckets: 1, 2-8, 9-64, 65-512, > 512. */
-#define KILN_BUCKETS 5
-int kiln_bucket_of(int64_t tokens);
-/* Largest token count of a bucket (for sizing), INT32_MAX for the last. */
-int64_t kiln_bucket_max(int bucket);
+/* Tokens-in-step buckets: the selection engine's (kernels/select.h: 1, 2-8, 9-64,
+ * 65-512, > 512); one bucket function, kiln_tok_bucket. */
+#define KILN_BUCKETS KILN_TOK_BUCKETS
+static inline int kiln_bucket_of(int64_t tokens) {
+    return kiln_tok_bucket(tokens);
+}
 
 /* Features of a call site (bit flags). */
 enum {
@@ -57,8 +61,10 @@ typedef struct kiln_callsite {
     int64_t n, k;       /* matmul/embed: outputs and inputs; norms: n = width   */
     int32_t head_dim, n_head, n_kv_head;
     int32_t window;
-    uint32_t features; /* KILN_CS_* */
-    int32_t bucket;    /* tokens-in-step bucket being bound                    */
+    uint32_t features;  /* KILN_CS_* */
+    int32_t bucket;     /* tokens-in-step bucket being bound                    */
+    int64_t max_tokens; /* most tokens one call of this site carries (the
+                           engine's largest step; 0 = unbounded, tools only)    */
 } kiln_callsite;
 
 typedef struct kiln_site {
@@ -93,20 +99,111 @@ typedef struct kiln_bound_insn {
 struct kiln_exec;
 typedef kiln_status (*kiln_adapter_fn)(struct kiln_exec *x, const kiln_bound_insn *bi);
 
+/* ---- device-neutral memory (the buffer interface every backend implements) ----
+ *
+ * Memory spaces: DEVICE is where kernels read and write (activations, workspace,
+ * kernel scratch, KV blocks, weights, the step's packed inputs and outputs); STAGING is
+ * host memory the device copies from and to fast (pinned on CUDA), where the engine
+ * builds a step's inputs and reads its outputs. On host backends (ref, cpu) both are
+ * plain host memory and the copies are memcpy.
+ *
+ * A queue is an ordered stream of device work (cudaStream_t on CUDA; NULL = the
+ * device's default queue; host backends run everything synchronously). Copies and
+ * memsets are enqueued: they may return before they finish (the host memory given to
+ * h2d must stay valid and unchanged, and d2h's destination must not be read, until
+ * kiln_backend.sync on that queue returns). Kernels run on kiln_kctx.stream.
+ *
+ * Errors: alloc fails with KILN_ERR_NOMEM (message names bytes and space), the others
+ * with KILN_ERR_DEVICE carrying the driver's message; all take a kiln_err. */
+typedef enum kiln_mem_space {
+    KILN_MEM_DEVICE = 0, /* the backend's compute memory (host RAM on ref/cpu)         */
+    KILN_MEM_STAGING,    /* host memory for fast copies (pinned on CUDA)               */
+    KILN_MEM_SPACES
+} kiln_mem_space;
+
+/* One allocation. ptr is the address kernels of the backend use (a device pointer for
+ * DEVICE on CUDA: never dereference it on the host); STAGING ptrs are host pointers. */
+typedef struct kiln_buf {
+    void *ptr;
+    size_t size;
+    kiln_mem_space space;
+    uint32_t flags; /* backend-private (how it was allocated) */
+} kiln_buf;
+
+typedef void *kiln_queue;
+
+/* One opened device of a backend (engines own one each; not shared between threads). */
+typedef struct kiln_device {
+    const struct kiln_backend *be;
+    void *impl;       /* the backend's device state (kiln_kctx.dev)                 */
+    kiln_queue queue; /* the queue steps run on (kiln_kctx.stream)                  */
+    int32_t ordinal;  /* device number within the backend                           */
+    /* the kernel selector of this device (runtime/kselect.h), built when the device
+     * is opened from the process's selector configuration; the circuit breaker's
+     * unhealthy marks are this device's alone */
+    struct kiln_kselect *ks;
+    char name[128]; /* "cpu: Intel Xeon ...", "cuda:0 NVIDIA H100 ..." (messages)  */
+} kiln_device;
+
 typedef struct kiln_backend {
     const char *name;
+    /* the macro-op compositions (adapters.c; shared by every backend: a backend supplies
+     * kernels and memory, never its own copy of a composition) */
     const kiln_adapter_fn *adapters; /* [KILN_OP_LIMIT] */
     bool (*weight_dtype_ok)(uint32_t dtype);
+    /* DEVICE memory is host memory (ref, cpu): the engine reads outputs in place and
+     * skips staging copies */
+    bool host_memory;
+    /* device: open fills dev->impl, queue, name (ordinal set by the caller) */
+    kiln_status (*open)(kiln_device *dev, kiln_err *err);
+    void (*close)(kiln_device *dev);
+    /* memory (see above) */
+    kiln_status (*alloc)(kiln_device *dev, kiln_mem_space space, size_t bytes, kiln_buf *out,
+                         kiln_err *err);
+    void (*free)(kiln_device *dev, kiln_buf *b); /* accepts an empty buf; clears it */
+    kiln_status (*h2d)(kiln_device *dev, kiln_queue q, const kiln_buf *dst, size_t dst_off,
+                       const void *src, size_t bytes, kiln_err *err);
+    kiln_status (*d2h)(kiln_device *dev, kiln_queue q, void *dst, const kiln_buf *src,
+                       size_t src_off, size_t bytes, kiln_err *err);
+    kiln_status (*d2d)(kiln_device *dev, kiln_queue q, const kiln_buf *dst, size_t dst_off,
+                       const kiln_buf *src, size_t src_off, size_t bytes, kiln_err *err);
+    kiln_status (*memset)(kiln_device *dev, kiln_queue q, const kiln_buf *dst, size_t off, int byte,
+                          size_t bytes, kiln_err *err);
+    /* waits until everything enqueued on q has finished; reports a deferred device
+     * error (KILN_ERR_DEVICE) */
+    kiln_status (*sync)(kiln_device *dev, kiln_queue q, kiln_err *err);
 } kiln_backend;
+
+/* The buffer interface, checked: offsets and sizes are validated against the buffers
+ * (KILN_ERR_RANGE naming the call) before the backend is called. */
+kiln_status kiln_device_open(const kiln_backend *be, int32_t ordinal, kiln_device *dev,
+                             kiln_err *err);
+void kiln_device_close(kiln_device *dev);
+kiln_status kiln_buf_alloc(kiln_device *dev, kiln_mem_space space, size_t bytes, kiln_buf *out,
+                           kiln_err *err);
+void kiln_buf_free(kiln_device *dev, kiln_buf *b);
+kiln_status kiln_buf_h2d(kiln_device *dev, const kiln_buf *dst, size_t dst_off, const void *src,
+                         size_t bytes, kiln_err *err);
+kiln_status kiln_buf_d2h(kiln_device *dev, void *dst, const kiln_buf *src, size_t src_off,
+                         size_t bytes, kiln_err *err);
+kiln_status kiln_buf_d2d(kiln_device *dev, const kiln_buf *dst, size_t dst_off, const kiln_buf *src,
+                         size_t src_off, size_t bytes, kiln_err *err);
+kiln_status kiln_buf_memset(kiln_device *dev, const kiln_buf *dst, size_t off, int byte,
+                            size_t bytes, kiln_err *err);
+kiln_status kiln_device_sync(kiln_device *dev, kiln_err *err);
+
+/* Host memory for ref/cpu (backend_host.c): DEVICE and STAGING are 64-byte aligned host
+ * allocations (large ones mmap'd, committed on first touch), copies are memcpy. */
+extern const kiln_backend kiln_backend_ref, kiln_backend_cpu;
 
 /* "ref" or "cpu" (host backends built in), NULL for an unknown name. */
 const kiln_backend *kiln_backend_find(const char *name);
 
-/* The binding function: describes call site `cs` (its bucket set) to the kernel
- * chooser (the selection engine, runtime/kselect.h) and returns the kernel and, in
- * *layout (may be NULL), the weight layout that kernel asks for (kiln_wlayout). Fails
- * with KILN_ERR_UNSUPPORTED when no kernel of the backend can run it. */
-kiln_status kiln_bind_callsite(const kiln_backend *be, const kiln_callsite *cs, kiln_kernel_fn *out,
+/* The binding function: describes call site `cs` (its bucket set) to the device's
+ * kernel chooser (runtime/kselect.h) and returns the kernel and, in *layout (may be
+ * NULL), the weight layout that kernel asks for (kiln_wlayout). Fails with
+ * KILN_ERR_UNSUPPORTED when no kernel of the backend can run it. */
+kiln_status kiln_bind_callsite(kiln_device *dev, const kiln_callsite *cs, kiln_kernel_fn *out,
                                uint32_t *layout, kiln_err *err);
 
 #endif /* KILN_RUNTIME_BACKEND_H */

@@ -17,36 +17,10 @@
 #include <string.h>
 #include <sys/mman.h>
 
-int kiln_bucket_of(int64_t tokens) {
-    if (tokens <= 1) return 0;
-    if (tokens <= 8) return 1;
-    if (tokens <= 64) return 2;
-    if (tokens <= 512) return 3;
-    return 4;
-}
-
-int64_t kiln_bucket_max(int bucket) {
-    static const int64_t mx[KILN_BUCKETS] = {1, 8, 64, 512, INT32_MAX};
-    return bucket >= 0 && bucket < KILN_BUCKETS ? mx[bucket] : 0;
-}
-
-static const kiln_backend backends[] = {
-    {"ref", kiln_host_adapters, kiln_ref_weight_dtype_ok},
-    /* cpu: the same host adapters; kernels chosen by the selection engine
-     * (bind_select.c): SIMD kernels where valid, ref as the fallback. */
-    {"cpu", kiln_host_adapters, kiln_ref_weight_dtype_ok},
-};
-
-const kiln_backend *kiln_backend_find(const char *name) {
-    for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
-        if (strcmp(backends[i].name, name) == 0) return &backends[i];
-    return NULL;
-}
-
-kiln_status kiln_bind_callsite(const kiln_backend *be, const kiln_callsite *cs, kiln_kernel_fn *out,
+kiln_status kiln_bind_callsite(kiln_device *dev, const kiln_callsite *cs, kiln_kernel_fn *out,
                                uint32_t *layout, kiln_err *err) {
-    /* The one place kernels are chosen: the selection engine (runtime/kselect.h). */
-    return kiln_select_callsite(be, cs, out, layout, err);
+    /* The one place kernels are chosen: the device's selector (runtime/kselect.h). */
+    return kiln_select_callsite(dev, cs, out, layout, err);
 }
 
 /* ---- plan binding ---- */
@@ -290,19 +264,40 @@ static kiln_status relayout_weights(kiln_bound_plan *bp, kiln_err *err) {
     return KILN_OK;
 }
 
-kiln_status kiln_bind_plan(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
-                           kiln_bound_plan *out, kiln_plan_check *chk, kiln_err *err) {
-    return kiln_bind_plan_numerics(be, m, plan, false, out, chk, err);
+void kiln_bind_opts_default(kiln_bind_opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->kv_dtype = KILN_DTYPE_F32;
 }
 
-kiln_status kiln_bind_plan_numerics(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
-                                    bool ggml_numerics, kiln_bound_plan *out, kiln_plan_check *chk,
-                                    kiln_err *err) {
+kiln_status kiln_bind_plan(kiln_device *dev, const kiln_model *m, kiln_plan *plan,
+                           kiln_bound_plan *out, kiln_plan_check *chk, kiln_err *err) {
+    return kiln_bind_plan_opts(dev, m, plan, NULL, out, chk, err);
+}
+
+kiln_status kiln_bind_plan_opts(kiln_device *dev, const kiln_model *m, kiln_plan *plan,
+                                const kiln_bind_opts *o, kiln_bound_plan *out, kiln_plan_check *chk,
+                                kiln_err *err) {
+    kiln_bind_opts d;
+    if (!o) {
+        kiln_bind_opts_default(&d);
+        o = &d;
+    }
+    const kiln_backend *be = dev->be;
+    const bool ggml_numerics = o->ggml_numerics;
     memset(out, 0, sizeof(*out));
     out->ggml_numerics = ggml_numerics;
     out->plan = *plan;
     memset(plan, 0, sizeof(*plan));
     out->be = be;
+    out->dev = dev;
+    out->kv_dtype = o->kv_dtype;
+    out->max_tokens = o->max_tokens;
+    if (o->kv_dtype != KILN_DTYPE_F32 && o->kv_dtype != KILN_DTYPE_F16) {
+        kiln_plan_free(&out->plan);
+        memset(out, 0, sizeof(*out));
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "binding plan: KV dtype %s (f32 or f16)",
+                            kiln_dtype_name(o->kv_dtype));
+    }
     kiln_arena_init(&out->arena, 64 * 1024);
     kiln_plan *p = &out->plan;
     bool supported[KILN_OP_LIMIT];
@@ -313,7 +308,6 @@ kiln_status kiln_bind_plan_numerics(const kiln_backend *be, const kiln_model *m,
         out->bi = kiln_calloc((size_t)(p->n_insns > 0 ? p->n_insns : 1), sizeof(kiln_bound_insn));
         if (!out->bi) st = kiln_err_set(err, KILN_ERR_NOMEM, "binding plan: out of memory");
     }
-    uint32_t kv_dtype = KILN_DTYPE_F32;
     for (int32_t i = 0; i < p->n_insns && !st; i++) {
         kiln_bound_insn *bi = &out->bi[i];
         const kiln_insn *in = &p->insns[i];
@@ -334,7 +328,8 @@ kiln_status kiln_bind_plan_numerics(const kiln_backend *be, const kiln_model *m,
         }
         if (st) break;
         if (in->opcode == KILN_OP_LM_HEAD) out->n_vocab = (int32_t)bi->w[KILN_W_LM_HEAD].n;
-        size_t wpt = describe_sites(bi, p, kv_dtype);
+        size_t wpt = describe_sites(bi, p, o->kv_dtype);
+        for (int s = 0; s < bi->n_sites; s++) bi->site[s].desc.max_tokens = o->max_tokens;
         if (wpt > out->work_per_token) out->work_per_token = wpt;
         /* ggml numerics: the call sites ask for the activation types llama.cpp computes
          * with (kernels/ref/ref.h): q8 for quantized matmuls, f16 in attention and GeGLU */
@@ -349,7 +344,7 @@ kiln_status kiln_bind_plan_numerics(const kiln_backend *be, const kiln_model *m,
             for (int b = 0; b < KILN_BUCKETS && !st; b++) {
                 bi->site[s].desc.bucket = b;
                 bi->site[s].layout[b] = KILN_WLAYOUT_PLAIN;
-                st = kiln_bind_callsite(be, &bi->site[s].desc, &bi->site[s].fn[b],
+                st = kiln_bind_callsite(dev, &bi->site[s].desc, &bi->site[s].fn[b],
                                         &bi->site[s].layout[b], err);
             }
     }

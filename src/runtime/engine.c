@@ -1,12 +1,7 @@
 /*
- * engine.c — the engine step API of kiln.h: sequences, KV blocks, and one forward
- * pass over a batch of (seq, token, pos, want_logits) entries from many sequences.
- *
- * A step: validate entries -> reserve KV blocks for every sequence (all or nothing:
- * on KILN_ERR_CAPACITY nothing changed) -> build the step's token rows (ids,
- * sequence index, position) and the per-sequence block tables -> pick the mode
- * (decode buffers when the step is small, prefill buffers otherwise) -> run the bound
- * plan -> advance sequence lengths.
+ * engine.c — the engine API of kiln.h: sequences, KV blocks, capacity queries, and one
+ * forward pass over a batch of (seq, token, pos, want_logits) entries from many
+ * sequences, in two parts (prepare, run; engine.h describes both).
  */
 #include "runtime/engine.h"
 #include "runtime/kselect.h"
@@ -16,6 +11,7 @@
 #include "base/mem.h"
 #include "format/dtype.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,29 +23,42 @@ void kiln_engine_opts_default(kiln_engine_opts *o) {
 static kiln_status alloc_mode(kiln_engine *e, int mode, int64_t tokens, kiln_err *err) {
     const kiln_plan *p = &e->bp.plan;
     kiln_mode_bufs *mb = &e->mode[mode];
+    size_t np = (size_t)(p->n_phys > 0 ? p->n_phys : 1);
     mb->tokens = tokens;
-    mb->bufs = kiln_calloc((size_t)(p->n_phys > 0 ? p->n_phys : 1), sizeof(float *));
-    size_t *sizes = kiln_calloc((size_t)(p->n_phys > 0 ? p->n_phys : 1), sizeof(size_t));
-    if (!mb->bufs || !sizes) {
-        kiln_free(sizes);
-        return kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
-    }
+    mb->bufs = kiln_calloc(np, sizeof(float *));
+    mb->bytes = kiln_calloc(np, sizeof(size_t));
+    if (!mb->bufs || !mb->bytes) return kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     size_t total;
-    kiln_status st = kiln_plan_buffer_bytes(p, tokens, tokens, sizes, &total, err);
-    if (!st) {
-        mb->arena = kiln_alloc_aligned(total ? total : KILN_ALIGN);
-        if (!mb->arena)
-            st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: %zu bytes of register buffers", total);
+    KILN_TRY(kiln_plan_buffer_bytes(p, tokens, tokens, mb->bytes, &total, err));
+    KILN_TRY(kiln_buf_alloc(&e->dev, KILN_MEM_DEVICE, total, &mb->arena, err));
+    size_t off = 0;
+    for (int32_t b = 0; b < p->n_phys; b++) {
+        mb->bufs[b] = (float *)(void *)((uint8_t *)mb->arena.ptr + off);
+        off += mb->bytes[b];
     }
-    if (!st) {
-        size_t off = 0;
-        for (int32_t b = 0; b < p->n_phys; b++) {
-            mb->bufs[b] = (float *)(void *)(mb->arena + off);
-            off += sizes[b];
-        }
-        mb->bytes = total;
+    return KILN_OK;
+}
+
+static kiln_status create_kv(kiln_engine *e, int64_t n_ctx, uint32_t dtype, kiln_err *err) {
+    const kiln_plan *p = &e->bp.plan;
+    int32_t nl = 0;
+    for (int32_t i = 0; i < p->n_states; i++)
+        if (p->states[i].layer + 1 > nl) nl = p->states[i].layer + 1;
+    if (nl == 0) return KILN_OK;
+    int32_t *nkv = kiln_calloc((size_t)nl, sizeof(int32_t));
+    int32_t *hd = kiln_calloc((size_t)nl, sizeof(int32_t));
+    kiln_status st = KILN_OK;
+    if (!nkv || !hd) st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
+    for (int32_t i = 0; !st && i < p->n_states; i++) {
+        nkv[p->states[i].layer] = p->states[i].n_kv_head;
+        hd[p->states[i].layer] = p->states[i].head_dim;
     }
-    kiln_free(sizes);
+    int64_t blocks = (n_ctx + KILN_KV_BLOCK - 1) / KILN_KV_BLOCK + e->max_seqs;
+    if (!st && blocks > INT32_MAX)
+        st = kiln_err_set(err, KILN_ERR_RANGE, "engine: context %lld too large", (long long)n_ctx);
+    if (!st) st = kiln_kv_pool_init(&e->kv, &e->dev, nl, nkv, hd, dtype, (int32_t)blocks, err);
+    kiln_free(nkv);
+    kiln_free(hd);
     return st;
 }
 
@@ -76,18 +85,31 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     e->model = m;
     e->max_step = o->max_step_tokens > 0 ? o->max_step_tokens : 512;
     e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 64;
+    for (int b = 0; b < KILN_BUCKETS; b++) e->scratch_need[b] = SIZE_MAX;
     int64_t n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
-    kiln_status st = KILN_OK;
+    const uint32_t kv_dtype = o->kv_f16 ? KILN_DTYPE_F16 : KILN_DTYPE_F32;
+    kiln_status st = kiln_device_open(be, 0, &e->dev, err);
+    if (st) {
+        kiln_free(e);
+        return st;
+    }
     kiln_plan plan;
     kiln_plan_init(&plan);
     st = m->family->compile(&m->cfg, KILN_MODE_PREFILL, &plan, err);
     if (st) {
         kiln_plan_free(&plan);
+        kiln_device_close(&e->dev);
         kiln_free(e);
         return kiln_err_wrap(err, st, "compiling the %s plan", m->cfg.arch);
     }
-    st = kiln_bind_plan_numerics(be, m, &plan, ggml_numerics, &e->bp, NULL, err);
+    kiln_bind_opts bo;
+    kiln_bind_opts_default(&bo);
+    bo.ggml_numerics = ggml_numerics;
+    bo.kv_dtype = kv_dtype;
+    bo.max_tokens = e->max_step;
+    st = kiln_bind_plan_opts(&e->dev, m, &plan, &bo, &e->bp, NULL, err);
     if (st) {
+        kiln_device_close(&e->dev);
         kiln_free(e);
         return st;
     }
@@ -97,51 +119,27 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     if (!st) st = alloc_mode(e, KILN_MODE_PREFILL, e->max_step, err);
     if (!st) {
         size_t wf;
-        if (!kiln_size_mul(e->bp.work_per_token, (size_t)e->max_step, &wf))
+        if (!kiln_size_mul(e->bp.work_per_token, (size_t)e->max_step, &wf) ||
+            wf > SIZE_MAX / sizeof(float))
             st = kiln_err_set(err, KILN_ERR_OVERFLOW, "engine workspace");
         else {
-            e->work = kiln_alloc_aligned((wf ? wf : 1) * sizeof(float));
             e->work_floats = wf;
-            for (int b = 0; b < KILN_BUCKETS; b++) e->scratch_need[b] = SIZE_MAX;
-            if (!e->work)
-                st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: %zu floats of workspace", wf);
+            st = kiln_buf_alloc(&e->dev, KILN_MEM_DEVICE, (wf ? wf : 1) * sizeof(float), &e->work,
+                                err);
         }
     }
+    if (!st) st = create_kv(e, n_ctx, kv_dtype, err);
     if (!st) {
-        const kiln_plan *p = &e->bp.plan;
-        int32_t nl = 0;
-        for (int32_t i = 0; i < p->n_states; i++)
-            if (p->states[i].layer + 1 > nl) nl = p->states[i].layer + 1;
-        int32_t *nkv = kiln_calloc((size_t)(nl > 0 ? nl : 1), sizeof(int32_t));
-        int32_t *hd = kiln_calloc((size_t)(nl > 0 ? nl : 1), sizeof(int32_t));
-        if (!nkv || !hd) st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
-        for (int32_t i = 0; !st && i < p->n_states; i++) {
-            nkv[p->states[i].layer] = p->states[i].n_kv_head;
-            hd[p->states[i].layer] = p->states[i].head_dim;
-        }
-        int64_t blocks = (n_ctx + KILN_KV_BLOCK - 1) / KILN_KV_BLOCK + e->max_seqs;
-        if (!st && blocks > INT32_MAX)
-            st = kiln_err_set(err, KILN_ERR_RANGE, "engine: context %lld too large",
-                              (long long)n_ctx);
-        if (!st && nl > 0)
-            st = kiln_kv_pool_init(&e->kv, nl, nkv, hd, o->kv_f16 ? KILN_DTYPE_F16 : KILN_DTYPE_F32,
-                                   (int32_t)blocks, err);
-        kiln_free(nkv);
-        kiln_free(hd);
-    }
-    if (!st) {
-        e->seqs = kiln_calloc((size_t)e->max_seqs, sizeof(kiln_seq_state));
-        size_t ms = (size_t)e->max_step;
-        e->ids = kiln_calloc(ms, sizeof(int32_t));
-        e->tok_seq = kiln_calloc(ms, sizeof(int32_t));
-        e->tok_pos = kiln_calloc(ms, sizeof(int32_t));
-        e->logit_rows = kiln_calloc(ms, sizeof(int32_t));
-        e->step_seq = kiln_calloc((size_t)e->max_seqs, sizeof(int32_t));
-        e->step_kv = kiln_calloc((size_t)e->max_seqs, sizeof(kiln_kv_seq));
-        e->step_count = kiln_calloc((size_t)e->max_seqs, sizeof(int32_t));
-        e->seq_slot = kiln_calloc((size_t)e->max_seqs, sizeof(int32_t));
-        if (!e->seqs || !e->ids || !e->tok_seq || !e->tok_pos || !e->logit_rows || !e->step_seq ||
-            !e->step_kv || !e->step_count || !e->seq_slot)
+        size_t ms = (size_t)e->max_step, mq = (size_t)e->max_seqs;
+        e->seqs = kiln_calloc(mq, sizeof(kiln_seq_state));
+        e->prep.logit_rows = kiln_calloc(ms, sizeof(int32_t));
+        e->prep.step_seq = kiln_calloc(mq, sizeof(int32_t));
+        e->prep.step_count = kiln_calloc(mq, sizeof(int32_t));
+        e->prep.old_blocks = kiln_calloc(mq, sizeof(int32_t));
+        e->seq_slot = kiln_calloc(mq, sizeof(int32_t));
+        e->row_of_entry = kiln_calloc(ms, sizeof(int32_t));
+        if (!e->seqs || !e->prep.logit_rows || !e->prep.step_seq || !e->prep.step_count ||
+            !e->prep.old_blocks || !e->seq_slot || !e->row_of_entry)
             st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     }
     if (!st && o->counters) {
@@ -160,30 +158,42 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
 
 void kiln_engine_free(kiln_engine *e) {
     if (!e) return;
+    kiln_device *dev = &e->dev;
+    if (e->prep.ready) kiln_engine_cancel(e);
     if (e->seqs)
         for (int32_t i = 0; i < e->max_seqs; i++)
             if (e->seqs[i].used) {
                 kiln_kv_release(&e->kv, &e->seqs[i].kv);
                 kiln_free(e->seqs[i].kv.blocks);
             }
-    kiln_kv_pool_free(&e->kv);
+    if (dev->be) {
+        kiln_kv_pool_free(&e->kv);
+        for (int m = 0; m < 2; m++) kiln_buf_free(dev, &e->mode[m].arena);
+        kiln_buf_free(dev, &e->work);
+        kiln_buf_free(dev, &e->scratch);
+        for (int s = 0; s < 2; s++) {
+            kiln_buf_free(dev, &e->slot[s].staging);
+            kiln_buf_free(dev, &e->slot[s].dev);
+        }
+        kiln_buf_free(dev, &e->out_logits);
+        kiln_buf_free(dev, &e->out_ids);
+        kiln_buf_free(dev, &e->out_logits_host);
+        kiln_buf_free(dev, &e->out_ids_host);
+    }
     for (int m = 0; m < 2; m++) {
         kiln_free(e->mode[m].bufs);
-        kiln_free_aligned(e->mode[m].arena);
+        kiln_free(e->mode[m].bytes);
     }
-    kiln_free_aligned(e->work);
-    kiln_free_aligned(e->scratch);
     kiln_bound_plan_free(&e->bp);
+    kiln_device_close(dev);
     kiln_pool_free(e->pool);
     kiln_free(e->seqs);
-    kiln_free(e->ids);
-    kiln_free(e->tok_seq);
-    kiln_free(e->tok_pos);
-    kiln_free(e->logit_rows);
-    kiln_free(e->step_seq);
-    kiln_free(e->step_kv);
-    kiln_free(e->step_count);
+    kiln_free(e->prep.logit_rows);
+    kiln_free(e->prep.step_seq);
+    kiln_free(e->prep.step_count);
+    kiln_free(e->prep.old_blocks);
     kiln_free(e->seq_slot);
+    kiln_free(e->row_of_entry);
     kiln_free(e->counters);
     kiln_free(e);
 }
@@ -191,6 +201,8 @@ void kiln_engine_free(kiln_engine *e) {
 const uint64_t *kiln_engine_counters(const kiln_engine *e) {
     return e->counters;
 }
+
+/* ---- sequences ---- */
 
 kiln_status kiln_seq_create(kiln_engine *e, int32_t *seq, kiln_err *err) {
     for (int32_t i = 0; i < e->max_seqs; i++)
@@ -209,9 +221,18 @@ static kiln_seq_state *seq_get(const kiln_engine *e, int32_t seq) {
     return &e->seqs[seq];
 }
 
+/* a sequence of the prepared step must not change before it runs */
+static bool seq_in_prepared(const kiln_engine *e, int32_t seq) {
+    if (!e->prep.ready) return false;
+    for (int32_t i = 0; i < e->prep.n_seqs; i++)
+        if (e->prep.step_seq[i] == seq) return true;
+    return false;
+}
+
 void kiln_seq_free(kiln_engine *e, int32_t seq) {
     kiln_seq_state *s = seq_get(e, seq);
     if (!s) return;
+    if (seq_in_prepared(e, seq)) kiln_engine_cancel(e);
     kiln_kv_release(&e->kv, &s->kv);
     kiln_free(s->kv.blocks);
     memset(s, 0, sizeof(*s));
@@ -225,6 +246,8 @@ int32_t kiln_seq_len(const kiln_engine *e, int32_t seq) {
 kiln_status kiln_seq_truncate(kiln_engine *e, int32_t seq, int32_t n_pos, kiln_err *err) {
     kiln_seq_state *s = seq_get(e, seq);
     if (!s) return kiln_err_set(err, KILN_ERR_INVALID_ARG, "sequence %d does not exist", (int)seq);
+    if (seq_in_prepared(e, seq))
+        return kiln_err_set(err, KILN_ERR_STATE, "sequence %d is in the prepared step", (int)seq);
     return kiln_kv_truncate(&e->kv, &s->kv, n_pos, err);
 }
 
@@ -238,37 +261,88 @@ kiln_status kiln_seq_fork(kiln_engine *e, int32_t parent, int32_t *child, kiln_e
     return st;
 }
 
-/* Grows e->scratch to the largest workspace any bound kernel of bucket b asks for (its
- * spec's workspace function; computed once per bucket), so kernels do not allocate their
- * scratch on every call. */
-static kiln_status fit_scratch(kiln_engine *e, int b, kiln_err *err) {
-    if (b < 0 || b >= KILN_BUCKETS) return KILN_OK;
-    if (e->scratch_need[b] == SIZE_MAX) {
-        size_t need = 0;
-        for (int32_t i = 0; i < e->bp.plan.n_insns; i++) {
-            const kiln_bound_insn *bi = &e->bp.bi[i];
-            for (int si = 0; si < bi->n_sites; si++) {
-                kiln_callsite cs = bi->site[si].desc;
-                cs.bucket = b;
-                size_t w = kiln_callsite_workspace(e->bp.be, &cs, bi->site[si].fn[b]);
-                if (w > need) need = w;
-            }
-        }
-        e->scratch_need[b] = need;
+/* ---- capacity ---- */
+
+int32_t kiln_engine_kv_block_size(const kiln_engine *e) {
+    (void)e;
+    return KILN_KV_BLOCK;
+}
+int32_t kiln_engine_kv_blocks_total(const kiln_engine *e) {
+    return e->kv.max_blocks;
+}
+int32_t kiln_engine_kv_blocks_free(const kiln_engine *e) {
+    return e->kv.max_blocks > 0 ? kiln_kv_pool_free_blocks(&e->kv) : 0;
+}
+int32_t kiln_engine_max_step_tokens(const kiln_engine *e) {
+    return e->max_step;
+}
+int32_t kiln_engine_max_seqs(const kiln_engine *e) {
+    return e->max_seqs;
+}
+int32_t kiln_engine_seqs_free(const kiln_engine *e) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < e->max_seqs; i++) n += !e->seqs[i].used;
+    return n;
+}
+
+/* blocks a sequence holding `have` blocks must add to cover len + n_new positions */
+static int32_t blocks_to_add(int32_t have, int64_t len, int64_t n_new) {
+    int64_t need = (len + n_new + KILN_KV_BLOCK - 1) / KILN_KV_BLOCK;
+    return need > have ? (int32_t)(need - have) : 0;
+}
+
+int32_t kiln_seq_blocks_needed(const kiln_engine *e, int32_t seq, int32_t n_new) {
+    const kiln_seq_state *s = seq_get(e, seq);
+    if (!s || n_new < 0) return -1;
+    return blocks_to_add(s->kv.n_blocks, s->kv.len, n_new);
+}
+
+int32_t kiln_engine_blocks_needed(const kiln_engine *e, const kiln_batch_entry *en, int32_t n) {
+    /* count entries per sequence without touching engine state (O(n^2) only in the
+     * number of distinct sequences of the batch) */
+    int64_t total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const kiln_seq_state *s = seq_get(e, en[i].seq);
+        if (!s) return -1;
+        bool first = true;
+        for (int32_t j = 0; j < i && first; j++) first = en[j].seq != en[i].seq;
+        if (!first) continue;
+        int64_t cnt = 0;
+        for (int32_t j = i; j < n; j++) cnt += en[j].seq == en[i].seq;
+        total += blocks_to_add(s->kv.n_blocks, s->kv.len, cnt);
     }
-    const size_t need = e->scratch_need[b];
-    if (need <= e->scratch_size) return KILN_OK;
-    void *p = kiln_alloc_aligned(need);
-    if (!p) return kiln_err_set(err, KILN_ERR_NOMEM, "engine: %zu bytes of kernel scratch", need);
-    kiln_free_aligned(e->scratch);
-    e->scratch = p;
-    e->scratch_size = need;
+    return total > INT32_MAX ? INT32_MAX : (int32_t)total;
+}
+
+/* ---- prepare ---- */
+
+/* Grows the device buffer b (space) to at least bytes (contents not kept). */
+static kiln_status grow_buf(kiln_engine *e, kiln_buf *b, kiln_mem_space space, size_t bytes,
+                            kiln_err *err) {
+    if (b->ptr && b->size >= bytes) return KILN_OK;
+    kiln_buf nb;
+    KILN_TRY(kiln_buf_alloc(&e->dev, space, bytes, &nb, err));
+    kiln_buf_free(&e->dev, b);
+    *b = nb;
     return KILN_OK;
 }
 
-static kiln_status step(kiln_engine *e, const kiln_batch_entry *en, int32_t n, float *logits,
-                        int32_t *greedy_ids, int32_t greedy_limit, kiln_err *err) {
-    if (n <= 0) return KILN_OK;
+static kiln_status drop_step(kiln_engine *e, kiln_status st);
+
+void kiln_engine_cancel(kiln_engine *e) {
+    if (!e->prep.ready) return;
+    e->prep.ready = false;
+    drop_step(e, KILN_OK);
+}
+
+kiln_status kiln_engine_prepare(kiln_engine *e, const kiln_batch_entry *en, int32_t n,
+                                const kiln_step_opts *opts, kiln_err *err) {
+    kiln_prepared *pp = &e->prep;
+    if (pp->ready)
+        return kiln_err_set(err, KILN_ERR_STATE,
+                            "a step is already prepared (run or cancel it first)");
+    if (n < 0 || (n > 0 && !en))
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "step of %d entries", (int)n);
     if (n > e->max_step)
         return kiln_err_set(err, KILN_ERR_INVALID_ARG,
                             "step of %d tokens: the engine takes at most %d", (int)n,
@@ -290,10 +364,10 @@ static kiln_status step(kiln_engine *e, const kiln_batch_entry *en, int32_t n, f
         int32_t si = e->seq_slot[b->seq];
         if (si < 0) {
             si = e->seq_slot[b->seq] = n_seqs++;
-            e->step_seq[si] = b->seq;
-            e->step_count[si] = 0;
+            pp->step_seq[si] = b->seq;
+            pp->step_count[si] = 0;
         }
-        int32_t want = s->kv.len + e->step_count[si];
+        int32_t want = s->kv.len + pp->step_count[si];
         if (b->pos != want)
             return kiln_err_set(
                 err, KILN_ERR_INVALID_ARG,
@@ -301,86 +375,303 @@ static kiln_status step(kiln_engine *e, const kiln_batch_entry *en, int32_t n, f
                 (int)i, (int)b->seq, (int)b->pos, (int)want);
         if (b->pos >= INT32_MAX - 1)
             return kiln_err_set(err, KILN_ERR_RANGE, "entry %d: position too large", (int)i);
-        e->step_count[si]++;
-        e->ids[i] = b->token;
-        e->tok_seq[i] = si;
-        e->tok_pos[i] = b->pos;
-        if (b->want_logits) e->logit_rows[n_logits++] = i;
+        pp->step_count[si]++;
+        if (b->want_logits) n_logits++;
     }
-    if (n_logits > 0 && !logits && !greedy_ids)
-        return kiln_err_set(err, KILN_ERR_INVALID_ARG,
-                            "%d entries want logits but no buffer was given", (int)n_logits);
     /* reserve KV: all or nothing */
-    int32_t needed = 0;
+    int64_t needed = 0;
     for (int32_t si = 0; si < n_seqs; si++) {
-        kiln_seq_state *s = &e->seqs[e->step_seq[si]];
-        int32_t have = s->kv.n_blocks;
-        int32_t need = (s->kv.len + e->step_count[si] + KILN_KV_BLOCK - 1) / KILN_KV_BLOCK;
-        if (need > have) needed += need - have;
+        const kiln_seq_state *s = &e->seqs[pp->step_seq[si]];
+        needed += blocks_to_add(s->kv.n_blocks, s->kv.len, pp->step_count[si]);
     }
-    int32_t avail = e->kv.max_blocks - kiln_kv_pool_used(&e->kv);
+    const int32_t avail = kiln_engine_kv_blocks_free(e);
     if (needed > avail)
         return kiln_err_set(err, KILN_ERR_CAPACITY,
-                            "KV cache full: step needs %d blocks, %d free of %d", (int)needed,
-                            (int)avail, (int)e->kv.max_blocks);
+                            "KV cache full: step needs %lld blocks, %d free of %d",
+                            (long long)needed, (int)avail, (int)e->kv.max_blocks);
+    /* rows: decode rows (a sequence's single token after cached context) first, then
+     * prefill rows in entry order; stride = the most blocks a sequence will hold */
+    int32_t n_decode = 0, stride = 1;
     for (int32_t si = 0; si < n_seqs; si++) {
-        kiln_seq_state *s = &e->seqs[e->step_seq[si]];
-        KILN_TRY(kiln_kv_reserve(&e->kv, &s->kv, s->kv.len + e->step_count[si], err));
-        e->step_kv[si].block_table = s->kv.blocks;
-        e->step_kv[si].n_blocks = s->kv.n_blocks;
+        const kiln_seq_state *s = &e->seqs[pp->step_seq[si]];
+        if (pp->step_count[si] == 1 && s->kv.len > 0) n_decode++;
+        int32_t nb = (s->kv.len + pp->step_count[si] + KILN_KV_BLOCK - 1) / KILN_KV_BLOCK;
+        if (nb > stride) stride = nb;
+    }
+    /* the packed inputs: ids | tok_seq | tok_pos | seq_len | table */
+    size_t ints = (size_t)3 * (size_t)n + (size_t)n_seqs + (size_t)n_seqs * (size_t)stride;
+    const int slot = e->next_slot;
+    kiln_step_slot *sl = &e->slot[slot];
+    const bool host = e->dev.be->host_memory;
+    if (host) {
+        KILN_TRY(grow_buf(e, &sl->dev, KILN_MEM_DEVICE, ints * sizeof(int32_t), err));
+    } else {
+        KILN_TRY(grow_buf(e, &sl->staging, KILN_MEM_STAGING, ints * sizeof(int32_t), err));
+        KILN_TRY(grow_buf(e, &sl->dev, KILN_MEM_DEVICE, ints * sizeof(int32_t), err));
+    }
+    for (int32_t si = 0; si < n_seqs; si++)
+        pp->old_blocks[si] = e->seqs[pp->step_seq[si]].kv.n_blocks;
+    for (int32_t si = 0; si < n_seqs; si++) {
+        kiln_seq_state *s = &e->seqs[pp->step_seq[si]];
+        kiln_status st = kiln_kv_reserve(&e->kv, &s->kv, s->kv.len + pp->step_count[si], err);
+        if (st) {
+            for (int32_t j = 0; j <= si; j++) {
+                kiln_seq_state *sj = &e->seqs[pp->step_seq[j]];
+                kiln_kv_truncate(&e->kv, &sj->kv, sj->kv.len, NULL);
+            }
+            return st;
+        }
+    }
+    int32_t *in = host ? sl->dev.ptr : sl->staging.ptr;
+    int32_t *ids = in, *tseq = in + n, *tpos = in + 2 * n, *slen = in + 3 * n;
+    int32_t *table = slen + n_seqs;
+    int32_t next_dec = 0, next_pre = n_decode;
+    for (int32_t i = 0; i < n; i++) {
+        const kiln_batch_entry *b = &en[i];
+        int32_t si = e->seq_slot[b->seq];
+        bool dec = pp->step_count[si] == 1 && e->seqs[b->seq].kv.len > 0;
+        int32_t r = dec ? next_dec++ : next_pre++;
+        e->row_of_entry[i] = r;
+        ids[r] = b->token;
+        tseq[r] = si;
+        tpos[r] = b->pos;
+    }
+    n_logits = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (en[i].want_logits) pp->logit_rows[n_logits++] = e->row_of_entry[i];
+    for (int32_t si = 0; si < n_seqs; si++) {
+        const kiln_kv_table *kt = &e->seqs[pp->step_seq[si]].kv;
+        slen[si] = kt->len + pp->step_count[si];
+        int32_t *row = table + (size_t)si * (size_t)stride;
+        memcpy(row, kt->blocks, (size_t)kt->n_blocks * sizeof(int32_t));
+        for (int32_t j = kt->n_blocks; j < stride; j++) row[j] = -1;
+    }
+    if (!host) KILN_TRY(kiln_buf_h2d(&e->dev, &sl->dev, 0, in, ints * sizeof(int32_t), err));
+    pp->slot = slot;
+    e->next_slot = slot ^ 1;
+    pp->t = n;
+    pp->n_seqs = n_seqs;
+    pp->n_decode = n_decode;
+    pp->n_logits = n_logits;
+    pp->stride = stride;
+    pp->greedy = opts && opts->greedy;
+    pp->greedy_limit = opts ? opts->n_vocab_limit : 0;
+    pp->ready = true;
+    return KILN_OK;
+}
+
+/* ---- run ---- */
+
+/* Grows e->scratch to the largest workspace any bound kernel of bucket b asks for (its
+ * spec's workspace function; computed once per bucket), so kernels do not allocate their
+ * scratch on every call. Attention runs its decode and prefill rows with the kernels of
+ * smaller buckets too, so its sites count every bucket up to b. */
+static kiln_status fit_scratch(kiln_engine *e, int b, kiln_err *err) {
+    if (b < 0 || b >= KILN_BUCKETS) return KILN_OK;
+    if (e->scratch_need[b] == SIZE_MAX) {
+        size_t need = 0;
+        for (int32_t i = 0; i < e->bp.plan.n_insns; i++) {
+            const kiln_bound_insn *bi = &e->bp.bi[i];
+            for (int si = 0; si < bi->n_sites; si++) {
+                kiln_callsite cs = bi->site[si].desc;
+                int b0 = cs.op == KILN_KOP_ATTENTION ? 0 : b;
+                for (int bb = b0; bb <= b; bb++) {
+                    cs.bucket = bb;
+                    size_t w = kiln_callsite_workspace(&e->dev, &cs, bi->site[si].fn[bb]);
+                    if (w > need) need = w;
+                }
+            }
+        }
+        e->scratch_need[b] = need;
+    }
+    const size_t need = e->scratch_need[b];
+    if (need == 0 || need <= e->scratch.size) return KILN_OK;
+    kiln_status st = grow_buf(e, &e->scratch, KILN_MEM_DEVICE, need, err);
+    return st ? kiln_err_wrap(err, st, "engine: kernel scratch") : KILN_OK;
+}
+
+/* A step that did not complete: the blocks prepare reserved go back (lengths never
+ * moved), then st is returned. */
+static kiln_status drop_step(kiln_engine *e, kiln_status st) {
+    const kiln_prepared *pp = &e->prep;
+    for (int32_t si = 0; si < pp->n_seqs; si++) {
+        kiln_seq_state *s = &e->seqs[pp->step_seq[si]];
+        if (s->used) kiln_kv_truncate(&e->kv, &s->kv, s->kv.len, NULL);
+    }
+    return st;
+}
+
+kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, kiln_err *err) {
+    kiln_prepared *pp = &e->prep;
+    if (!pp->ready) return kiln_err_set(err, KILN_ERR_STATE, "no step is prepared");
+    pp->ready = false; /* from here the step either runs or is dropped */
+    e->n_out = 0;
+    const int32_t n = pp->t;
+    if (n == 0) return KILN_OK;
+    const int32_t n_vocab = e->bp.n_vocab > 0 ? e->bp.n_vocab : e->model->cfg.n_vocab;
+    const bool host = e->dev.be->host_memory;
+    kiln_status st = KILN_OK;
+    /* outputs: the caller's memory (host backends), else the engine's device buffers */
+    float *out_logits = NULL;
+    int32_t *out_ids = NULL;
+    if (pp->n_logits > 0) {
+        if (pp->greedy) {
+            if (ids && host)
+                out_ids = ids;
+            else {
+                st = grow_buf(e, &e->out_ids, KILN_MEM_DEVICE,
+                              (size_t)pp->n_logits * sizeof(int32_t), err);
+                out_ids = e->out_ids.ptr;
+            }
+        } else {
+            size_t bytes = (size_t)pp->n_logits * (size_t)n_vocab * sizeof(float);
+            if (logits && host)
+                out_logits = logits;
+            else {
+                st = grow_buf(e, &e->out_logits, KILN_MEM_DEVICE, bytes, err);
+                out_logits = e->out_logits.ptr;
+            }
+        }
     }
     int mode = n <= e->mode[KILN_MODE_DECODE].tokens ? KILN_MODE_DECODE : KILN_MODE_PREFILL;
     kiln_exec x;
     memset(&x, 0, sizeof(x));
-    x.kctx.pool = e->pool;
     x.t = n;
     x.bucket = kiln_bucket_of(n);
-    KILN_TRY(fit_scratch(e, x.bucket, err));
-    x.kctx.scratch = e->scratch;
-    x.kctx.scratch_size = e->scratch_size;
-    x.ids = e->ids;
-    x.tok_seq = e->tok_seq;
-    x.tok_pos = e->tok_pos;
-    x.seqs = e->step_kv;
-    x.n_seqs = n_seqs;
-    x.logit_rows = e->logit_rows;
-    x.n_logits = n_logits;
-    x.logits = logits;
-    x.greedy_ids = greedy_ids;
-    x.greedy_limit = greedy_limit;
+    if (!st) st = fit_scratch(e, x.bucket, err);
+    if (st) return drop_step(e, st);
+    x.dev = &e->dev;
+    x.kctx.pool = e->pool;
+    x.kctx.scratch = e->scratch.ptr;
+    x.kctx.scratch_size = e->scratch.size;
+    x.kctx.stream = e->dev.queue;
+    x.kctx.dev = e->dev.impl;
+    x.kctx.err = err; /* kernels' messages (a device's error string) reach the caller */
+    const int32_t *in = e->slot[pp->slot].dev.ptr;
+    x.ids = in;
+    x.tok_seq = in + n;
+    x.tok_pos = in + 2 * n;
+    x.blocks.seq_len = in + 3 * n;
+    x.blocks.table = in + 3 * n + pp->n_seqs;
+    x.blocks.n_seqs = pp->n_seqs;
+    x.blocks.stride = pp->stride;
+    x.n_decode = pp->n_decode;
+    x.logit_rows = pp->logit_rows;
+    x.n_logits = pp->n_logits;
+    x.logits = out_logits;
+    x.greedy_ids = pp->greedy ? out_ids : NULL;
+    x.greedy_limit = pp->greedy_limit;
     x.bufs = e->mode[mode].bufs;
-    x.work = e->work;
+    x.buf_bytes = e->mode[mode].bytes;
+    x.work = e->work.ptr;
     x.work_floats = e->work_floats;
     x.kv = &e->kv;
     x.counters = e->counters;
-    kiln_status st = kiln_exec_run(&e->bp, &x, err);
+    st = kiln_exec_run(&e->bp, &x, err);
+    if (!st) st = kiln_device_sync(&e->dev, err);
     /* a model page faulted (file truncated while mapped): not the model's output */
-    if (!st && (st = kiln_mapguard_check(err)) != KILN_OK) return st;
+    if (!st && (st = kiln_mapguard_check(err)) != KILN_OK) return drop_step(e, st);
     if (st) {
-        /* circuit breaker: the failing kernel is marked unhealthy and its call sites are
-         * rebound, so the next step runs the next candidate (this step still fails) */
-        if (x.failed_insn >= 0) {
-            kiln_plan_kernel_failed(&e->bp, x.failed_insn, x.cur_site, x.bucket, err, NULL);
+        /* circuit breaker: a kernel that faulted (device error, invalid result) is
+         * marked unhealthy on this device and its call sites are rebound, so the next
+         * step runs the next candidate (this step still fails); other failures (a
+         * transient out-of-memory, bad input) leave the kernels alone */
+        if (x.failed_insn >= 0 && kiln_status_is_fault(st)) {
+            kiln_plan_kernel_failed(&e->bp, x.failed_insn, x.cur_site, x.cur_bucket, err, NULL);
             for (int b = 0; b < KILN_BUCKETS; b++) e->scratch_need[b] = SIZE_MAX;
         }
-        return st;
+        return drop_step(e, st);
     }
-    for (int32_t si = 0; si < n_seqs; si++) e->seqs[e->step_seq[si]].kv.len += e->step_count[si];
+    /* outputs to host memory */
+    if (pp->n_logits > 0 && !host) {
+        if (pp->greedy) {
+            size_t bytes = (size_t)pp->n_logits * sizeof(int32_t);
+            st = grow_buf(e, &e->out_ids_host, KILN_MEM_STAGING, bytes, err);
+            if (!st) st = kiln_buf_d2h(&e->dev, e->out_ids_host.ptr, &e->out_ids, 0, bytes, err);
+        } else {
+            size_t bytes = (size_t)pp->n_logits * (size_t)n_vocab * sizeof(float);
+            st = grow_buf(e, &e->out_logits_host, KILN_MEM_STAGING, bytes, err);
+            if (!st)
+                st = kiln_buf_d2h(&e->dev, e->out_logits_host.ptr, &e->out_logits, 0, bytes, err);
+        }
+        if (!st) st = kiln_device_sync(&e->dev, err);
+        if (st) return drop_step(e, st);
+        if (!pp->greedy) {
+            /* the model's final softcap (adapters.c applies it only on host memory) */
+            float cap = 0;
+            for (int32_t i = 0; i < e->bp.plan.n_insns; i++)
+                if (e->bp.bi[i].insn->opcode == KILN_OP_LM_HEAD)
+                    cap = e->bp.bi[i].prm.lm_head.softcap;
+            float *l = e->out_logits_host.ptr;
+            size_t cnt = (size_t)pp->n_logits * (size_t)n_vocab;
+            if (cap > 0)
+                for (size_t i = 0; i < cnt; i++) l[i] = cap * tanhf(l[i] / cap);
+            if (logits) memcpy(logits, l, cnt * sizeof(float));
+        } else if (ids) {
+            memcpy(ids, e->out_ids_host.ptr, (size_t)pp->n_logits * sizeof(int32_t));
+        }
+    }
+    for (int32_t si = 0; si < pp->n_seqs; si++)
+        e->seqs[pp->step_seq[si]].kv.len += pp->step_count[si];
+    e->n_out = pp->n_logits;
+    e->out_greedy = pp->greedy;
+    /* what the accessors read: the engine's own buffers, or nothing when the caller's
+     * memory took the outputs (kiln_engine_step wrappers, which do not use accessors) */
+    e->out_caller = (pp->greedy ? ids != NULL : logits != NULL) && host;
     return KILN_OK;
 }
 
+kiln_status kiln_engine_run(kiln_engine *e, kiln_err *err) {
+    return kiln_engine_run_into(e, NULL, NULL, err);
+}
+
+/* ---- outputs ---- */
+
+int32_t kiln_engine_n_outputs(const kiln_engine *e) {
+    return e->n_out;
+}
+
+int32_t kiln_engine_n_vocab(const kiln_engine *e) {
+    return e->bp.n_vocab > 0 ? e->bp.n_vocab : e->model->cfg.n_vocab;
+}
+
+const float *kiln_engine_logits(const kiln_engine *e, int32_t i) {
+    if (i < 0 || i >= e->n_out || e->out_greedy || e->out_caller) return NULL;
+    const float *base = e->dev.be->host_memory ? e->out_logits.ptr : e->out_logits_host.ptr;
+    return base ? base + (size_t)i * (size_t)kiln_engine_n_vocab(e) : NULL;
+}
+
+int32_t kiln_engine_token(const kiln_engine *e, int32_t i) {
+    if (i < 0 || i >= e->n_out || !e->out_greedy || e->out_caller) return -1;
+    const int32_t *base = e->dev.be->host_memory ? e->out_ids.ptr : e->out_ids_host.ptr;
+    return base ? base[i] : -1;
+}
+
+/* ---- one step (prepare + run) ---- */
+
 kiln_status kiln_engine_step(kiln_engine *e, const kiln_batch_entry *en, int32_t n, float *logits,
                              kiln_err *err) {
-    return step(e, en, n, logits, NULL, 0, err);
+    if (n <= 0) return KILN_OK;
+    if (!logits) {
+        for (int32_t i = 0; i < n; i++)
+            if (en[i].want_logits)
+                return kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                                    "entries want logits but no buffer was given");
+    }
+    KILN_TRY(kiln_engine_prepare(e, en, n, NULL, err));
+    return kiln_engine_run_into(e, logits, NULL, err);
 }
 
 kiln_status kiln_engine_step_greedy(kiln_engine *e, const kiln_batch_entry *en, int32_t n,
                                     int32_t n_vocab_limit, int32_t *ids, kiln_err *err) {
+    if (n <= 0) return KILN_OK;
     if (!ids) {
         for (int32_t i = 0; i < n; i++)
             if (en[i].want_logits)
                 return kiln_err_set(err, KILN_ERR_INVALID_ARG,
                                     "entry %d wants a token but no ids buffer was given", (int)i);
     }
-    return step(e, en, n, NULL, ids, n_vocab_limit, err);
+    kiln_step_opts o = {.greedy = 1, .n_vocab_limit = n_vocab_limit};
+    KILN_TRY(kiln_engine_prepare(e, en, n, &o, err));
+    return kiln_engine_run_into(e, NULL, ids, err);
 }

@@ -1,6 +1,24 @@
 /*
  * engine.h — the engine's internals (the public API is in include/kiln/kiln.h).
- * Exposed for tests and for the scheduler, which drives kiln_engine_step.
+ * Exposed for tests and for the scheduler, which drives kiln_engine_prepare / _run.
+ *
+ * Memory: everything a kernel touches lives in buffers of the engine's device
+ * (kiln_device, runtime/backend.h): register arenas, adapter workspace, kernel
+ * scratch, the KV pool, the step's packed inputs and the outputs. The host keeps only
+ * bookkeeping: sequences and their block tables (kiln_kv_table), the prepared step's
+ * row mapping, and staging copies of inputs and outputs.
+ *
+ * A step: kiln_engine_prepare validates entries, reserves KV blocks (all or nothing),
+ * orders rows decode-first, and writes the packed inputs
+ *   ids[t] | tok_seq[t] | tok_pos[t] | seq_len[n_seqs] | table[n_seqs][stride]
+ * (int32; stride = the most blocks a sequence of the step holds) into a staging slot,
+ * then enqueues one copy to that slot's device buffer. Two slots alternate, so the
+ * next step is prepared while the last one's copy may still be in flight.
+ * kiln_engine_run picks the mode (decode buffers when the step is small, prefill
+ * buffers otherwise), runs the bound plan, copies the outputs to staging (a no-op on
+ * host backends) and advances sequence lengths.
+ *
+ * Not thread-safe: one thread drives an engine (the scheduler's step thread).
  */
 #ifndef KILN_RUNTIME_ENGINE_H
 #define KILN_RUNTIME_ENGINE_H
@@ -14,32 +32,63 @@ typedef struct kiln_seq_state {
 
 typedef struct kiln_mode_bufs {
     int64_t tokens; /* rows the buffers hold */
-    float **bufs;   /* [n_phys] */
-    uint8_t *arena;
-    size_t bytes;
+    float **bufs;   /* [n_phys] pointers into arena */
+    size_t *bytes;  /* [n_phys] */
+    kiln_buf arena;
 } kiln_mode_bufs;
+
+/* A slot of packed step inputs (see above). */
+typedef struct kiln_step_slot {
+    kiln_buf staging, dev;
+} kiln_step_slot;
+
+/* The prepared step (between kiln_engine_prepare and kiln_engine_run). */
+typedef struct kiln_prepared {
+    bool ready;
+    int slot;
+    int32_t t, n_seqs, n_decode, n_logits, stride;
+    bool greedy;
+    int32_t greedy_limit;
+    /* host arrays (capacity max_step / max_seqs) */
+    int32_t *logit_rows; /* [n_logits] row of each entry that wants logits, entry order */
+    int32_t *step_seq;   /* [n_seqs] engine sequence id of each block-table row        */
+    int32_t *step_count; /* [n_seqs] tokens each adds                                    */
+    int32_t *old_blocks; /* [n_seqs] blocks it held before prepare (cancel)              */
+} kiln_prepared;
 
 struct kiln_engine {
     const kiln_model *model;
+    kiln_device dev;
     kiln_bound_plan bp;
     kiln_mode_bufs mode[2]; /* indexed by kiln_plan_mode */
-    float *work;
+    kiln_buf work;          /* adapter workspace, work_floats floats */
     size_t work_floats;
     /* kernel scratch (kiln_kctx.scratch): grown to the largest workspace the bound
      * kernels of a step's bucket ask for; scratch_need[b] caches that per bucket
      * (SIZE_MAX: not computed; reset when the circuit breaker rebinds) */
-    void *scratch;
-    size_t scratch_size;
+    kiln_buf scratch;
     size_t scratch_need[KILN_BUCKETS];
     kiln_kv_pool kv;
     kiln_pool *pool;
     int32_t max_step, max_seqs;
     kiln_seq_state *seqs;
-    /* step scratch */
-    int32_t *ids, *tok_seq, *tok_pos, *logit_rows;
-    int32_t *step_seq, *step_count, *seq_slot;
-    kiln_kv_seq *step_kv;
+    kiln_step_slot slot[2];
+    int next_slot;
+    kiln_prepared prep;
+    /* outputs of the last run: DEVICE buffers, and their host view (the same memory on
+     * host backends, a STAGING copy otherwise) */
+    kiln_buf out_logits, out_ids, out_logits_host, out_ids_host;
+    int32_t n_out;
+    bool out_greedy;
+    bool out_caller; /* the last run wrote into caller memory (no accessor output) */
+    /* step scratch (host) */
+    int32_t *seq_slot, *row_of_entry;
     uint64_t *counters;
 };
+
+/* Runs the prepared step with the outputs written to caller memory instead of the
+ * engine's (logits / ids: host memory on host backends; NULL = the engine's own). The
+ * public wrappers kiln_engine_step / _greedy use this to skip a copy. */
+kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, kiln_err *err);
 
 #endif /* KILN_RUNTIME_ENGINE_H */

@@ -18,25 +18,38 @@
 #include "runtime/backend.h"
 #include "runtime/kv.h"
 
-/* Everything an adapter sees of the current step. */
+/* Everything an adapter sees of the current step. Every pointer is in the backend's
+ * memory (kiln_buf.ptr of DEVICE buffers): adapters never dereference them, they hand
+ * them to kernels or to the device's copy functions.
+ *
+ * Rows: the step's t tokens are rows of every register. The engine orders them decode
+ * rows first: rows [0, n_decode) are the single new token of a sequence with cached
+ * context (one row per sequence), rows [n_decode, t) the prefill rows (several tokens
+ * of one sequence, or its first). Ops that treat rows alike (matmuls, norms, adds) run
+ * once over all t rows with the kernel of bucket; attention runs the decode rows and
+ * the prefill rows as two calls, each with the kernel bound for its own row count
+ * (kiln_bucket_of(n_decode), kiln_bucket_of(t - n_decode)). */
 typedef struct kiln_exec {
     kiln_kctx kctx;
+    kiln_device *dev;
     int64_t t; /* tokens in the step */
     int bucket;
+    int64_t n_decode;
     int cur_site;        /* call site of the kernel being called (circuit breaker) */
+    int cur_bucket;      /* the bucket that call used                               */
     int32_t failed_insn; /* instruction whose adapter failed, -1 = none          */
-    const int32_t *ids, *tok_seq, *tok_pos; /* [t] */
-    const kiln_kv_seq *seqs;                /* per sequence of the step */
-    int32_t n_seqs;
-    const int32_t *logit_rows; /* [n_logits] token rows that want logits */
+    const int32_t *ids, *tok_seq, *tok_pos; /* [t] (packed inputs, backend memory)   */
+    kiln_kv_blocks blocks;                  /* the step's block table                */
+    const int32_t *logit_rows;              /* [n_logits] rows that want logits (host) */
     int32_t n_logits;
-    float *logits; /* [n_logits][n_vocab] output */
-    /* greedy steps (kiln_engine_step_greedy): instead of logits, the argmax token of
-     * each logits row over [0, greedy_limit); NULL = logits wanted */
+    float *logits; /* [n_logits][n_vocab] output (backend memory) */
+    /* greedy steps: instead of logits, the argmax token of each logits row over
+     * [0, greedy_limit) (backend memory); NULL = logits wanted */
     int32_t *greedy_ids;
     int32_t greedy_limit;
     float **bufs; /* physical register buffers */
-    float *work;  /* adapter workspace, work_floats */
+    size_t *buf_bytes;
+    float *work; /* adapter workspace, work_floats */
     size_t work_floats;
     kiln_kv_pool *kv;
     uint64_t *counters; /* [KILN_OP_LIMIT] dispatch counts, or NULL (off) */
@@ -46,24 +59,36 @@ typedef struct kiln_bound_plan {
     kiln_plan plan;
     kiln_bound_insn *bi; /* [plan.n_insns] */
     const kiln_backend *be;
+    kiln_device *dev;      /* borrowed: the device the plan is bound on */
     size_t work_per_token; /* floats of adapter workspace per token row */
     int32_t n_vocab;
     kiln_arena arena;   /* f32 copies of vector weights stored as f16/bf16 */
     bool ggml_numerics; /* quantized matmuls in llama.cpp's arithmetic (ref.h) */
+    uint32_t kv_dtype;  /* the KV pool's dtype the attention sites are bound for */
+    int64_t max_tokens; /* largest step (0 = unbounded) */
 } kiln_bound_plan;
+
+/* How a plan is bound (kiln_bind_opts_default: exact numerics, f32 KV, unbounded). */
+typedef struct kiln_bind_opts {
+    /* ggml numerics: every call site asks for the activation dtype llama.cpp computes in
+     * (kiln_callsite.act_dtype): a quantized matmul its q8 vec_dot type, attention and glu
+     * f16; only the ggml-numerics reference kernels (kernels/ref/ref.h) accept those, so
+     * they are bound there */
+    bool ggml_numerics;
+    uint32_t kv_dtype;  /* KILN_DTYPE_F32 or F16: the engine's KV pool dtype */
+    int64_t max_tokens; /* the engine's largest step (bucket sizes are clamped to it) */
+} kiln_bind_opts;
+void kiln_bind_opts_default(kiln_bind_opts *o);
 
 /* Takes ownership of *plan (the caller's copy is cleared, also on failure). On a
  * validation failure returns KILN_ERR_PLAN and fills *chk (may be NULL) with the typed
- * error. */
-kiln_status kiln_bind_plan(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
+ * error. The bound plan borrows dev (close it after kiln_bound_plan_free). o may be
+ * NULL (the defaults). */
+kiln_status kiln_bind_plan_opts(kiln_device *dev, const kiln_model *m, kiln_plan *plan,
+                                const kiln_bind_opts *o, kiln_bound_plan *out, kiln_plan_check *chk,
+                                kiln_err *err);
+kiln_status kiln_bind_plan(kiln_device *dev, const kiln_model *m, kiln_plan *plan,
                            kiln_bound_plan *out, kiln_plan_check *chk, kiln_err *err);
-/* The same with ggml numerics on or off: when on, every call site asks for the
- * activation dtype llama.cpp computes in (kiln_callsite.act_dtype): a quantized matmul
- * its q8 vec_dot type, attention and glu f16; only the ggml-numerics reference kernels
- * (kernels/ref/ref.h) accept those, so they are bound there. */
-kiln_status kiln_bind_plan_numerics(const kiln_backend *be, const kiln_model *m, kiln_plan *plan,
-                                    bool ggml_numerics, kiln_bound_plan *out, kiln_plan_check *chk,
-                                    kiln_err *err);
 void kiln_bound_plan_free(kiln_bound_plan *bp);
 
 kiln_status kiln_exec_run(const kiln_bound_plan *bp, kiln_exec *x, kiln_err *err);
@@ -76,9 +101,10 @@ static inline float *kiln_reg_out(const kiln_exec *x, const kiln_bound_insn *bi,
     return x->bufs[bi->phys_out[i]];
 }
 
-/* The host adapter table shared by the ref and cpu backends (adapters.c). */
-extern const kiln_adapter_fn kiln_host_adapters[KILN_OP_LIMIT];
-/* Call-site indexes of the host adapters. */
+/* The adapter table (adapters.c): the one composition of every macro-op over kernel
+ * calls, shared by every backend. */
+extern const kiln_adapter_fn kiln_adapters[KILN_OP_LIMIT];
+/* Call-site indexes of the adapters. */
 enum {
     KILN_SITE_EMBED = 0,
     KILN_SITE_NORM = 0,

@@ -1,11 +1,13 @@
 /*
  * kselect.c — call sites -> kernel selection (kselect.h).
  *
- * runtime_selector is this file's singleton: configuration, policy, PerfDB table,
- * selector and baked table, guarded by one mutex (binding is rare; selection itself is
- * thread-safe).
+ * runtime_config is this file's one process-wide singleton: the three configuration
+ * paths, guarded by a mutex and copied when a device's selector is built. Everything
+ * else (policy, PerfDB table, selector, baked table, breaker marks) belongs to one
+ * kiln_kselect, i.e. to one device, and is used by that device's thread only.
  */
 #include "runtime/kselect.h"
+#include "base/mem.h"
 
 #include "base/cpu.h"
 #include "base/log.h"
@@ -21,40 +23,41 @@
 
 static struct {
     pthread_mutex_t mu;
-    bool ready;
+    char policy_path[512], perfdb_path[512], dispatch_path[512];
+} runtime_config = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+struct kiln_kselect {
     char policy_path[512], perfdb_path[512], dispatch_path[512];
     kiln_policy policy;
     kiln_perf_table *perf;
     kiln_selector *sel;
     kiln_baked *baked;
     bool baked_checked, baked_usable, baked_warned;
-} runtime_selector = {.mu = PTHREAD_MUTEX_INITIALIZER};
+};
 
-static void teardown_locked(void) {
-    kiln_selector_free(runtime_selector.sel);
-    kiln_perf_table_free(runtime_selector.perf);
-    kiln_baked_free(runtime_selector.baked);
-    runtime_selector.sel = NULL;
-    runtime_selector.perf = NULL;
-    runtime_selector.baked = NULL;
-    runtime_selector.baked_checked = runtime_selector.baked_usable = false;
-    runtime_selector.ready = false;
+void kiln_kselect_free(kiln_kselect *ks) {
+    if (!ks) return;
+    kiln_selector_free(ks->sel);
+    kiln_perf_table_free(ks->perf);
+    kiln_baked_free(ks->baked);
+    kiln_free(ks);
 }
 
-static kiln_status build_locked(kiln_err *err) {
-    if (runtime_selector.ready) return KILN_OK;
+kiln_selector *kiln_kselect_selector(kiln_kselect *ks) {
+    return ks->sel;
+}
+
+static kiln_status kselect_build(kiln_kselect *ks, kiln_err *err) {
     const kiln_registry *reg = kiln_registry_default();
     if (kiln_registry_default_error()[0])
         return kiln_err_set(err, KILN_ERR_INTERNAL, "kernel registry: %s",
                             kiln_registry_default_error());
-    KILN_TRY(kiln_policy_resolve(
-        &runtime_selector.policy,
-        runtime_selector.policy_path[0] ? runtime_selector.policy_path : NULL, err));
+    KILN_TRY(kiln_policy_resolve(&ks->policy, ks->policy_path[0] ? ks->policy_path : NULL, err));
     /* this machine's timings, when a PerfDB exists (binding never creates one) */
     char path[512];
     struct stat sb;
-    if (runtime_selector.perfdb_path[0])
-        snprintf(path, sizeof path, "%s", runtime_selector.perfdb_path);
+    if (ks->perfdb_path[0])
+        snprintf(path, sizeof path, "%s", ks->perfdb_path);
     else if (kiln_perfdb_default_path(path, sizeof path, NULL))
         path[0] = 0;
     if (path[0] && stat(path, &sb) == 0) {
@@ -63,51 +66,55 @@ static kiln_status build_locked(kiln_err *err) {
         if (!kiln_perfdb_open(path, &db, &e2)) {
             char dev[300];
             kiln_perfdb_host_device(dev, sizeof dev);
-            if (kiln_perfdb_load_table(db, dev, &runtime_selector.perf, &e2))
+            if (kiln_perfdb_load_table(db, dev, &ks->perf, &e2))
                 KILN_WARN("PerfDB %s: %s (selecting without timings)", path, e2.msg);
             kiln_perfdb_close(db);
         } else {
             KILN_WARN("%s (selecting without timings)", e2.msg);
         }
     }
-    KILN_TRY(kiln_selector_new(reg, &runtime_selector.policy, runtime_selector.perf,
-                               &runtime_selector.sel, err));
-    runtime_selector.ready = true;
+    return kiln_selector_new(reg, &ks->policy, ks->perf, &ks->sel, err);
+}
+
+kiln_status kiln_kselect_new(kiln_kselect **out, kiln_err *err) {
+    *out = NULL;
+    kiln_kselect *ks = kiln_calloc(1, sizeof(*ks));
+    if (!ks) return kiln_err_set(err, KILN_ERR_NOMEM, "kernel selector: out of memory");
+    pthread_mutex_lock(&runtime_config.mu);
+    memcpy(ks->policy_path, runtime_config.policy_path, sizeof ks->policy_path);
+    memcpy(ks->perfdb_path, runtime_config.perfdb_path, sizeof ks->perfdb_path);
+    memcpy(ks->dispatch_path, runtime_config.dispatch_path, sizeof ks->dispatch_path);
+    pthread_mutex_unlock(&runtime_config.mu);
+    kiln_status st = kselect_build(ks, err);
+    if (st) {
+        kiln_kselect_free(ks);
+        return st;
+    }
+    *out = ks;
     return KILN_OK;
 }
 
 kiln_status kiln_runtime_selector_configure(const char *policy_path, const char *perfdb_path,
                                             const char *dispatch_path, kiln_err *err) {
-    pthread_mutex_lock(&runtime_selector.mu);
-    teardown_locked();
-    snprintf(runtime_selector.policy_path, sizeof runtime_selector.policy_path, "%s",
-             policy_path ? policy_path : "");
-    snprintf(runtime_selector.perfdb_path, sizeof runtime_selector.perfdb_path, "%s",
-             perfdb_path ? perfdb_path : "");
-    snprintf(runtime_selector.dispatch_path, sizeof runtime_selector.dispatch_path, "%s",
-             dispatch_path ? dispatch_path : "");
-    runtime_selector.baked_warned = false;
-    kiln_status st = build_locked(err);
     /* a named table must at least be readable: fail early, not at the first bind */
-    if (!st && dispatch_path && *dispatch_path) {
+    if (dispatch_path && *dispatch_path) {
         FILE *f = fopen(dispatch_path, "rb");
-        if (!f) {
-            st = kiln_err_errno(err, errno, "dispatch table %s", dispatch_path);
-            runtime_selector.dispatch_path[0] = 0; /* not half-configured */
-        } else {
-            fclose(f);
-        }
+        if (!f) return kiln_err_errno(err, errno, "dispatch table %s", dispatch_path);
+        fclose(f);
     }
-    pthread_mutex_unlock(&runtime_selector.mu);
-    return st;
-}
-
-kiln_status kiln_runtime_selector(kiln_selector **out, kiln_err *err) {
-    pthread_mutex_lock(&runtime_selector.mu);
-    kiln_status st = build_locked(err);
-    *out = st ? NULL : runtime_selector.sel;
-    pthread_mutex_unlock(&runtime_selector.mu);
-    return st;
+    pthread_mutex_lock(&runtime_config.mu);
+    snprintf(runtime_config.policy_path, sizeof runtime_config.policy_path, "%s",
+             policy_path ? policy_path : "");
+    snprintf(runtime_config.perfdb_path, sizeof runtime_config.perfdb_path, "%s",
+             perfdb_path ? perfdb_path : "");
+    snprintf(runtime_config.dispatch_path, sizeof runtime_config.dispatch_path, "%s",
+             dispatch_path ? dispatch_path : "");
+    pthread_mutex_unlock(&runtime_config.mu);
+    /* check the configuration by building a selector from it */
+    kiln_kselect *ks;
+    KILN_TRY(kiln_kselect_new(&ks, err));
+    kiln_kselect_free(ks);
+    return KILN_OK;
 }
 
 void kiln_callsite_ctx(const kiln_backend *be, const kiln_callsite *cs, kiln_sel_ctx *c) {
@@ -183,7 +190,8 @@ void kiln_callsite_ctx(const kiln_backend *be, const kiln_callsite *cs, kiln_sel
     int tb = cs->bucket < 0                   ? 0
              : cs->bucket >= KILN_TOK_BUCKETS ? KILN_TOK_BUCKETS - 1
                                               : cs->bucket;
-    kiln_sel_ctx_set_bucket(c, tb, cs->op == KILN_KOP_ATTENTION ? KILN_SEQ_BUCKETS - 1 : 0, 0, 0);
+    kiln_sel_ctx_set_bucket(c, tb, cs->op == KILN_KOP_ATTENTION ? KILN_SEQ_BUCKETS - 1 : 0,
+                            cs->max_tokens > 0 ? cs->max_tokens : 0, 0);
 }
 
 int kiln_callsite_bucket_index(const kiln_callsite *cs) {
@@ -192,49 +200,40 @@ int kiln_callsite_bucket_index(const kiln_callsite *cs) {
     return c.tok_bucket * KILN_SEQ_BUCKETS + c.seq_bucket;
 }
 
-kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs,
-                                 kiln_kernel_fn *out, uint32_t *layout, kiln_err *err) {
-    kiln_selector *s;
-    KILN_TRY(kiln_runtime_selector(&s, err));
+kiln_status kiln_select_callsite(kiln_device *dev, const kiln_callsite *cs, kiln_kernel_fn *out,
+                                 uint32_t *layout, kiln_err *err) {
+    kiln_kselect *ks = dev->ks;
+    kiln_selector *s = ks->sel;
     kiln_sel_ctx c;
-    kiln_callsite_ctx(be, cs, &c);
+    kiln_callsite_ctx(dev->be, cs, &c);
     /* the baked table is checked against the first bound call site's backend and device */
-    if (runtime_selector.dispatch_path[0]) {
-        kiln_status st = KILN_OK;
-        pthread_mutex_lock(&runtime_selector.mu);
-        if (!runtime_selector.baked_checked) {
-            char why[512];
-            st = kiln_baked_open(runtime_selector.dispatch_path, s, &c, &runtime_selector.baked,
-                                 &runtime_selector.baked_usable, why, sizeof why, err);
-            runtime_selector.baked_checked = st == KILN_OK;
-            if (!st && !runtime_selector.baked_usable)
-                KILN_WARN("dispatch table %s not used (%s); selecting kernels at run time",
-                          runtime_selector.dispatch_path, why);
-        }
-        pthread_mutex_unlock(&runtime_selector.mu);
-        KILN_TRY(st);
+    if (ks->dispatch_path[0] && !ks->baked_checked) {
+        char why[512];
+        KILN_TRY(kiln_baked_open(ks->dispatch_path, s, &c, &ks->baked, &ks->baked_usable, why,
+                                 sizeof why, err));
+        ks->baked_checked = true;
+        if (!ks->baked_usable)
+            KILN_WARN("dispatch table %s not used (%s); selecting kernels at run time",
+                      ks->dispatch_path, why);
     }
     /* a baked choice, when the table applies and the kernel can run this site */
-    if (runtime_selector.baked && runtime_selector.baked_usable) {
-        const char *id = kiln_baked_kernel(runtime_selector.baked, cs->name,
-                                           c.tok_bucket * KILN_SEQ_BUCKETS + c.seq_bucket);
+    if (ks->baked && ks->baked_usable) {
+        const char *id =
+            kiln_baked_kernel(ks->baked, cs->name, c.tok_bucket * KILN_SEQ_BUCKETS + c.seq_bucket);
         const kiln_reg_kernel *k = id ? kiln_registry_find(kiln_selector_registry(s), id) : NULL;
         if (k && k->spec.op == c.op && !(kiln_select_check(s, k, &c) & KILN_REASONS_HARD)) {
             *out = k->spec.fn;
             if (layout) *layout = k->spec.w_layout;
             return KILN_OK;
         }
-        pthread_mutex_lock(&runtime_selector.mu);
-        bool warn = !runtime_selector.baked_warned;
-        runtime_selector.baked_warned = true;
-        pthread_mutex_unlock(&runtime_selector.mu);
-        if (warn)
+        if (!ks->baked_warned)
             KILN_WARN("dispatch table %s: call site '%s' %s; selecting at run time where the "
                       "table does not apply",
-                      kiln_baked_path(runtime_selector.baked), cs->name,
+                      kiln_baked_path(ks->baked), cs->name,
                       !id  ? "is not in the table"
                       : !k ? "names an unknown kernel"
                            : "names a kernel that cannot run it");
+        ks->baked_warned = true;
     }
     kiln_sel_result res;
     kiln_status st = kiln_select(s, &c, 0, &res, err);
@@ -246,7 +245,7 @@ kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs
             kiln_callsite prev = *cs;
             prev.bucket = b;
             kiln_sel_ctx pc;
-            kiln_callsite_ctx(be, &prev, &pc);
+            kiln_callsite_ctx(dev->be, &prev, &pc);
             kiln_sel_result pr;
             if (!kiln_select(s, &pc, 0, &pr, NULL) && pr.fallback) earlier = true;
         }
@@ -260,32 +259,31 @@ kiln_status kiln_select_callsite(const kiln_backend *be, const kiln_callsite *cs
     return KILN_OK;
 }
 
-size_t kiln_callsite_workspace(const kiln_backend *be, const kiln_callsite *cs, kiln_kernel_fn fn) {
-    kiln_selector *s;
-    if (!fn.any || kiln_runtime_selector(&s, NULL)) return 0;
-    const kiln_registry *reg = kiln_selector_registry(s);
+size_t kiln_callsite_workspace(kiln_device *dev, const kiln_callsite *cs, kiln_kernel_fn fn) {
+    if (!fn.any) return 0;
+    const kiln_registry *reg = kiln_selector_registry(dev->ks->sel);
     for (int i = 0; i < reg->n_kernels; i++) {
         const kiln_kernel_spec *sp = &reg->kernels[i].spec;
         if (sp->fn.any != fn.any || (int)sp->op != (int)cs->op) continue;
         if (!sp->workspace) return 0;
         kiln_sel_ctx c;
-        kiln_callsite_ctx(be, cs, &c);
+        kiln_callsite_ctx(dev->be, cs, &c);
         return sp->workspace(&c);
     }
     return 0;
 }
 
-kiln_status kiln_kernel_failed(kiln_kernel_fn fn, const kiln_err *failure, kiln_err *err) {
-    kiln_selector *s;
-    KILN_TRY(kiln_runtime_selector(&s, err));
+kiln_status kiln_kernel_failed(kiln_device *dev, kiln_kernel_fn fn, const kiln_err *failure,
+                               kiln_err *err) {
+    kiln_selector *s = dev->ks->sel;
     const kiln_registry *reg = kiln_selector_registry(s);
     int found = 0;
     for (int i = 0; i < reg->n_kernels; i++) {
         const kiln_reg_kernel *k = &reg->kernels[i];
         if (k->spec.fn.any != fn.any || !fn.any) continue;
         if (reg->providers[k->provider].p->fallback) continue; /* the oracle stays */
-        KILN_WARN("kernel %s failed at run time (%s); marking it unhealthy", k->spec.id,
-                  failure && failure->msg[0] ? failure->msg : "no message");
+        KILN_WARN("%s: kernel %s failed at run time (%s); marking it unhealthy on this device",
+                  dev->name, k->spec.id, failure && failure->msg[0] ? failure->msg : "no message");
         kiln_selector_mark_unhealthy(s, k->index);
         found++;
     }
@@ -295,13 +293,13 @@ kiln_status kiln_kernel_failed(kiln_kernel_fn fn, const kiln_err *failure, kiln_
     return KILN_OK;
 }
 
-kiln_status kiln_rebind_site(const kiln_backend *be, kiln_site *site, kiln_err *err) {
+kiln_status kiln_rebind_site(kiln_device *dev, kiln_site *site, kiln_err *err) {
     for (int b = 0; b < KILN_BUCKETS; b++) {
         site->desc.bucket = b;
         /* The weight stays in the layout it was bound with; adapters pass that layout
          * (w_layout) to every call and a kernel that cannot read it fails the call
          * (the reference matmul refuses any repacked layout) instead of misreading. */
-        KILN_TRY(kiln_select_callsite(be, &site->desc, &site->fn[b], &site->layout[b], err));
+        KILN_TRY(kiln_select_callsite(dev, &site->desc, &site->fn[b], &site->layout[b], err));
     }
     return KILN_OK;
 }
@@ -315,7 +313,7 @@ kiln_status kiln_plan_kernel_failed(struct kiln_bound_plan *bp, int32_t insn, in
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "circuit breaker: no call site (%d, %d)",
                             (int)insn, site);
     kiln_kernel_fn bad = bp->bi[insn].site[site].fn[bucket];
-    KILN_TRY(kiln_kernel_failed(bad, failure, err));
+    KILN_TRY(kiln_kernel_failed(bp->dev, bad, failure, err));
     for (int32_t i = 0; i < bp->plan.n_insns; i++)
         for (int s = 0; s < bp->bi[i].n_sites; s++) {
             bool uses = false;
@@ -324,7 +322,7 @@ kiln_status kiln_plan_kernel_failed(struct kiln_bound_plan *bp, int32_t insn, in
             if (!uses) continue;
             kiln_site *ks = &bp->bi[i].site[s];
             kiln_site saved = *ks;
-            KILN_TRY(kiln_rebind_site(bp->be, ks, err));
+            KILN_TRY(kiln_rebind_site(bp->dev, ks, err));
             /* the weight may already be repacked for the failed kernel (bind.c): a
              * replacement must read that layout (kernels of a repacked layout also read
              * plain rows, not the other way round) */

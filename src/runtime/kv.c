@@ -4,15 +4,14 @@
 #include "base/mem.h"
 #include "format/dtype.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
-kiln_status kiln_kv_pool_init(kiln_kv_pool *p, int32_t n_layers, const int32_t *n_kv_head,
-                              const int32_t *head_dim, uint32_t dtype, int32_t max_blocks,
-                              kiln_err *err) {
+kiln_status kiln_kv_pool_init(kiln_kv_pool *p, kiln_device *dev, int32_t n_layers,
+                              const int32_t *n_kv_head, const int32_t *head_dim, uint32_t dtype,
+                              int32_t max_blocks, kiln_err *err) {
     memset(p, 0, sizeof(*p));
+    p->dev = dev;
     if (n_layers <= 0 || max_blocks <= 0)
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "kv pool: %d layers, %d blocks",
                             (int)n_layers, (int)max_blocks);
@@ -51,28 +50,24 @@ kiln_status kiln_kv_pool_init(kiln_kv_pool *p, int32_t n_layers, const int32_t *
         p->head_dim[l] = head_dim[l];
     }
     p->block_stride = off;
-    if (!kiln_size_mul(off, (size_t)max_blocks, &p->reserved)) {
+    size_t total;
+    if (!kiln_size_mul(off, (size_t)max_blocks, &total)) {
         kiln_kv_pool_free(p);
         return kiln_err_set(err, KILN_ERR_OVERFLOW, "kv pool: %d blocks of %zu bytes overflow",
                             (int)max_blocks, off);
     }
-    void *m = mmap(NULL, p->reserved, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) {
-        int e = errno;
-        size_t r = p->reserved;
-        p->reserved = 0;
+    kiln_status st = kiln_buf_alloc(dev, KILN_MEM_DEVICE, total, &p->mem, err);
+    if (st) {
         kiln_kv_pool_free(p);
-        return kiln_err_errno(err, e, "kv pool: reserving %zu bytes", r);
+        return kiln_err_wrap(err, st, "kv pool of %d blocks", (int)max_blocks);
     }
-    p->base = m;
     p->max_blocks = max_blocks;
     return KILN_OK;
 }
 
 void kiln_kv_pool_free(kiln_kv_pool *p) {
     if (!p) return;
-    if (p->base) munmap(p->base, p->reserved);
+    if (p->mem.ptr) kiln_buf_free(p->dev, &p->mem);
     kiln_free(p->layer_off);
     kiln_free(p->layer_kv_bytes);
     kiln_free(p->n_kv_head);
@@ -84,7 +79,7 @@ void kiln_kv_pool_free(kiln_kv_pool *p) {
 
 kiln_kv_layer kiln_kv_pool_layer(const kiln_kv_pool *p, int32_t l) {
     kiln_kv_layer kv;
-    kv.k = p->base + p->layer_off[l];
+    kv.k = (uint8_t *)p->mem.ptr + p->layer_off[l];
     kv.v = (uint8_t *)kv.k + p->layer_kv_bytes[l];
     kv.dtype = p->dtype;
     kv.n_kv_head = p->n_kv_head[l];
@@ -95,6 +90,10 @@ kiln_kv_layer kiln_kv_pool_layer(const kiln_kv_pool *p, int32_t l) {
 
 int32_t kiln_kv_pool_used(const kiln_kv_pool *p) {
     return p->n_grown - p->n_free;
+}
+
+int32_t kiln_kv_pool_free_blocks(const kiln_kv_pool *p) {
+    return p->max_blocks - kiln_kv_pool_used(p);
 }
 
 static kiln_status block_take(kiln_kv_pool *p, int32_t *out, kiln_err *err) {
@@ -148,9 +147,10 @@ kiln_status kiln_kv_reserve(kiln_kv_pool *p, kiln_kv_table *t, int32_t n_pos, ki
 
 static kiln_status block_copy(kiln_kv_pool *p, int32_t src, int32_t *out, kiln_err *err) {
     KILN_TRY(block_take(p, out, err));
-    memcpy(p->base + (size_t)*out * p->block_stride, p->base + (size_t)src * p->block_stride,
-           p->block_stride);
-    return KILN_OK;
+    kiln_status st = kiln_buf_d2d(p->dev, &p->mem, (size_t)*out * p->block_stride, &p->mem,
+                                  (size_t)src * p->block_stride, p->block_stride, err);
+    if (st) block_put(p, *out);
+    return st;
 }
 
 kiln_status kiln_kv_truncate(kiln_kv_pool *p, kiln_kv_table *t, int32_t n_pos, kiln_err *err) {

@@ -1,19 +1,22 @@
 /*
- * kv.h — the paged KV block pool and per-sequence block tables (host memory).
+ * kv.h — the paged KV block pool and per-sequence block tables.
  *
- * Memory: one virtual reservation of the whole budget (mmap, MAP_NORESERVE); a block
- * holds every layer's K and V for KILN_KV_BLOCK positions:
- *   block b, layer l:  K at base + b * block_stride + layer_off[l]
+ * Memory: one DEVICE buffer of the whole budget from the engine's device (backend.h;
+ * on the host backends an mmap committed on first touch). A block holds every layer's
+ * K and V for KILN_KV_BLOCK positions:
+ *   block b, layer l:  K at mem + b * block_stride + layer_off[l]
  *                      V at K + layer_kv_bytes[l]
- * so kiln_kv_layer for layer l is {k = base + layer_off[l], v = k + layer_kv_bytes[l],
- * block_bytes = block_stride}. Blocks are handed out from a free list, else from the
- * untouched tail ("grown on demand": pages are committed by the OS on first write),
- * never past the budget (KILN_ERR_CAPACITY). A sequence's block table grows in place;
- * no KV data moves when a sequence grows.
+ * so kiln_kv_pool_layer for layer l is {k = mem + layer_off[l], v = k +
+ * layer_kv_bytes[l], block_bytes = block_stride}: a base address in the device's memory
+ * that kernels index with the step's packed block ids (kernel.h: kiln_kv_blocks); no
+ * host pointer to a block reaches a kernel. Blocks are handed out from a free list, else
+ * from the untouched tail, never past the budget (KILN_ERR_CAPACITY). A sequence's block
+ * table (host bookkeeping) grows in place; no KV data moves when a sequence grows.
  *
  * Blocks are refcounted so a forked sequence can share its parent's full blocks; a
  * block is written only by a sequence that holds it alone (fork copies the partial
- * last block, truncate un-shares the block it writes into next).
+ * last block, truncate un-shares the block it writes into next; both copy on the
+ * device, kiln_buf_d2d).
  *
  * Not thread-safe: the engine's step thread owns the pool.
  */
@@ -21,14 +24,15 @@
 #define KILN_RUNTIME_KV_H
 
 #include "kernels/kernel.h"
+#include "runtime/backend.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 typedef struct kiln_kv_pool {
-    uint8_t *base;
-    size_t reserved;
+    kiln_device *dev; /* borrowed */
+    kiln_buf mem;
     size_t block_stride;
     int32_t n_layers;
     size_t *layer_off, *layer_kv_bytes;
@@ -46,15 +50,16 @@ typedef struct kiln_kv_table {
 } kiln_kv_table;
 
 /* Creates a pool for n_layers layers with the given per-layer KV head shapes and a
- * budget of max_blocks blocks. */
-kiln_status kiln_kv_pool_init(kiln_kv_pool *p, int32_t n_layers, const int32_t *n_kv_head,
-                              const int32_t *head_dim, uint32_t dtype, int32_t max_blocks,
-                              kiln_err *err);
+ * budget of max_blocks blocks, in dev's memory (the pool borrows dev). */
+kiln_status kiln_kv_pool_init(kiln_kv_pool *p, kiln_device *dev, int32_t n_layers,
+                              const int32_t *n_kv_head, const int32_t *head_dim, uint32_t dtype,
+                              int32_t max_blocks, kiln_err *err);
 void kiln_kv_pool_free(kiln_kv_pool *p);
 /* The cache of one layer as kernels see it. */
 kiln_kv_layer kiln_kv_pool_layer(const kiln_kv_pool *p, int32_t layer);
-/* Blocks in use (refcount > 0). */
+/* Blocks in use (refcount > 0), and free (max_blocks - used). */
 int32_t kiln_kv_pool_used(const kiln_kv_pool *p);
+int32_t kiln_kv_pool_free_blocks(const kiln_kv_pool *p);
 
 /* ---- per-sequence lifecycle (see kiln_state_desc in plan/plan.h) ---- */
 void kiln_kv_table_init(kiln_kv_table *t);

@@ -1,8 +1,11 @@
-/* sample.c — samplers, RNG and stop strings (see sample.h). */
+/* sample.c — the sampling chain and its RNG (see sample.h; docs/SAMPLING.md). */
 #include "sample/sample.h"
 #include "base/mem.h"
 
 #include <math.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,23 +44,37 @@ double kiln_rng_uniform(kiln_rng *r) {
     return (double)(kiln_rng_next(r) >> 11) * 0x1.0p-53;
 }
 
-/* ---- sampler ---- */
+/* ---- sampler state ---- */
 
-typedef struct cand {
+typedef kiln_sample_cand cand;
+
+/* A logit that bias or penalties changed: (id, new logit), kept sorted by id. */
+typedef struct ovr {
     int32_t id;
     float logit;
-    float p;
-} cand;
+} ovr;
 
 struct kiln_sampler {
     kiln_sampler_params p;
     int32_t n_vocab;
     kiln_rng rng;
-    cand *c;
-    int32_t *hist; /* ring of the last repeat_last_n tokens (or all, growing) */
+    kiln_logit_bias *bias; /* sorted by token, duplicates summed */
+    int32_t n_bias;
+    int32_t *hist; /* ring of the last repeat_last_n tokens (or all of them, growing) */
     int32_t hist_len, hist_cap, hist_pos;
-    int32_t *count; /* [n_vocab] occurrences in the window */
+    /* scratch */
+    int32_t *win; /* [hist_cap] sorted copy of the window */
+    ovr *ov;      /* [n_bias + hist_cap] */
+    int32_t n_ov;
+    cand *heap; /* [heap_cap] */
+    int32_t heap_cap;
+    cand *all;    /* [n_vocab], only when a path needs every candidate */
+    double *bsum; /* [n_vocab / 64] block sums of draw_all */
 };
+
+/* Largest k + overrides kept in a heap; beyond it the chain materializes candidates. */
+#define HEAP_MAX 4096
+#define BLOCK    64
 
 void kiln_sampler_params_default(kiln_sampler_params *p) {
     memset(p, 0, sizeof(*p));
@@ -67,28 +84,71 @@ void kiln_sampler_params_default(kiln_sampler_params *p) {
     p->min_p = 0.05f;
     p->repeat_penalty = 1.0f;
     p->repeat_last_n = 64;
+    p->n_logprobs = -1;
+}
+
+static int cmp_bias(const void *a, const void *b) {
+    const kiln_logit_bias *x = a, *y = b;
+    return (x->token > y->token) - (x->token < y->token);
 }
 
 kiln_status kiln_sampler_create(const kiln_sampler_params *p, int32_t n_vocab, kiln_sampler **out,
                                 kiln_err *err) {
+    *out = NULL;
     if (n_vocab <= 0)
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "sampler: vocabulary of %d", (int)n_vocab);
-    if (!(p->top_p > 0) || !(p->repeat_penalty > 0) || isnan(p->temperature) || isnan(p->min_p))
-        return kiln_err_set(
-            err, KILN_ERR_INVALID_ARG,
-            "sampler: top_p must be > 0, repeat_penalty > 0, temperature and min_p numbers");
+    if (!(p->top_p > 0) || !(p->repeat_penalty > 0) || isnan(p->temperature) || isnan(p->min_p) ||
+        isnan(p->frequency_penalty) || isnan(p->presence_penalty))
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                            "sampler: top_p must be > 0, repeat_penalty > 0, temperature, min_p "
+                            "and the penalties numbers");
+    if (p->repeat_last_n < -1)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                            "sampler: repeat_last_n %d (0 = off, -1 = all)", (int)p->repeat_last_n);
+    if (p->n_logprobs < -1 || p->n_logprobs > KILN_SAMPLE_MAX_LOGPROBS)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "sampler: n_logprobs %d is not in [-1, %d]",
+                            (int)p->n_logprobs, KILN_SAMPLE_MAX_LOGPROBS);
+    if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && !p->logit_bias))
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "sampler: logit_bias count %d",
+                            (int)p->n_logit_bias);
+    for (int32_t i = 0; i < p->n_logit_bias; i++) {
+        const kiln_logit_bias *b = &p->logit_bias[i];
+        if (b->token < 0 || b->token >= n_vocab)
+            return kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                                "sampler: logit_bias token %d is not in the vocabulary (%d tokens)",
+                                (int)b->token, (int)n_vocab);
+        if (isnan(b->bias) || b->bias == INFINITY)
+            return kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                                "sampler: logit_bias of token %d is not a number or -inf",
+                                (int)b->token);
+    }
     kiln_sampler *s = kiln_calloc(1, sizeof(*s));
     if (!s) return kiln_err_set(err, KILN_ERR_NOMEM, "sampler: out of memory");
     s->p = *p;
+    s->p.logit_bias = NULL;
     s->n_vocab = n_vocab;
-    s->c = kiln_malloc((size_t)n_vocab * sizeof(cand));
-    s->count = kiln_calloc((size_t)n_vocab, sizeof(int32_t));
     s->hist_cap = p->repeat_last_n > 0 ? p->repeat_last_n : 256;
     s->hist = kiln_malloc((size_t)s->hist_cap * sizeof(int32_t));
-    if (!s->c || !s->count || !s->hist) {
+    s->win = kiln_malloc((size_t)s->hist_cap * sizeof(int32_t));
+    s->ov = kiln_malloc(((size_t)p->n_logit_bias + (size_t)s->hist_cap) * sizeof(ovr));
+    if (p->n_logit_bias > 0) {
+        s->bias = kiln_malloc((size_t)p->n_logit_bias * sizeof(kiln_logit_bias));
+        if (s->bias) {
+            memcpy(s->bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof(kiln_logit_bias));
+            qsort(s->bias, (size_t)p->n_logit_bias, sizeof(kiln_logit_bias), cmp_bias);
+            int32_t m = 0;
+            for (int32_t i = 0; i < p->n_logit_bias; i++) {
+                if (m > 0 && s->bias[m - 1].token == s->bias[i].token)
+                    s->bias[m - 1].bias += s->bias[i].bias;
+                else
+                    s->bias[m++] = s->bias[i];
+            }
+            s->n_bias = m;
+        }
+    }
+    if (!s->hist || !s->win || !s->ov || (p->n_logit_bias > 0 && !s->bias)) {
         kiln_sampler_free(s);
-        return kiln_err_set(err, KILN_ERR_NOMEM, "sampler: out of memory for %d candidates",
-                            (int)n_vocab);
+        return kiln_err_set(err, KILN_ERR_NOMEM, "sampler: out of memory");
     }
     kiln_rng_seed(&s->rng, p->seed);
     *out = s;
@@ -97,230 +157,695 @@ kiln_status kiln_sampler_create(const kiln_sampler_params *p, int32_t n_vocab, k
 
 void kiln_sampler_free(kiln_sampler *s) {
     if (!s) return;
-    kiln_free(s->c);
-    kiln_free(s->count);
+    kiln_free(s->bias);
     kiln_free(s->hist);
+    kiln_free(s->win);
+    kiln_free(s->ov);
+    kiln_free(s->heap);
+    kiln_free(s->all);
+    kiln_free(s->bsum);
     kiln_free(s);
 }
 
 void kiln_sampler_reset(kiln_sampler *s, uint64_t seed) {
-    memset(s->count, 0, (size_t)s->n_vocab * sizeof(int32_t));
     s->hist_len = s->hist_pos = 0;
     kiln_rng_seed(&s->rng, seed);
 }
 
+/* Grows the history of an unbounded window (repeat_last_n -1) with its scratch; false on
+ * out of memory (the history then stays a ring of its current size). */
+static bool grow_hist(kiln_sampler *s) {
+    if (s->hist_cap > INT32_MAX / 4) return false;
+    int32_t nc = s->hist_cap * 2;
+    int32_t *h = kiln_realloc(s->hist, (size_t)nc * sizeof(int32_t));
+    if (!h) return false;
+    s->hist = h;
+    int32_t *w = kiln_realloc(s->win, (size_t)nc * sizeof(int32_t));
+    if (!w) return false;
+    s->win = w;
+    ovr *o = kiln_realloc(s->ov, ((size_t)s->n_bias + (size_t)nc) * sizeof(ovr));
+    if (!o) return false;
+    s->ov = o;
+    s->hist_cap = nc;
+    return true;
+}
+
 void kiln_sampler_accept(kiln_sampler *s, int32_t token) {
     if (token < 0 || token >= s->n_vocab || s->p.repeat_last_n == 0) return;
-    if (s->p.repeat_last_n > 0) {
-        if (s->hist_len == s->hist_cap) {
-            int32_t old = s->hist[s->hist_pos];
-            s->count[old]--;
-        } else {
-            s->hist_len++;
-        }
-        s->hist[s->hist_pos] = token;
-        s->hist_pos = (s->hist_pos + 1) % s->hist_cap;
-    } else {
-        /* unbounded window: counts only */
-        s->hist_len++;
-    }
-    s->count[token]++;
+    if (s->p.repeat_last_n < 0 && s->hist_len == s->hist_cap && s->hist_pos == 0) grow_hist(s);
+    s->hist[s->hist_pos] = token;
+    s->hist_pos = (s->hist_pos + 1) % s->hist_cap;
+    if (s->hist_len < s->hist_cap) s->hist_len++;
 }
 
-static int cmp_desc(const void *a, const void *b) {
+/* ---- the chain ---- */
+
+static inline bool alive(float l) {
+    return l == l && l != -INFINITY;
+}
+
+/* "a ranks before b": larger logit, then lower id. */
+static inline bool better(const cand *a, const cand *b) {
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static int cmp_cand(const void *a, const void *b) {
     const cand *x = a, *y = b;
-    if (x->logit > y->logit) return -1;
-    if (x->logit < y->logit) return 1;
-    return x->id - y->id;
+    return better(x, y) ? -1 : better(y, x) ? 1 : 0;
 }
 
-int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits, int32_t n_vocab) {
-    if (n_vocab > s->n_vocab) n_vocab = s->n_vocab;
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static bool penalties_on(const kiln_sampler *s) {
     const kiln_sampler_params *p = &s->p;
-    cand *c = s->c;
-    int32_t n = 0;
-    bool penal = s->hist_len > 0 && (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f ||
-                                     p->presence_penalty != 0.0f);
-    for (int32_t i = 0; i < n_vocab; i++) {
-        float l = logits[i];
-        if (isnan(l) || l == -INFINITY) continue;
-        if (penal && s->count[i] > 0) {
-            /* llama.cpp's rule: divide positive logits, multiply negative ones */
-            if (l > 0)
-                l /= p->repeat_penalty;
-            else
+    return s->hist_len > 0 && p->repeat_last_n != 0 &&
+           (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f ||
+            p->presence_penalty != 0.0f);
+}
+
+/* Builds s->ov: the tokens whose logits bias and penalties change, with their new
+ * logits (bias first, then penalties, as llama.cpp's chain), sorted by id. */
+static void build_overrides(kiln_sampler *s, const float *lg, int32_t n) {
+    const kiln_sampler_params *p = &s->p;
+    int32_t nw = 0;
+    if (penalties_on(s)) {
+        memcpy(s->win, s->hist, (size_t)s->hist_len * sizeof(int32_t));
+        nw = s->hist_len;
+        qsort(s->win, (size_t)nw, sizeof(int32_t), cmp_i32);
+    }
+    int32_t bi = 0, wi = 0, m = 0;
+    while (bi < s->n_bias || wi < nw) {
+        int32_t id;
+        if (wi >= nw || (bi < s->n_bias && s->bias[bi].token <= s->win[wi]))
+            id = s->bias[bi].token;
+        else
+            id = s->win[wi];
+        float l = id < n ? lg[id] : NAN;
+        if (bi < s->n_bias && s->bias[bi].token == id) l += s->bias[bi++].bias;
+        int32_t count = 0;
+        while (wi < nw && s->win[wi] == id) wi++, count++;
+        if (id >= n) continue;
+        if (count > 0) {
+            /* llama.cpp's rule: multiply non-positive logits, divide positive ones */
+            if (l <= 0)
                 l *= p->repeat_penalty;
-            l -= (float)s->count[i] * p->frequency_penalty + p->presence_penalty;
+            else
+                l /= p->repeat_penalty;
+            l -= (float)count * p->frequency_penalty + p->presence_penalty;
         }
-        c[n].id = i;
-        c[n].logit = l;
-        n++;
+        s->ov[m++] = (ovr){id, l};
     }
-    if (n == 0) return -1;
-    if (p->temperature <= 0) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < n; i++)
-            if (c[i].logit > c[best].logit) best = i;
-        return c[best].id;
+    s->n_ov = m;
+}
+
+static bool is_override(const kiln_sampler *s, int32_t id) {
+    int32_t lo = 0, hi = s->n_ov;
+    while (lo < hi) {
+        int32_t mid = (lo + hi) / 2;
+        if (s->ov[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    /* top-k: partial order is enough but a full sort keeps it simple and exact */
-    int32_t k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-    if (k < n) {
-        /* select the k largest with a sort of the whole list only when k is large */
-        qsort(c, (size_t)n, sizeof(cand), cmp_desc);
-        n = k;
-    } else {
-        qsort(c, (size_t)n, sizeof(cand), cmp_desc);
+    return lo < s->n_ov && s->ov[lo].id == id;
+}
+
+static kiln_status ensure_heap(kiln_sampler *s, int32_t cap, kiln_err *err) {
+    if (cap <= s->heap_cap) return KILN_OK;
+    cand *h = kiln_realloc(s->heap, (size_t)cap * sizeof(cand));
+    if (!h) return kiln_err_set(err, KILN_ERR_NOMEM, "sampler: out of memory (heap of %d)", cap);
+    s->heap = h;
+    s->heap_cap = cap;
+    return KILN_OK;
+}
+
+static kiln_status ensure_all(kiln_sampler *s, kiln_err *err) {
+    if (s->all) return KILN_OK;
+    s->all = kiln_malloc((size_t)s->n_vocab * sizeof(cand));
+    if (!s->all)
+        return kiln_err_set(err, KILN_ERR_NOMEM, "sampler: out of memory for %d candidates",
+                            (int)s->n_vocab);
+    return KILN_OK;
+}
+
+/* Max of x[0..n) (NaN ignored; -inf when none). SSE2 on x86-64 (maxps keeps the
+ * accumulator when x is NaN, exactly the scalar rule below). */
+static float max_f32(const float *x, int32_t n) {
+    float m = -INFINITY;
+    int32_t i = 0;
+#ifdef __SSE2__
+    __m128 a0 = _mm_set1_ps(-INFINITY), a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm_max_ps(_mm_loadu_ps(x + i), a0);
+        a1 = _mm_max_ps(_mm_loadu_ps(x + i + 4), a1);
+        a2 = _mm_max_ps(_mm_loadu_ps(x + i + 8), a2);
+        a3 = _mm_max_ps(_mm_loadu_ps(x + i + 12), a3);
     }
-    /* softmax over the (sorted) candidates */
-    double sum = 0;
-    const float mx = c[0].logit;
-    for (int32_t i = 0; i < n; i++) {
-        c[i].p = expf(c[i].logit - mx);
-        sum += c[i].p;
+    float t[4];
+    _mm_storeu_ps(t, _mm_max_ps(_mm_max_ps(a0, a1), _mm_max_ps(a2, a3)));
+    for (int j = 0; j < 4; j++) m = t[j] > m ? t[j] : m;
+#endif
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* Min-heap on rank (the root is the worst kept candidate). */
+static void heap_down(cand *h, int32_t n, int32_t i) {
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && better(&h[w], &h[l])) w = l;
+        if (r < n && better(&h[w], &h[r])) w = r;
+        if (w == i) return;
+        cand t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
     }
-    for (int32_t i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
-    if (p->top_p < 1.0f) {
-        double cum = 0;
-        int32_t keep = n;
-        for (int32_t i = 0; i < n; i++) {
-            cum += c[i].p;
-            if (cum >= p->top_p) {
-                keep = i + 1;
-                break;
+}
+
+static void heap_up(cand *h, int32_t i) {
+    while (i > 0) {
+        int32_t pa = (i - 1) / 2;
+        if (!better(&h[pa], &h[i])) return;
+        cand t = h[i];
+        h[i] = h[pa];
+        h[pa] = t;
+        i = pa;
+    }
+}
+
+/* The k best candidates of the effective logits (raw with s->ov applied) into s->heap,
+ * sorted best first; returns how many (fewer than k when fewer are finite). One scan of
+ * the raw logits keeps the k + n_ov best (so at least k of them are not overridden),
+ * skipping 64-logit blocks that cannot enter; overridden ids are then replaced by their
+ * new logits. */
+static kiln_status select_top(kiln_sampler *s, const float *lg, int32_t n, int32_t k, int32_t *m,
+                              kiln_err *err) {
+    int32_t cap = k + s->n_ov;
+    KILN_TRY(ensure_heap(s, cap + s->n_ov, err));
+    cand *h = s->heap;
+    int32_t hn = 0;
+    for (int32_t i0 = 0; i0 < n; i0 += BLOCK) {
+        int32_t i1 = n - i0 < BLOCK ? n : i0 + BLOCK;
+        if (hn == cap) {
+            if (!(max_f32(lg + i0, i1 - i0) > h[0].logit)) continue;
+        }
+        for (int32_t i = i0; i < i1; i++) {
+            float l = lg[i];
+            if (!alive(l)) continue;
+            if (hn < cap) {
+                h[hn] = (cand){i, l, 0};
+                heap_up(h, hn++);
+            } else if (l > h[0].logit) {
+                h[0] = (cand){i, l, 0};
+                heap_down(h, hn, 0);
             }
         }
-        n = keep;
     }
-    if (p->min_p > 0) {
-        const float thr = c[0].p * p->min_p;
-        int32_t keep = 1;
-        while (keep < n && c[keep].p >= thr) keep++;
-        n = keep;
+    int32_t w = 0;
+    if (s->n_ov > 0) {
+        for (int32_t i = 0; i < hn; i++)
+            if (!is_override(s, h[i].id)) h[w++] = h[i];
+        for (int32_t i = 0; i < s->n_ov; i++)
+            if (alive(s->ov[i].logit)) h[w++] = (cand){s->ov[i].id, s->ov[i].logit, 0};
+    } else {
+        w = hn;
     }
-    /* temperature, then draw from the renormalised distribution */
-    sum = 0;
+    qsort(h, (size_t)w, sizeof(cand), cmp_cand);
+    *m = w < k ? w : k;
+    return KILN_OK;
+}
+
+/* Every finite effective logit into s->all, in id order; returns how many. */
+static int32_t materialize(kiln_sampler *s, const float *lg, int32_t n) {
+    cand *c = s->all;
+    int32_t m = 0, oi = 0;
     for (int32_t i = 0; i < n; i++) {
-        c[i].p = expf((c[i].logit - mx) / p->temperature);
-        sum += c[i].p;
+        float l = lg[i];
+        if (oi < s->n_ov && s->ov[oi].id == i) l = s->ov[oi++].logit;
+        if (alive(l)) c[m++] = (cand){i, l, 0};
     }
-    double u = kiln_rng_uniform(&s->rng) * sum, acc = 0;
+    return m;
+}
+
+/* Reorders c[0..n) so that its k best candidates come first (in no order). */
+static void quickselect(cand *c, int32_t n, int32_t k) {
+    int32_t lo = 0, hi = n; /* the k-th boundary lies in [lo, hi) */
+    for (int iter = 0; hi - lo > 1; iter++) {
+        if (iter > 64) { /* adversarial input: sort what is left */
+            qsort(c + lo, (size_t)(hi - lo), sizeof(cand), cmp_cand);
+            return;
+        }
+        cand a = c[lo], b = c[lo + (hi - lo) / 2], d = c[hi - 1], piv;
+        if (better(&a, &b))
+            piv = better(&b, &d) ? b : (better(&a, &d) ? d : a);
+        else
+            piv = better(&a, &d) ? a : (better(&b, &d) ? d : b);
+        /* three-way partition: [lo, lt) better than piv, [lt, gt) equal, [gt, hi) worse */
+        int32_t lt = lo, i = lo, gt = hi;
+        while (i < gt) {
+            if (better(&c[i], &piv)) {
+                cand t = c[lt];
+                c[lt++] = c[i];
+                c[i++] = t;
+            } else if (better(&piv, &c[i])) {
+                cand t = c[--gt];
+                c[gt] = c[i];
+                c[i] = t;
+            } else {
+                i++;
+            }
+        }
+        if (k < lt)
+            hi = lt;
+        else if (k >= gt)
+            lo = gt;
+        else
+            return;
+    }
+}
+
+/* Softmax of c[0..n).logit / t into c[].p (the maximum first when sorted). */
+static void softmax(cand *c, int32_t n, float t) {
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
+    double sum = 0;
     for (int32_t i = 0; i < n; i++) {
-        acc += c[i].p;
+        float e = c[i].logit == mx ? 1.0f : expf((c[i].logit - mx) / t);
+        c[i].p = e;
+        sum += e;
+    }
+    for (int32_t i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
+}
+
+/* exp(x) for x <= 0, without branches so the loops around it vectorize (relative error
+ * below 2e-7; 0 below -87). */
+static inline float fast_exp(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    float kf = x * 1.44269504f;
+    kf = (float)(int32_t)(kf - 0.5f); /* round to nearest for x <= 0 */
+    float r = x - kf * 0.693145752f - kf * 1.42860677e-6f;
+    float p =
+        1.0f +
+        r * (1.0f + r * (0.5f + r * (0.166666672f + r * (0.0416664183f + r * 0.00833336823f))));
+    int32_t bits = ((int32_t)kf + 127) << 23;
+    float sc;
+    memcpy(&sc, &bits, sizeof sc);
+    return p * sc;
+}
+
+/* Sum over the finite x[i] of fast_exp((x[i] - mx) * inv_t), SSE2 where available
+ * (the same polynomial, so both paths agree to rounding). */
+static double sum_exp(const float *x, int32_t n, float mx, float inv_t) {
+    double sum = 0;
+    int32_t i = 0;
+#ifdef __SSE2__
+    const __m128 vmx = _mm_set1_ps(mx), vit = _mm_set1_ps(inv_t), lo = _mm_set1_ps(-87.0f),
+                 l2e = _mm_set1_ps(1.44269504f), half = _mm_set1_ps(0.5f),
+                 c1 = _mm_set1_ps(0.693145752f), c2 = _mm_set1_ps(1.42860677e-6f),
+                 one = _mm_set1_ps(1.0f), ninf = _mm_set1_ps(-INFINITY);
+    __m128 acc = _mm_setzero_ps();
+    for (; i + 4 <= n; i += 4) {
+        __m128 l = _mm_loadu_ps(x + i);
+        __m128 ok = _mm_and_ps(_mm_cmpeq_ps(l, l), _mm_cmpneq_ps(l, ninf));
+        __m128 v = _mm_max_ps(_mm_mul_ps(_mm_sub_ps(l, vmx), vit), lo);
+        __m128i ki = _mm_cvttps_epi32(_mm_sub_ps(_mm_mul_ps(v, l2e), half));
+        __m128 kf = _mm_cvtepi32_ps(ki);
+        __m128 r = _mm_sub_ps(_mm_sub_ps(v, _mm_mul_ps(kf, c1)), _mm_mul_ps(kf, c2));
+        __m128 p = _mm_set1_ps(0.00833336823f);
+        p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(0.0416664183f));
+        p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(0.166666672f));
+        p = _mm_add_ps(_mm_mul_ps(p, r), half);
+        p = _mm_add_ps(_mm_mul_ps(p, r), one);
+        p = _mm_add_ps(_mm_mul_ps(p, r), one);
+        __m128 sc = _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(ki, _mm_set1_epi32(127)), 23));
+        acc = _mm_add_ps(acc, _mm_and_ps(ok, _mm_mul_ps(p, sc)));
+        if ((i & 4095) == 4092) { /* flush to double every 1024 vectors */
+            float t[4];
+            _mm_storeu_ps(t, acc);
+            sum += (double)t[0] + t[1] + t[2] + t[3];
+            acc = _mm_setzero_ps();
+        }
+    }
+    float t[4];
+    _mm_storeu_ps(t, acc);
+    sum += (double)t[0] + t[1] + t[2] + t[3];
+#endif
+    for (; i < n; i++)
+        if (alive(x[i])) sum += fast_exp((x[i] - mx) * inv_t);
+    return sum;
+}
+
+/* Max and sum of exp((l - max) * inv_t) over the finite effective logits. */
+static void full_sum(const kiln_sampler *s, const float *lg, int32_t n, float inv_t, float *mx_out,
+                     double *sum_out) {
+    float mx = max_f32(lg, n);
+    for (int32_t i = 0; i < s->n_ov; i++) {
+        float r = lg[s->ov[i].id];
+        if (r == mx) { /* the raw max may be overridden: recompute without overrides */
+            mx = -INFINITY;
+            int32_t oi = 0;
+            for (int32_t j = 0; j < n; j++) {
+                if (oi < s->n_ov && s->ov[oi].id == j) {
+                    oi++;
+                    continue;
+                }
+                mx = lg[j] > mx ? lg[j] : mx;
+            }
+            break;
+        }
+    }
+    for (int32_t i = 0; i < s->n_ov; i++)
+        if (alive(s->ov[i].logit) && s->ov[i].logit > mx) mx = s->ov[i].logit;
+    double sum = 0;
+    if (mx != -INFINITY) {
+        sum = sum_exp(lg, n, mx, inv_t);
+        for (int32_t k = 0; k < s->n_ov; k++) {
+            float r = lg[s->ov[k].id], l = s->ov[k].logit;
+            if (alive(r)) sum -= fast_exp((r - mx) * inv_t);
+            if (alive(l)) sum += fast_exp((l - mx) * inv_t);
+        }
+    }
+    *mx_out = mx;
+    *sum_out = sum;
+}
+
+typedef struct chain_state {
+    cand *c;     /* candidates after the last stage */
+    int32_t n;   /* how many; 0 = none finite */
+    bool sorted; /* best first */
+} chain_state;
+
+static void sort_state(chain_state *cs) {
+    if (!cs->sorted) qsort(cs->c, (size_t)cs->n, sizeof(cand), cmp_cand);
+    cs->sorted = true;
+}
+
+/* top-p on a sorted set (the heap path: at most a few thousand): keeps the shortest
+ * best-first prefix whose probability (softmax over the set) reaches p. */
+static void top_p_sorted(chain_state *cs, float p) {
+    if (p >= 1.0f || cs->n <= 1) return;
+    const cand *c = cs->c;
+    const float mx = c[0].logit;
+    double z = 0;
+    for (int32_t i = 0; i < cs->n; i++) z += c[i].logit == mx ? 1.0 : exp((double)c[i].logit - mx);
+    const double target = (double)p * z;
+    double cum = 0;
+    for (int32_t i = 0; i < cs->n; i++) {
+        cum += c[i].logit == mx ? 1.0 : exp((double)c[i].logit - mx);
+        if (cum >= target) {
+            cs->n = i + 1;
+            return;
+        }
+    }
+}
+
+/* min-p: keeps the logits >= max + log(min_p) (p >= min_p * p_max, before temperature). */
+static void min_p(chain_state *cs, float p) {
+    if (!(p > 0.0f) || cs->n <= 1) return;
+    cand *c = cs->c;
+    int32_t best = 0;
+    for (int32_t i = 1; i < cs->n; i++)
+        if (better(&c[i], &c[best])) best = i;
+    const float thr = c[best].logit + logf(p);
+    if (!(c[best].logit >= thr)) { /* min_p > 1: the maximum always survives */
+        c[0] = c[best];
+        cs->n = 1;
+        cs->sorted = true;
+        return;
+    }
+    int32_t w = 0;
+    for (int32_t i = 0; i < cs->n; i++)
+        if (c[i].logit >= thr) c[w++] = c[i];
+    cs->n = w;
+}
+
+#define NBUCKET     512
+#define BUCKET_SPAN 32.0f
+
+/* top-p then min-p on an unsorted set of any size, in O(n): both keep a best-first
+ * prefix, so the result is the shorter of the two: min-p filters first, then top-p's
+ * boundary (mass p of the whole set's softmax) is found with a histogram of the
+ * survivors' probabilities over 512 logit buckets; only the boundary bucket is sorted. */
+static void filter_unsorted(chain_state *cs, float tp, float mp) {
+    cand *c = cs->c;
+    int32_t n = cs->n;
+    if (n <= 1) return;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
+    double z = 0;
+    for (int32_t i = 0; i < n; i++) {
+        c[i].p = fast_exp(c[i].logit - mx);
+        z += c[i].p;
+    }
+    if (mp > 0.0f) {
+        min_p(cs, mp);
+        n = cs->n;
+    }
+    if (tp >= 1.0f || n <= 1) return;
+    const double target = (double)tp * z;
+    double mass[NBUCKET] = {0}, s = 0;
+    const float scale = (float)NBUCKET / BUCKET_SPAN;
+    for (int32_t i = 0; i < n; i++) {
+        float d = (mx - c[i].logit) * scale;
+        int b = d < (float)(NBUCKET - 1) ? (int)d : NBUCKET - 1;
+        mass[b] += c[i].p;
+        s += c[i].p;
+    }
+    if (s < target) return; /* min-p already cut more than top-p would */
+    int bstar = 0;
+    double cum = 0;
+    while (bstar < NBUCKET - 1 && cum + mass[bstar] < target) cum += mass[bstar++];
+    /* kept: buckets < bstar first, then bucket bstar (sorted) */
+    int32_t w = 0;
+    for (int32_t i = 0; i < n; i++) {
+        float d = (mx - c[i].logit) * scale;
+        int b = d < (float)(NBUCKET - 1) ? (int)d : NBUCKET - 1;
+        if (b < bstar) {
+            cand t = c[w];
+            c[w++] = c[i];
+            c[i] = t;
+        }
+    }
+    int32_t m = w;
+    for (int32_t i = w; i < n; i++) {
+        float d = (mx - c[i].logit) * scale;
+        int b = d < (float)(NBUCKET - 1) ? (int)d : NBUCKET - 1;
+        if (b == bstar) {
+            cand t = c[m];
+            c[m++] = c[i];
+            c[i] = t;
+        }
+    }
+    qsort(c + w, (size_t)(m - w), sizeof(cand), cmp_cand);
+    int32_t keep = m;
+    for (int32_t i = w; i < m; i++) {
+        cum += c[i].p;
+        if (cum >= target) {
+            keep = i + 1;
+            break;
+        }
+    }
+    cs->n = keep > 0 ? keep : 1;
+    cs->sorted = false;
+}
+
+/* Runs bias/penalties and top-k; leaves the set in *cs. */
+static kiln_status head(kiln_sampler *s, const float *lg, int32_t n, chain_state *cs, bool need_all,
+                        kiln_err *err) {
+    int32_t k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
+    if (!need_all && k + s->n_ov <= HEAP_MAX) {
+        KILN_TRY(select_top(s, lg, n, k, &cs->n, err));
+        cs->c = s->heap;
+        cs->sorted = true;
+        return KILN_OK;
+    }
+    KILN_TRY(ensure_all(s, err));
+    cs->c = s->all;
+    cs->n = materialize(s, lg, n);
+    cs->sorted = false;
+    if (!need_all && k < cs->n) {
+        quickselect(cs->c, cs->n, k);
+        cs->n = k;
+    }
+    return KILN_OK;
+}
+
+/* top-p then min-p on the set after top-k. */
+static void filter(chain_state *cs, float tp, float mp) {
+    if (cs->sorted) {
+        top_p_sorted(cs, tp);
+        min_p(cs, mp);
+    } else {
+        filter_unsorted(cs, tp, mp);
+    }
+}
+
+/* Draws from exp(l / t) over the whole row when no filter is on (no candidate list):
+ * one pass of block sums (64 logits each), then the chosen block alone, element by
+ * element, with the same exp. */
+static kiln_status draw_all(kiln_sampler *s, const float *lg, int32_t n, int32_t *tok,
+                            kiln_err *err) {
+    *tok = -1;
+    const int32_t nb = (n + BLOCK - 1) / BLOCK;
+    if (!s->bsum) {
+        s->bsum = kiln_malloc((size_t)((s->n_vocab + BLOCK - 1) / BLOCK) * sizeof(double));
+        if (!s->bsum) return kiln_err_set(err, KILN_ERR_NOMEM, "sampler: out of memory");
+    }
+    const float inv_t = 1.0f / s->p.temperature;
+    float mx;
+    double total;
+    full_sum(s, lg, n, inv_t, &mx, &total);
+    if (mx == -INFINITY) return KILN_OK;
+    for (int32_t b = 0; b < nb; b++) {
+        int32_t i0 = b * BLOCK, len = n - i0 < BLOCK ? n - i0 : BLOCK;
+        s->bsum[b] = sum_exp(lg + i0, len, mx, inv_t);
+    }
+    for (int32_t k = 0; k < s->n_ov; k++) {
+        float r = lg[s->ov[k].id], l = s->ov[k].logit;
+        double *bs = &s->bsum[s->ov[k].id / BLOCK];
+        if (alive(r)) *bs -= fast_exp((r - mx) * inv_t);
+        if (alive(l)) *bs += fast_exp((l - mx) * inv_t);
+    }
+    double sum = 0;
+    for (int32_t b = 0; b < nb; b++) sum += s->bsum[b];
+    const double u = kiln_rng_uniform(&s->rng) * sum;
+    double acc = 0;
+    int32_t b = 0;
+    while (b < nb - 1 && acc + s->bsum[b] <= u) acc += s->bsum[b++];
+    /* the block holding u; when rounding leaves u past its end, its last finite token */
+    for (; b >= 0; b--) {
+        int32_t i0 = b * BLOCK, i1 = n - i0 < BLOCK ? n : i0 + BLOCK, last = -1;
+        int32_t oi = 0;
+        while (oi < s->n_ov && s->ov[oi].id < i0) oi++;
+        for (int32_t i = i0; i < i1; i++) {
+            float l = lg[i];
+            if (oi < s->n_ov && s->ov[oi].id == i) l = s->ov[oi++].logit;
+            if (!alive(l)) continue;
+            acc += fast_exp((l - mx) * inv_t);
+            last = i;
+            if (u < acc) {
+                *tok = i;
+                return KILN_OK;
+            }
+        }
+        if (last >= 0) {
+            *tok = last;
+            return KILN_OK;
+        }
+    }
+    return KILN_OK;
+}
+
+static int32_t draw(kiln_sampler *s, const cand *c, int32_t n) {
+    const float t = s->p.temperature;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++)
+        sum += c[i].logit == mx ? 1.0 : exp(((double)c[i].logit - mx) / t);
+    const double u = kiln_rng_uniform(&s->rng) * sum;
+    double acc = 0;
+    for (int32_t i = 0; i < n; i++) {
+        acc += c[i].logit == mx ? 1.0 : exp(((double)c[i].logit - mx) / t);
         if (u < acc) return c[i].id;
     }
     return c[n - 1].id;
 }
 
-/* ---- stopper ---- */
-
-kiln_status kiln_stopper_init(kiln_stopper *st, const char *const *stops, int n_stops,
-                              const int32_t *stop_tokens, int n_stop_tokens, kiln_err *err) {
-    memset(st, 0, sizeof(*st));
-    if (n_stops > 0) {
-        st->stops = kiln_calloc((size_t)n_stops, sizeof(char *));
-        st->stop_len = kiln_calloc((size_t)n_stops, sizeof(size_t));
-        if (!st->stops || !st->stop_len) goto oom;
-        for (int i = 0; i < n_stops; i++) {
-            size_t l = strlen(stops[i]);
-            if (l == 0) continue;
-            st->stops[st->n_stops] = kiln_strdup(stops[i]);
-            if (!st->stops[st->n_stops]) goto oom;
-            st->stop_len[st->n_stops++] = l;
-            if (l > st->max_stop) st->max_stop = l;
+static kiln_status logprobs(kiln_sampler *s, const float *lg, int32_t n, kiln_sample_out *o,
+                            kiln_err *err) {
+    float mx;
+    double sum;
+    full_sum(s, lg, n, 1.0f, &mx, &sum);
+    const double lz = (double)mx + log(sum);
+    if (o->token >= 0) {
+        float l = lg[o->token];
+        for (int32_t i = 0; i < s->n_ov; i++)
+            if (s->ov[i].id == o->token) l = s->ov[i].logit;
+        o->logprob = (float)((double)l - lz);
+    }
+    int32_t k = s->p.n_logprobs, m = 0;
+    if (k > 0) {
+        KILN_TRY(select_top(s, lg, n, k, &m, err));
+        for (int32_t i = 0; i < m; i++) {
+            o->top_token[i] = s->heap[i].id;
+            o->top_logprob[i] = (float)((double)s->heap[i].logit - lz);
         }
     }
-    if (n_stop_tokens > 0) {
-        st->stop_tokens = kiln_malloc((size_t)n_stop_tokens * sizeof(int32_t));
-        if (!st->stop_tokens) goto oom;
-        memcpy(st->stop_tokens, stop_tokens, (size_t)n_stop_tokens * sizeof(int32_t));
-        st->n_stop_tokens = n_stop_tokens;
-    }
-    return KILN_OK;
-oom:
-    kiln_stopper_free(st);
-    return kiln_err_set(err, KILN_ERR_NOMEM, "stop strings: out of memory");
-}
-
-void kiln_stopper_free(kiln_stopper *st) {
-    if (!st) return;
-    for (int i = 0; i < st->n_stops; i++) kiln_free(st->stops[i]);
-    kiln_free(st->stops);
-    kiln_free(st->stop_len);
-    kiln_free(st->stop_tokens);
-    kiln_free(st->buf);
-    kiln_free(st->out);
-    memset(st, 0, sizeof(*st));
-}
-
-bool kiln_stopper_is_stop_token(const kiln_stopper *st, int32_t token) {
-    for (int i = 0; i < st->n_stop_tokens; i++)
-        if (st->stop_tokens[i] == token) return true;
-    return false;
-}
-
-/* Length of the longest suffix of buf[0, len) that is a proper prefix of a stop. */
-static size_t held_suffix(const kiln_stopper *st) {
-    size_t best = 0;
-    for (int i = 0; i < st->n_stops; i++) {
-        size_t sl = st->stop_len[i];
-        size_t mx = sl - 1 < st->len ? sl - 1 : st->len;
-        for (size_t k = mx; k > best; k--)
-            if (memcmp(st->buf + st->len - k, st->stops[i], k) == 0) {
-                best = k;
-                break;
-            }
-    }
-    return best;
-}
-
-static kiln_status reserve(char **b, size_t *cap, size_t need, kiln_err *err) {
-    if (need <= *cap) return KILN_OK;
-    size_t nc = need * 2;
-    char *q = kiln_realloc(*b, nc);
-    if (!q) return kiln_err_set(err, KILN_ERR_NOMEM, "stop strings: out of memory");
-    *b = q;
-    *cap = nc;
+    o->n_top = m;
     return KILN_OK;
 }
 
-kiln_status kiln_stopper_feed(kiln_stopper *st, const char *text, size_t n, const char **emit,
-                              size_t *emit_len, bool *stopped, kiln_err *err) {
-    *stopped = st->stopped;
-    *emit = "";
-    *emit_len = 0;
-    if (st->stopped) return KILN_OK;
-    KILN_TRY(reserve(&st->buf, &st->cap, st->len + n + 1, err));
-    memcpy(st->buf + st->len, text, n);
-    st->len += n;
-    /* earliest complete stop string */
-    size_t first = SIZE_MAX;
-    for (int i = 0; i < st->n_stops; i++) {
-        const char *hit = memmem(st->buf, st->len, st->stops[i], st->stop_len[i]);
-        if (hit && (size_t)(hit - st->buf) < first) first = (size_t)(hit - st->buf);
-    }
-    size_t out, keep;
-    if (first != SIZE_MAX) {
-        st->stopped = true;
-        *stopped = true;
-        out = first;
-        keep = 0;
+static kiln_status sample_row(kiln_sampler *s, const float *lg, int32_t n, kiln_sample_out *o,
+                              kiln_err *err) {
+    if (n > s->n_vocab) n = s->n_vocab;
+    const kiln_sampler_params *p = &s->p;
+    o->token = -1;
+    o->logprob = 0;
+    o->n_top = 0;
+    build_overrides(s, lg, n);
+    chain_state cs;
+    if (p->temperature <= 0) {
+        int32_t m;
+        KILN_TRY(select_top(s, lg, n, 1, &m, err));
+        o->token = m > 0 ? s->heap[0].id : -1;
+    } else if ((p->top_k <= 0 || p->top_k >= n) && p->top_p >= 1.0f && !(p->min_p > 0.0f)) {
+        KILN_TRY(draw_all(s, lg, n, &o->token, err));
     } else {
-        keep = held_suffix(st);
-        out = st->len - keep;
+        KILN_TRY(head(s, lg, n, &cs, false, err));
+        if (cs.n > 0) {
+            filter(&cs, p->top_p, p->min_p);
+            o->token = draw(s, cs.c, cs.n);
+        }
     }
-    KILN_TRY(reserve(&st->out, &st->out_cap, out + 1, err));
-    memcpy(st->out, st->buf, out);
-    st->out[out] = 0;
-    memmove(st->buf, st->buf + st->len - keep, keep);
-    st->len = keep;
-    *emit = st->out;
-    *emit_len = out;
+    if (p->n_logprobs >= 0) KILN_TRY(logprobs(s, lg, n, o, err));
     return KILN_OK;
 }
 
-void kiln_stopper_flush(kiln_stopper *st, const char **emit, size_t *emit_len) {
-    *emit = st->buf ? st->buf : "";
-    *emit_len = st->stopped ? 0 : st->len;
-    st->len = 0;
+kiln_status kiln_sample_batch(const kiln_sample_row *rows, int32_t n_rows, int32_t n_vocab,
+                              kiln_sample_out *out, kiln_err *err) {
+    if (n_vocab <= 0 || n_rows < 0 || (n_rows > 0 && (!rows || !out)))
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "sample batch: %d rows of %d logits",
+                            (int)n_rows, (int)n_vocab);
+    for (int32_t r = 0; r < n_rows; r++) {
+        if (!rows[r].sampler || !rows[r].logits)
+            return kiln_err_set(err, KILN_ERR_INVALID_ARG, "sample batch: row %d has no %s", (int)r,
+                                rows[r].sampler ? "logits" : "sampler");
+        KILN_TRY(sample_row(rows[r].sampler, rows[r].logits, n_vocab, &out[r], err));
+    }
+    return KILN_OK;
+}
+
+int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits, int32_t n_vocab) {
+    kiln_sample_out o;
+    if (n_vocab <= 0 || sample_row(s, logits, n_vocab, &o, NULL)) return -1;
+    return o.token;
+}
+
+kiln_status kiln_sampler_stage(kiln_sampler *s, const float *lg, int32_t n, kiln_sample_stage stage,
+                               kiln_sample_cand *out, int32_t *n_out, kiln_err *err) {
+    *n_out = 0;
+    if (n <= 0 || !(s->p.temperature > 0))
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                            "sampler stage: needs a vocabulary and a temperature > 0");
+    if (n > s->n_vocab) n = s->n_vocab;
+    build_overrides(s, lg, n);
+    chain_state cs;
+    KILN_TRY(head(s, lg, n, &cs, stage == KILN_SAMPLE_STAGE_PENALTIES, err));
+    float t = 1.0f;
+    if (stage >= KILN_SAMPLE_STAGE_TOP_P)
+        filter(&cs, s->p.top_p, stage >= KILN_SAMPLE_STAGE_MIN_P ? s->p.min_p : 0.0f);
+    if (stage >= KILN_SAMPLE_STAGE_TEMPERATURE) t = s->p.temperature;
+    sort_state(&cs);
+    for (int32_t i = 0; i < cs.n; i++) {
+        out[i] = cs.c[i];
+        out[i].logit = cs.c[i].logit / t;
+    }
+    softmax(out, cs.n, 1.0f);
+    *n_out = cs.n;
+    return KILN_OK;
 }

@@ -77,7 +77,9 @@ kiln_status kiln_detok_stream_push(kiln_detok_stream *s, kiln_token t, const cha
         return kiln_err_set(err, KILN_ERR_RANGE, "token %d is not in the vocabulary (%u tokens)", t,
                             s->v->n_tokens);
     kiln_str p = kiln_token_piece(s->v, t, s->special, s->first && s->v->add_space_prefix);
-    s->first = false;
+    /* a leading BOS (control) is not the text's first token: the prefix goes with the next */
+    if (!(s->first && t == s->v->bos && (s->v->attr[t] & KILN_TOKEN_ATTR_CONTROL)))
+        s->first = false;
     size_t n = s->n_held + p.len;
     /* worst case: every byte becomes U+FFFD (3 bytes) */
     if (n * 3 + 4 > s->out_cap) {
@@ -95,6 +97,14 @@ kiln_status kiln_detok_stream_push(kiln_detok_stream *s, kiln_token t, const cha
     kiln_free(tmp);
     *text = s->out;
     return KILN_OK;
+}
+
+void kiln_detok_stream_prime(kiln_detok_stream *s, const kiln_token *prompt, size_t n) {
+    size_t i = 0;
+    if (n > 0 && prompt[0] == s->v->bos && prompt[0] >= 0 && (uint32_t)prompt[0] < s->v->n_tokens &&
+        (s->v->attr[prompt[0]] & KILN_TOKEN_ATTR_CONTROL))
+        i = 1;
+    s->first = i >= n;
 }
 
 void kiln_detok_stream_flush(kiln_detok_stream *s, const char **text, size_t *len) {

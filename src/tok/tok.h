@@ -171,9 +171,17 @@ kiln_status kiln_tokenize(const kiln_vocab *v, const char *text, size_t len, uns
 kiln_str kiln_token_piece(const kiln_vocab *v, kiln_token t, bool special, int lstrip);
 
 enum {
-    KILN_DETOK_REMOVE_SPECIAL = 1 << 0, /* drop a leading BOS / trailing EOS that the
-                                           vocabulary adds */
-    KILN_DETOK_UNPARSE_SPECIAL = 1 << 1 /* render control tokens as their text */
+    KILN_DETOK_REMOVE_SPECIAL = 1 << 0,  /* drop a leading BOS / trailing EOS that the
+                                            vocabulary adds */
+    KILN_DETOK_UNPARSE_SPECIAL = 1 << 1, /* render control tokens as their text */
+    /* The text of a whole sequence as generation streams it (docs/TOKENIZER.md, "Exact
+     * text"): a leading BOS is dropped and the space prefix the tokenizer added (SPM
+     * add_space_prefix) removed from the token after it, and no clean-up of spaces
+     * (llama.cpp's clean-up loses text: " ." becomes "."). tokenize(text) then
+     * detokenize(SEQUENCE) gives the text back, and the streaming detokenizer's output
+     * after kiln_detok_stream_prime(prompt) is exactly SEQUENCE(prompt + generated)
+     * minus SEQUENCE(prompt). */
+    KILN_DETOK_SEQUENCE = 1 << 2
 };
 
 /* The text of ids[0..n) as llama.cpp's llama_detokenize gives it (SPM leading space
@@ -188,8 +196,8 @@ kiln_status kiln_detokenize(const kiln_vocab *v, const kiln_token *ids, size_t n
  * character split across tokens are held until the character completes; bytes that
  * can never form a valid character are replaced by U+FFFD (one per maximal invalid
  * sequence), never passed through. The concatenated output equals kiln_detokenize
- * (flags without REMOVE_SPECIAL) made valid UTF-8, minus its clean-up of spaces before
- * punctuation. One stream per sequence; not thread-safe; it borrows v. */
+ * with KILN_DETOK_SEQUENCE made valid UTF-8 (a leading BOS does not count as the first
+ * token). One stream per sequence; not thread-safe; it borrows v. */
 typedef struct kiln_detok_stream kiln_detok_stream;
 
 kiln_status kiln_detok_stream_create(const kiln_vocab *v, bool special, kiln_detok_stream **out,
@@ -198,6 +206,10 @@ kiln_status kiln_detok_stream_create(const kiln_vocab *v, bool special, kiln_det
  * valid until the next call on s. Errors: KILN_ERR_RANGE (bad id), KILN_ERR_NOMEM. */
 kiln_status kiln_detok_stream_push(kiln_detok_stream *s, kiln_token t, const char **text,
                                    size_t *len, kiln_err *err);
+/* Tells the stream that the tokens it will get follow prompt[0..n) (the whole prompt,
+ * chat template included): the space prefix is then not removed from the first pushed
+ * token unless the prompt is empty or only a BOS. Call before the first push. */
+void kiln_detok_stream_prime(kiln_detok_stream *s, const kiln_token *prompt, size_t n);
 /* Ends the sequence: held bytes of an unfinished character come out as U+FFFD. The
  * stream can then be reused for a new sequence. */
 void kiln_detok_stream_flush(kiln_detok_stream *s, const char **text, size_t *len);

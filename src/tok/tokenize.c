@@ -341,7 +341,10 @@ kiln_status kiln_detokenize(const kiln_vocab *v, const kiln_token *ids, size_t n
                                 "vocabulary (%u tokens)",
                                 ids[i], i, v->n_tokens);
     bool remove_space = v->add_space_prefix;
-    if (remove_special && v->add_bos && n > 0 && ids[0] == v->bos) {
+    const bool sequence = flags & KILN_DETOK_SEQUENCE;
+    if (sequence && n > 0 && ids[0] == v->bos && (v->attr[ids[0]] & KILN_TOKEN_ATTR_CONTROL)) {
+        ids++, n--; /* the BOS the tokenizer added; the space prefix goes with the next */
+    } else if (remove_special && v->add_bos && n > 0 && ids[0] == v->bos) {
         remove_space = false;
         ids++, n--;
     }
@@ -360,7 +363,7 @@ kiln_status kiln_detokenize(const kiln_vocab *v, const kiln_token *ids, size_t n
         memcpy(t + k, p.ptr, p.len);
         k += p.len;
     }
-    if (v->clean_spaces) k = clean_spaces(t, k);
+    if (v->clean_spaces && !sequence) k = clean_spaces(t, k);
     t[k] = 0;
     *out = t;
     *out_len = k;

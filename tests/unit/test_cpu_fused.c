@@ -483,11 +483,9 @@ static int rope_kv_case(kt_rng *r, uint32_t kvdt, int mode, int variant, int n_h
         perm[i] = perm[j];
         perm[j] = tmp;
     }
-    kiln_kv_seq seqs[3];
-    for (int s = 0; s < n_seq; s++) {
-        tab[s] = perm + 8 * s;
-        seqs[s] = (kiln_kv_seq){.block_table = tab[s], .n_blocks = 8};
-    }
+    static const int32_t full[3] = {8 * KILN_KV_BLOCK, 8 * KILN_KV_BLOCK, 8 * KILN_KV_BLOCK};
+    for (int s = 0; s < n_seq; s++) tab[s] = perm + 8 * s;
+    kiln_kv_blocks seqs = {.table = perm, .seq_len = full, .n_seqs = n_seq, .stride = 8};
     int32_t *tok_seq = malloc(sizeof(int32_t) * (size_t)t),
             *pos = malloc(sizeof(int32_t) * (size_t)t);
     int32_t next[3] = {0, 17, 100};
@@ -530,7 +528,7 @@ static int rope_kv_case(kt_rng *r, uint32_t kvdt, int mode, int variant, int n_h
                                   .t = t,
                                   .tok_seq = tok_seq,
                                   .tok_pos = pos,
-                                  .seqs = seqs,
+                                  .blocks = seqs,
                                   .v = v0}};
     kiln_kctx c = {.pool = pool};
     /* 0: cpu fused, 1: cpu unfused, 2: reference fused */

@@ -189,7 +189,8 @@ static void test_glu_extremes(void **state) {
 typedef struct kvcache {
     kiln_kv_layer kv;
     int32_t tables[4][64];
-    kiln_kv_seq seqs[4];
+    int32_t seq_len[4];
+    kiln_kv_blocks seqs;
 } kvcache;
 
 static double kv_get(const kvcache *c, const void *base, int s, int p, int h, int d) {
@@ -226,10 +227,11 @@ static int att_case(const isa_ops *is, kt_rng *r, uint32_t dtype, int n_head, in
     }
     int used = 0;
     for (int s = 0; s < nseq; s++) {
-        c.seqs[s].n_blocks = (ctx_len[s] + 15) / 16;
-        for (int b = 0; b < c.seqs[s].n_blocks; b++) c.tables[s][b] = perm[used++];
-        c.seqs[s].block_table = c.tables[s];
+        c.seq_len[s] = ctx_len[s];
+        for (int b = 0; b < (ctx_len[s] + 15) / 16; b++) c.tables[s][b] = perm[used++];
     }
+    c.seqs = (kiln_kv_blocks){
+        .table = &c.tables[0][0], .seq_len = c.seq_len, .n_seqs = nseq, .stride = 64};
     size_t bytes = c.kv.block_bytes * total_blocks;
     c.kv.k = malloc(bytes);
     c.kv.v = malloc(bytes);
@@ -265,7 +267,7 @@ static int att_case(const isa_ops *is, kt_rng *r, uint32_t dtype, int n_head, in
                              .n_head = n_head,
                              .tok_seq = tseq,
                              .tok_pos = tpos,
-                             .seqs = c.seqs,
+                             .blocks = c.seqs,
                              .scale = scale,
                              .softcap = softcap,
                              .window = window};
@@ -422,7 +424,8 @@ static void test_kv_write_embed(void **state) {
         kv.k = calloc(4, kv.block_bytes);
         kv.v = calloc(4, kv.block_bytes);
         int32_t table[2] = {3, 1};
-        kiln_kv_seq seq = {.block_table = table, .n_blocks = 2};
+        const int32_t seq_len = 32;
+        kiln_kv_blocks seq = {.table = table, .seq_len = &seq_len, .n_seqs = 1, .stride = 2};
         float k[20 * 48], v[20 * 48];
         kt_fill_normal(&r, k, 20 * 48, 1.0f);
         kt_fill_normal(&r, v, 20 * 48, 1.0f);
@@ -436,7 +439,7 @@ static void test_kv_write_embed(void **state) {
                                 .t = t,
                                 .tok_seq = ts,
                                 .tok_pos = tp,
-                                .seqs = &seq};
+                                .blocks = seq};
         kiln_kctx c = {.pool = g_pool};
         assert_int_equal(kiln_cpu_kv_write(&c, &a), KILN_OK);
         for (int i = 0; i < t; i++)

@@ -1,7 +1,9 @@
 /* test_dispatch_runtime.c — the runtime's binding function through the selection engine:
  * a call site bound with no table gets the engine's choice; with a baked table (kiln
  * solve's format) it gets the table's kernel; a table with another signature, or one
- * whose kernel cannot run the site, falls back to runtime selection. */
+ * whose kernel cannot run the site, falls back to runtime selection. Selectors belong
+ * to devices: a configuration applies to devices opened after it, and the circuit
+ * breaker's marks stay on the device that tripped it. */
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
 #include "runtime/exec.h"
@@ -23,10 +25,18 @@ static kiln_callsite mm_site(void) {
     return cs;
 }
 
-static void bake(const kiln_backend *be, const char *path, const char *force_kernel) {
-    kiln_selector *s;
+/* a device of backend `name` opened with the current configuration */
+static kiln_device dev_open(const char *name) {
+    kiln_device d;
     kiln_err e;
-    assert_int_equal(kiln_runtime_selector(&s, &e), KILN_OK);
+    assert_int_equal(kiln_device_open(kiln_backend_find(name), 0, &d, &e), KILN_OK);
+    return d;
+}
+
+static void bake(const kiln_backend *be, const char *path, const char *force_kernel) {
+    kiln_device dv = dev_open(be->name);
+    kiln_selector *s = kiln_kselect_selector(dv.ks);
+    kiln_err e;
     kiln_callsite cs = mm_site();
     kiln_sel_site site;
     memset(&site, 0, sizeof site);
@@ -46,6 +56,7 @@ static void bake(const kiln_backend *be, const char *path, const char *force_ker
         json_dump_file(root, path, 0);
         json_decref(root);
     }
+    kiln_device_close(&dv);
 }
 
 static void test_binding(void **state) {
@@ -61,18 +72,22 @@ static void test_binding(void **state) {
                      KILN_OK);
     kiln_callsite cs = mm_site();
     kiln_kernel_fn fn;
-    assert_int_equal(kiln_bind_callsite(cpu, &cs, &fn, NULL, &e), KILN_OK);
+    kiln_device d = dev_open("cpu");
+    assert_int_equal(kiln_bind_callsite(&d, &cs, &fn, NULL, &e), KILN_OK);
+    kiln_device_close(&d);
     kiln_kernel_fn engine_choice = fn;
     assert_true(fn.matmul != kiln_cpu_matmul_avx2 || !kiln_cpu_avx512_ok());
     /* a table that forces the AVX2 kernel */
     bake(cpu, path, "cpu.avx2.matmul");
     assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", path, &e),
                      KILN_OK);
+    d = dev_open("cpu");
     for (int b = 0; b < KILN_TOK_BUCKETS; b++) {
         cs.bucket = b;
-        assert_int_equal(kiln_bind_callsite(cpu, &cs, &fn, NULL, &e), KILN_OK);
+        assert_int_equal(kiln_bind_callsite(&d, &cs, &fn, NULL, &e), KILN_OK);
         assert_true(fn.matmul == kiln_cpu_matmul_avx2);
     }
+    kiln_device_close(&d);
     /* another signature: runtime selection again */
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
@@ -82,19 +97,24 @@ static void test_binding(void **state) {
     assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", path, &e),
                      KILN_OK);
     cs.bucket = 0;
-    assert_int_equal(kiln_bind_callsite(cpu, &cs, &fn, NULL, &e), KILN_OK);
+    d = dev_open("cpu");
+    assert_int_equal(kiln_bind_callsite(&d, &cs, &fn, NULL, &e), KILN_OK);
+    kiln_device_close(&d);
     assert_true(fn.any == engine_choice.any);
     /* a kernel that cannot run the site (q4_K weights on the f32 sgemm): runtime selection */
     bake(cpu, path, "openblas.sgemm.matmul.f32");
     assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", path, &e),
                      KILN_OK);
-    assert_int_equal(kiln_bind_callsite(cpu, &cs, &fn, NULL, &e), KILN_OK);
+    d = dev_open("cpu");
+    assert_int_equal(kiln_bind_callsite(&d, &cs, &fn, NULL, &e), KILN_OK);
+    kiln_device_close(&d);
     assert_true(fn.any == engine_choice.any);
     /* the ref backend binds reference kernels only */
     assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", NULL, &e),
                      KILN_OK);
-    const kiln_backend *ref = kiln_backend_find("ref");
-    assert_int_equal(kiln_bind_callsite(ref, &cs, &fn, NULL, &e), KILN_OK);
+    d = dev_open("ref");
+    assert_int_equal(kiln_bind_callsite(&d, &cs, &fn, NULL, &e), KILN_OK);
+    kiln_device_close(&d);
     const kiln_reg_kernel *rm = kiln_registry_find(kiln_registry_default(), "ref.matmul");
     assert_true(fn.any == rm->spec.fn.any);
     /* an unreadable table is an error */
@@ -104,39 +124,46 @@ static void test_binding(void **state) {
     remove(path);
 }
 
-/* circuit breaker at the runtime level: the failed kernel is never chosen again and the
- * site is rebound to the next candidate; the reference kernel is never broken */
+/* circuit breaker at the runtime level: the failed kernel is never chosen again on
+ * that device and the site is rebound to the next candidate; the reference kernel is
+ * never broken; another device keeps its kernels */
 static void test_breaker(void **state) {
     (void)state;
-    const kiln_backend *cpu = kiln_backend_find("cpu");
     kiln_err e;
     assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", NULL, &e),
                      KILN_OK);
+    kiln_device d = dev_open("cpu"), other = dev_open("cpu");
     kiln_site site;
     memset(&site, 0, sizeof site);
     site.desc = mm_site();
     site.widx = -1;
-    assert_int_equal(kiln_rebind_site(cpu, &site, &e), KILN_OK);
+    assert_int_equal(kiln_rebind_site(&d, &site, &e), KILN_OK);
     kiln_kernel_fn first = site.fn[0];
     const kiln_reg_kernel *rm = kiln_registry_find(kiln_registry_default(), "ref.matmul");
     if (first.any == rm->spec.fn.any) skip(); /* no SIMD kernel on this CPU */
     kiln_err fail;
     kiln_err_set(&fail, KILN_ERR_DEVICE, "simulated failure");
-    assert_int_equal(kiln_kernel_failed(first, &fail, &e), KILN_OK);
-    assert_int_equal(kiln_rebind_site(cpu, &site, &e), KILN_OK);
+    assert_int_equal(kiln_kernel_failed(&d, first, &fail, &e), KILN_OK);
+    assert_int_equal(kiln_rebind_site(&d, &site, &e), KILN_OK);
     for (int b = 0; b < KILN_BUCKETS; b++) assert_true(site.fn[b].any != first.any);
+    /* the other device still chooses the kernel */
+    kiln_site site2 = site;
+    assert_int_equal(kiln_rebind_site(&other, &site2, &e), KILN_OK);
+    assert_true(site2.fn[0].any == first.any);
     /* break everything but the reference kernel: the site ends on ref.matmul */
     for (int i = 0; i < 8 && site.fn[0].any != rm->spec.fn.any; i++) {
-        assert_int_equal(kiln_kernel_failed(site.fn[0], &fail, &e), KILN_OK);
-        assert_int_equal(kiln_rebind_site(cpu, &site, &e), KILN_OK);
+        assert_int_equal(kiln_kernel_failed(&d, site.fn[0], &fail, &e), KILN_OK);
+        assert_int_equal(kiln_rebind_site(&d, &site, &e), KILN_OK);
     }
     assert_true(site.fn[0].any == rm->spec.fn.any);
-    assert_int_equal(kiln_kernel_failed(site.fn[0], &fail, &e), KILN_ERR_NOT_FOUND);
-    /* a fresh configuration starts healthy */
-    assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", NULL, &e),
-                     KILN_OK);
-    assert_int_equal(kiln_rebind_site(cpu, &site, &e), KILN_OK);
+    assert_int_equal(kiln_kernel_failed(&d, site.fn[0], &fail, &e), KILN_ERR_NOT_FOUND);
+    /* a fresh device starts healthy */
+    kiln_device_close(&d);
+    d = dev_open("cpu");
+    assert_int_equal(kiln_rebind_site(&d, &site, &e), KILN_OK);
     assert_true(site.fn[0].any == first.any);
+    kiln_device_close(&d);
+    kiln_device_close(&other);
 }
 
 /* the executor's hook: a failed call site of a bound plan is traced to its kernel, which
@@ -150,14 +177,16 @@ static void test_plan_breaker(void **state) {
     memset(&bp, 0, sizeof bp);
     kiln_bound_insn bi[2];
     memset(bi, 0, sizeof bi);
-    bp.be = kiln_backend_find("cpu");
+    kiln_device d = dev_open("cpu");
+    bp.be = d.be;
+    bp.dev = &d;
     bp.bi = bi;
     bp.plan.n_insns = 2;
     for (int i = 0; i < 2; i++) {
         bi[i].n_sites = 1;
         bi[i].site[0].desc = mm_site();
         bi[i].site[0].widx = -1;
-        assert_int_equal(kiln_rebind_site(bp.be, &bi[i].site[0], &e), KILN_OK);
+        assert_int_equal(kiln_rebind_site(bp.dev, &bi[i].site[0], &e), KILN_OK);
     }
     kiln_kernel_fn first = bi[0].site[0].fn[0];
     const kiln_reg_kernel *rm = kiln_registry_find(kiln_registry_default(), "ref.matmul");
@@ -168,16 +197,17 @@ static void test_plan_breaker(void **state) {
     for (int i = 0; i < 2; i++) assert_true(bi[i].site[0].fn[0].any != first.any);
     assert_int_not_equal(kiln_plan_kernel_failed(&bp, 5, 0, 0, &fail, &e), KILN_OK);
     /* a weight already repacked for its kernel: no plain-row kernel may replace it */
-    assert_int_equal(kiln_runtime_selector_configure(NULL, "/nonexistent/perf.sqlite", NULL, &e),
-                     KILN_OK);
+    kiln_device_close(&d);
+    d = dev_open("cpu");
     uint8_t dummy[16];
     bi[0].w[0] = (kiln_bound_weight){.data = dummy, .dtype = KILN_DTYPE_Q4_K, .layout = 7};
     bi[0].site[0].widx = 0;
-    assert_int_equal(kiln_rebind_site(bp.be, &bi[0].site[0], &e), KILN_OK);
+    assert_int_equal(kiln_rebind_site(bp.dev, &bi[0].site[0], &e), KILN_OK);
     kiln_kernel_fn kept = bi[0].site[0].fn[0];
     assert_int_equal(kiln_plan_kernel_failed(&bp, 0, 0, 0, &fail, &e), KILN_ERR_UNSUPPORTED);
     assert_true(bi[0].site[0].fn[0].any == kept.any);
     assert_non_null(strstr(e.msg, "repacked"));
+    kiln_device_close(&d);
 }
 
 int main(void) {

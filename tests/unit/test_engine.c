@@ -281,29 +281,29 @@ static void test_bind_errors(void **state) {
     kiln_bound_plan bp;
     kiln_plan_check chk;
     kiln_err err;
+    kiln_device dev;
+    assert_int_equal(kiln_device_open(kiln_backend_find("ref"), 0, &dev, &err), KILN_OK);
     const char *saved = s.m->tensors[3].name;
     s.m->tensors[3].name = "renamed";
-    assert_int_equal(kiln_bind_plan(kiln_backend_find("ref"), s.m, &p, &bp, &chk, &err),
-                     KILN_ERR_PLAN);
+    assert_int_equal(kiln_bind_plan(&dev, s.m, &p, &bp, &chk, &err), KILN_ERR_PLAN);
     assert_int_equal(chk.code, KILN_PLAN_EWEIGHT_MISSING);
     assert_non_null(strstr(err.msg, saved));
     s.m->tensors[3].name = saved;
     kiln_plan_init(&p);
     assert_int_equal(kiln_decoder_compile(&s.m->cfg, KILN_MODE_DECODE, &p, NULL), 0);
     s.m->tensors[3].shape[0]++;
-    assert_int_equal(kiln_bind_plan(kiln_backend_find("ref"), s.m, &p, &bp, &chk, &err),
-                     KILN_ERR_PLAN);
+    assert_int_equal(kiln_bind_plan(&dev, s.m, &p, &bp, &chk, &err), KILN_ERR_PLAN);
     assert_int_equal(chk.code, KILN_PLAN_EWEIGHT_SHAPE);
     s.m->tensors[3].shape[0]--;
     kiln_plan_init(&p);
     assert_int_equal(kiln_decoder_compile(&s.m->cfg, KILN_MODE_DECODE, &p, NULL), 0);
     uint32_t saved_dt = s.m->tensors[3].dtype;
     s.m->tensors[3].dtype = 16; /* IQ2_XXS: known, not computable */
-    assert_int_equal(kiln_bind_plan(kiln_backend_find("ref"), s.m, &p, &bp, &chk, &err),
-                     KILN_ERR_PLAN);
+    assert_int_equal(kiln_bind_plan(&dev, s.m, &p, &bp, &chk, &err), KILN_ERR_PLAN);
     assert_true(chk.code == KILN_PLAN_EWEIGHT_DTYPE || chk.code == KILN_PLAN_EWEIGHT_SHAPE);
     s.m->tensors[3].dtype = saved_dt;
     assert_null(kiln_backend_find("nope"));
+    kiln_device_close(&dev);
     synth_free(&s);
 }
 

@@ -251,8 +251,7 @@ static void check_attention(uint32_t kv_dtype, int window, float softcap, kiln_p
                         .block_bytes = bb};
     /* block tables: a permutation of the physical blocks */
     int32_t tables[3][4] = {{11, 0, 0, 0}, {3, 7, 0, 0}, {9, 1, 5, 2}};
-    kiln_kv_seq seqs[3];
-    for (int s = 0; s < n_seq; s++) seqs[s] = (kiln_kv_seq){tables[s], (lens[s] + 15) / 16};
+    kiln_kv_blocks seqs = {.table = &tables[0][0], .seq_len = lens, .n_seqs = n_seq, .stride = 4};
     int T = lens[0] + lens[1] + lens[2];
     float *q = malloc(sizeof(float) * (size_t)(T * n_head * hd));
     float *k = malloc(sizeof(float) * (size_t)(T * n_kv * hd)),
@@ -280,7 +279,7 @@ static void check_attention(uint32_t kv_dtype, int window, float softcap, kiln_p
                             .t = T,
                             .tok_seq = tok_seq,
                             .tok_pos = tok_pos,
-                            .seqs = seqs};
+                            .blocks = seqs};
     assert_int_equal(kiln_ref_kv_write(&c, &w), KILN_OK);
     kiln_attention_args a = {.kv = kv,
                              .q = q,
@@ -291,7 +290,7 @@ static void check_attention(uint32_t kv_dtype, int window, float softcap, kiln_p
                              .n_head = n_head,
                              .tok_seq = tok_seq,
                              .tok_pos = tok_pos,
-                             .seqs = seqs,
+                             .blocks = seqs,
                              .scale = 0.35f,
                              .softcap = softcap,
                              .window = window};

@@ -295,7 +295,8 @@ static void test_attention_ggml(void **state) {
                     }
                 }
         const int32_t table[NB] = {0, 1, 2};
-        kiln_kv_seq seq = {table, NB};
+        const int32_t seq_len = T;
+        kiln_kv_blocks seq = {.table = table, .seq_len = &seq_len, .n_seqs = 1, .stride = NB};
         int32_t tok_seq[T], tok_pos[T];
         for (int i = 0; i < T; i++) tok_seq[i] = 0, tok_pos[i] = i;
         const int window = kvdt ? 9 : 0;
@@ -308,7 +309,7 @@ static void test_attention_ggml(void **state) {
                                  .n_head = NH,
                                  .tok_seq = tok_seq,
                                  .tok_pos = tok_pos,
-                                 .seqs = &seq,
+                                 .blocks = seq,
                                  .scale = 0.125f,
                                  .window = window};
         assert_int_equal(kiln_ref_attention_ggml(NULL, &a), KILN_OK);
@@ -401,8 +402,10 @@ static void test_selection(void **state) {
     (void)state;
     const char *backends[] = {"ref", "cpu"};
     for (int b = 0; b < 2; b++) {
-        const kiln_backend *be = kiln_backend_find(backends[b]);
-        assert_non_null(be);
+        const kiln_backend *bk = kiln_backend_find(backends[b]);
+        assert_non_null(bk);
+        kiln_device dev, *be = &dev;
+        assert_int_equal(kiln_device_open(bk, 0, &dev, NULL), KILN_OK);
         kiln_callsite cs = {.op = KILN_KOP_MATMUL,
                             .name = "test.mm",
                             .w_dtype = KILN_DTYPE_Q4_K,
@@ -433,6 +436,7 @@ static void test_selection(void **state) {
             .op = KILN_KOP_GLU, .name = "test.glu", .n = 64, .act_dtype = KILN_DTYPE_F16};
         assert_int_equal(kiln_select_callsite(be, &gl, &fn, NULL, &err), KILN_OK);
         assert_true(fn.glu == kiln_ref_glu_ggml);
+        kiln_device_close(&dev);
     }
 }
 

@@ -141,9 +141,9 @@ static void kvw_range(void *ctx, int64_t b, int64_t e, int ith) {
     const kiln_kv_layer *kv = &a->kv;
     const int64_t w = (int64_t)kv->n_kv_head * kv->head_dim;
     for (int64_t t = b; t < e; t++) {
-        const kiln_kv_seq *s = &a->seqs[a->tok_seq[t]];
+        const int32_t *tab = a->blocks.table + (size_t)a->tok_seq[t] * (size_t)a->blocks.stride;
         const int32_t p = a->tok_pos[t];
-        const size_t off = (size_t)s->block_table[p / KILN_KV_BLOCK] * kv->block_bytes;
+        const size_t off = (size_t)tab[p / KILN_KV_BLOCK] * kv->block_bytes;
         const size_t slot = (size_t)(p % KILN_KV_BLOCK) * (size_t)w;
         const float *ks = a->k + t * a->k_stride, *vs = a->v + t * a->v_stride;
         if (kv->dtype == KILN_DTYPE_F16) {
@@ -202,9 +202,9 @@ static void rope_kv_range(void *ctx, int64_t b, int64_t e, int ith) {
             float *x = q->x + r * q->x_stride + (int64_t)h * q->head_dim;
             rope_head(q, cs, sn, x, x);
         }
-        const kiln_kv_seq *s = &w->seqs[w->tok_seq[r]];
+        const int32_t *tab = w->blocks.table + (size_t)w->tok_seq[r] * (size_t)w->blocks.stride;
         const int32_t p = w->tok_pos[r];
-        const size_t off = (size_t)s->block_table[p / KILN_KV_BLOCK] * kv->block_bytes;
+        const size_t off = (size_t)tab[p / KILN_KV_BLOCK] * kv->block_bytes;
         const size_t slot = (size_t)(p % KILN_KV_BLOCK) * (size_t)width;
         for (int h = 0; h < kv->n_kv_head; h++) {
             rope_head(q, cs, sn, w->k + r * w->k_stride + (int64_t)h * hd, rot);

@@ -213,11 +213,13 @@ static void kv_store(const kiln_kv_layer *kv, void *base, size_t off, const floa
 kiln_status kiln_ref_kv_write(const kiln_kctx *c, const kiln_kv_write_args *a) {
     (void)c;
     for (int64_t t = 0; t < a->t; t++) {
-        const kiln_kv_seq *s = &a->seqs[a->tok_seq[t]];
+        const int32_t row = a->tok_seq[t];
         int32_t pos = a->tok_pos[t];
         int32_t lb = pos / KILN_KV_BLOCK, slot = pos % KILN_KV_BLOCK;
-        if (pos < 0 || lb >= s->n_blocks) return KILN_ERR_RANGE;
-        int32_t b = s->block_table[lb];
+        if (row < 0 || row >= a->blocks.n_seqs || pos < 0 || pos >= a->blocks.seq_len[row] ||
+            lb >= a->blocks.stride)
+            return KILN_ERR_RANGE;
+        int32_t b = a->blocks.table[(size_t)row * (size_t)a->blocks.stride + (size_t)lb];
         for (int32_t h = 0; h < a->kv.n_kv_head; h++) {
             size_t off = kv_off(&a->kv, b, slot, h);
             kv_store(&a->kv, a->kv.k, off, a->k + t * a->k_stride + (int64_t)h * a->kv.head_dim);
@@ -263,12 +265,13 @@ static void attn_range(void *ctx, int64_t r0, int64_t r1, int ith) {
     for (int64_t r = r0; r < r1; r++) {
         int64_t t = r / a->n_head;
         int h = (int)(r % a->n_head), kvh = h / group;
-        const kiln_kv_seq *s = &a->seqs[a->tok_seq[t]];
+        const int32_t row = a->tok_seq[t];
         int32_t pos = a->tok_pos[t];
         int32_t p0 = 0;
         if (a->window > 0 && pos - a->window + 1 > 0) p0 = pos - a->window + 1;
         size_t n = (size_t)(pos - p0 + 1);
-        if (pos < 0 || pos / KILN_KV_BLOCK >= s->n_blocks) {
+        if (row < 0 || row >= a->blocks.n_seqs || pos < 0 || pos >= a->blocks.seq_len[row] ||
+            pos / KILN_KV_BLOCK >= a->blocks.stride) {
             atomic_store(&j->failed, KILN_ERR_RANGE);
             break;
         }
@@ -287,8 +290,9 @@ static void attn_range(void *ctx, int64_t r0, int64_t r1, int ith) {
             q = q16;
         }
         float mx = -INFINITY;
+        const int32_t *tab = a->blocks.table + (size_t)row * (size_t)a->blocks.stride;
         for (int32_t p = p0; p <= pos; p++) {
-            int32_t b = s->block_table[p / KILN_KV_BLOCK];
+            int32_t b = tab[p / KILN_KV_BLOCK];
             kv_load(&a->kv, a->kv.k, kv_off(&a->kv, b, p % KILN_KV_BLOCK, kvh), kv);
             if (j->ggml)
                 for (int d = 0; d < hd; d++) kv[d] = f16_round(kv[d]);
@@ -305,7 +309,7 @@ static void attn_range(void *ctx, int64_t r0, int64_t r1, int ith) {
         const float inv = (float)(1.0 / sum);
         for (int d = 0; d < hd; d++) acc[d] = 0;
         for (int32_t p = p0; p <= pos; p++) {
-            int32_t b = s->block_table[p / KILN_KV_BLOCK];
+            int32_t b = tab[p / KILN_KV_BLOCK];
             kv_load(&a->kv, a->kv.v, kv_off(&a->kv, b, p % KILN_KV_BLOCK, kvh), kv);
             float w = scores[p - p0] * inv;
             if (j->ggml) { /* the probabilities go to the f16 P x V product */

@@ -1,0 +1,293 @@
+/*
+ * bench_cuda.c — CUDA kernel benchmarks on the GPU machine (not a test; numbers go to
+ * docs/PERF.md with the command and commit).
+ *
+ *   bench_cuda [--dtypes f16,q8_0,q4_0,q4_k] [--layers 32] [--reps 20]
+ *
+ * 1. Device bandwidth: a device-to-device cudaMemcpy of 2 x 1 GiB (bytes read + written)
+ *    and a read-only streaming kernel over 4 GiB (cudaMemcpy cannot show read bandwidth);
+ *    the decode bound below uses the read kernel's figure.
+ * 2. Decode matmuls of a Llama-3-8B-shaped model (dim 4096, ffn 14336, 8 KV heads of
+ *    128, vocab 128256; `--layers` layers of q, k, v, o, gate, up, down + the LM head),
+ *    weights of each dtype resident on the device (random bytes; Q4_K_M-like: q4_K with
+ *    q6_K for v / down / LM head as llama.cpp's Q4_K_M mix), run through the kernels kiln
+ *    binds for them (cuda.gemv.matmul for t <= 8, cuda.cublas.matmul above): time per
+ *    step for t = 1, 4, 16, 64 tokens, the bytes read per token pass, and the share of
+ *    the bound (bound = read bandwidth / weight bytes). Matmuls only: attention, norms
+ *    and the rest of a step are not in these numbers (docs/CUDA.md says what ran end to
+ *    end).
+ * 3. Prefill matmuls: t = 512 through the cuBLAS path, tokens/s of the matmuls.
+ * Timing: CUDA events around `--reps` repetitions after 3 warm-ups; median of 5 such
+ * groups. The table is printed last.
+ */
+#include "format/dtype.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef KILN_HAVE_CUDA
+#include "kernels/cuda/cuda_kernels.h"
+
+#include <cuda_runtime_api.h>
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static int cmp_f(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* random bytes with sane f16 scales would need a kernel per type; the timing does not
+ * depend on values, but never time zeros: fill from a host xorshift buffer */
+static void fill_random(void *d, size_t n) {
+    const size_t chunk = (size_t)64 << 20;
+    uint8_t *h = malloc(chunk);
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < chunk; i += 8) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        /* keep f16 halves finite: clear the exponent's top bit of every 16-bit word */
+        uint64_t v = s & 0xbfffbfffbfffbfffull;
+        memcpy(h + i, &v, 8);
+    }
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t len = n - off < chunk ? n - off : chunk;
+        CK(cudaMemcpy((uint8_t *)d + off, h, len, cudaMemcpyHostToDevice));
+    }
+    free(h);
+}
+
+typedef struct mat {
+    uint32_t dt;
+    int64_t n, k;
+    size_t row_bytes;
+    void *w;
+} mat;
+
+static size_t row_bytes(uint32_t dt, int64_t k) {
+    const kiln_dtype_info *i = kiln_dtype_get(dt);
+    return (size_t)(k / i->block_size) * i->block_bytes;
+}
+
+static float time_ms(cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    return ms;
+}
+
+static const char *dt_label(uint32_t dt, int kmix) {
+    if (kmix) return "q4_k_m";
+    return kiln_dtype_get(dt)->name;
+}
+
+int main(int argc, char **argv) {
+    int layers = 32, reps = 20;
+    const char *dts = "f16,q8_0,q4_0,q4_k_m";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--layers") && i + 1 < argc)
+            layers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--dtypes") && i + 1 < argc)
+            dts = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench_cuda [--dtypes LIST] [--layers N] [--reps N]\n");
+            return 2;
+        }
+    }
+    char why[256];
+    int sm = 0;
+    if (kiln_cuda_probe(&sm, why, sizeof why) <= 0) {
+        printf("bench_cuda: no usable GPU: %s\n", why);
+        return 0;
+    }
+    struct cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, sm_%d, %d SMs, %.1f GiB\n", prop.name, sm, prop.multiProcessorCount,
+           (double)prop.totalGlobalMem / (1 << 30));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+
+    /* 1. bandwidth */
+    size_t bw_bytes = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    CK(cudaMalloc(&a, bw_bytes));
+    CK(cudaMalloc(&b, bw_bytes));
+    fill_random(a, bw_bytes);
+    float med[5];
+    for (int g = 0; g < 5; g++) {
+        CK(cudaMemcpyAsync(b, a, bw_bytes, cudaMemcpyDeviceToDevice, st));
+        CK(cudaEventRecord(e0, st));
+        for (int r = 0; r < 10; r++)
+            CK(cudaMemcpyAsync(b, a, bw_bytes, cudaMemcpyDeviceToDevice, st));
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        med[g] = time_ms(e0, e1) / 10;
+    }
+    qsort(med, 5, sizeof(float), cmp_f);
+    double copy_gbs = 2.0 * (double)bw_bytes / (med[2] * 1e-3) / 1e9;
+    CK(cudaFree(b));
+    size_t rd_bytes = (size_t)4 << 30;
+    CK(cudaFree(a));
+    CK(cudaMalloc(&a, rd_bytes));
+    fill_random(a, rd_bytes);
+    float *sink = NULL;
+    CK(cudaMalloc((void **)&sink, 4096 * sizeof(float)));
+    for (int g = 0; g < 5; g++) {
+        kiln_cuda_read_bandwidth(st, a, rd_bytes, sink);
+        CK(cudaEventRecord(e0, st));
+        for (int r = 0; r < 5; r++) kiln_cuda_read_bandwidth(st, a, rd_bytes, sink);
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        med[g] = time_ms(e0, e1) / 5;
+    }
+    qsort(med, 5, sizeof(float), cmp_f);
+    double read_gbs = (double)rd_bytes / (med[2] * 1e-3) / 1e9;
+    CK(cudaFree(a));
+    printf("bandwidth: d2d copy %.0f GB/s (read+write), read kernel %.0f GB/s\n", copy_gbs,
+           read_gbs);
+
+    /* 2./3. Llama-3-8B-shaped decode and prefill matmuls */
+    const int64_t E = 4096, FF = 14336, KV = 1024, V = 128256;
+    const int64_t tmax = 512;
+    float *x = NULL, *y = NULL;
+    CK(cudaMalloc((void **)&x, sizeof(float) * (size_t)(tmax * FF)));
+    CK(cudaMalloc((void **)&y, sizeof(float) * (size_t)(tmax * V)));
+    fill_random(x,
+                sizeof(float) * (size_t)(tmax * FF)); /* finite: f16 trick keeps f32 finite too */
+    size_t scratch_size = (size_t)(FF * E * 4) + (size_t)KILN_CUDA_BLAS_CHUNK * FF * 2 + (1u << 20);
+    size_t vscr = kiln_cuda_matmul_cublas_bytes(KILN_DTYPE_BF16, V, E); /* the largest */
+    if (vscr > scratch_size) scratch_size = vscr;
+    void *scratch = NULL;
+    CK(cudaMalloc(&scratch, scratch_size));
+    kiln_kctx kc = {.stream = st, .scratch = scratch, .scratch_size = scratch_size};
+
+    char out[4096];
+    int outn = snprintf(out, sizeof out,
+                        "| type | GB/token | t=1 ms | %% of bound | direct ms | tiled2 ms | t=4 "
+                        "tok/s | t=16 tok/s | t=64 "
+                        "tok/s | pp512 tok/s |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    char list[256];
+    snprintf(list, sizeof list, "%s", dts);
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        int kmix = !strcmp(tok, "q4_k_m");
+        uint32_t dt = 0;
+        if (kmix)
+            dt = KILN_DTYPE_Q4_K;
+        else {
+            kiln_dtype d;
+            if (!kiln_dtype_from_name(tok, &d)) {
+                fprintf(stderr, "unknown dtype %s\n", tok);
+                continue;
+            }
+            dt = (uint32_t)d;
+        }
+        const uint32_t dt6 = kmix ? KILN_DTYPE_Q6_K : dt;
+        /* per layer: q, k, v, o, gate, up, down; then the LM head */
+        const int64_t ns[7] = {E, KV, KV, E, FF, FF, E}, ks[7] = {E, E, E, E, E, E, FF};
+        const uint32_t dl[7] = {dt, dt, dt6, dt, dt, dt, dt6};
+        int nm = layers * 7 + 1;
+        mat *m = calloc((size_t)nm, sizeof *m);
+        size_t total = 0;
+        for (int l = 0; l < layers; l++)
+            for (int j = 0; j < 7; j++) {
+                mat *mm = &m[l * 7 + j];
+                mm->dt = dl[j], mm->n = ns[j], mm->k = ks[j];
+                mm->row_bytes = row_bytes(mm->dt, mm->k);
+                total += mm->row_bytes * (size_t)mm->n;
+            }
+        mat *lm = &m[nm - 1];
+        lm->dt = dt6, lm->n = V, lm->k = E, lm->row_bytes = row_bytes(dt6, E);
+        total += lm->row_bytes * (size_t)V;
+        size_t fr = 0, tot_mem = 0;
+        CK(cudaMemGetInfo(&fr, &tot_mem));
+        if (total + ((size_t)1 << 30) > fr) {
+            printf("%s: %.1f GB of weights do not fit (%.1f GB free); skipped\n", tok, total / 1e9,
+                   fr / 1e9);
+            free(m);
+            continue;
+        }
+        uint8_t *base = NULL;
+        CK(cudaMalloc((void **)&base, total));
+        fill_random(base, total);
+        size_t off = 0;
+        for (int i = 0; i < nm; i++) {
+            m[i].w = base + off;
+            off += m[i].row_bytes * (size_t)m[i].n;
+        }
+        /* t = 1 with each gemv variant (A/B), then 4, 16, 64, 512 with the default */
+        const int64_t tl[7] = {1, 1, 1, 4, 16, 64, 512};
+        const int kinds[7] = {1, 0, 2, 1, 1, 1, 1};
+        double ms_t[7];
+        for (int ti = 0; ti < 7; ti++) {
+            int64_t t = tl[ti];
+            kiln_cuda_gemv_variant(kinds[ti]);
+            kiln_matmul_fn fn =
+                t <= KILN_CUDA_GEMV_MAX_T ? kiln_cuda_matmul_gemv : kiln_cuda_matmul_cublas;
+            int rp = t >= 64 ? (reps + 3) / 4 : reps;
+            for (int g = 0; g < 5; g++) {
+                for (int r = -1; r < rp; r++) {
+                    if (r == 0) CK(cudaEventRecord(e0, st));
+                    for (int i = 0; i < nm; i++) {
+                        kiln_matmul_args ma = {.w = m[i].w,
+                                               .w_dtype = m[i].dt,
+                                               .w_row_bytes = m[i].row_bytes,
+                                               .n = m[i].n,
+                                               .k = m[i].k,
+                                               .x = x,
+                                               .x_stride = m[i].k,
+                                               .y = y,
+                                               .y_stride = m[i].n,
+                                               .t = t};
+                        kiln_status s2 = fn(&kc, &ma);
+                        if (s2) {
+                            fprintf(stderr, "%s t=%lld matmul %d: status %d\n", tok, (long long)t,
+                                    i, (int)s2);
+                            return 1;
+                        }
+                    }
+                }
+                CK(cudaEventRecord(e1, st));
+                CK(cudaEventSynchronize(e1));
+                med[g] = time_ms(e0, e1) / (float)rp;
+            }
+            qsort(med, 5, sizeof(float), cmp_f);
+            ms_t[ti] = med[2];
+            printf("%s t=%lld%s: %.3f ms per step (%.0f GB/s of weights)\n", tok, (long long)t,
+                   ti == 1   ? " (direct gemv)"
+                   : ti == 2 ? " (tiled, 2 groups/lane)"
+                             : "",
+                   med[2], total / (med[2] * 1e-3) / 1e9);
+            fflush(stdout);
+        }
+        const double bound_ms = total / (read_gbs * 1e9) * 1e3;
+        outn +=
+            snprintf(out + outn, sizeof out - (size_t)outn,
+                     "| %s | %.2f | %.3f | %.0f %% | %.3f | %.3f | %.0f | %.0f | %.0f | %.0f |\n",
+                     dt_label(dt, kmix), total / 1e9, ms_t[0], 100.0 * bound_ms / ms_t[0], ms_t[1],
+                     ms_t[2], 4 / (ms_t[3] * 1e-3), 16 / (ms_t[4] * 1e-3), 64 / (ms_t[5] * 1e-3),
+                     512 / (ms_t[6] * 1e-3));
+        CK(cudaFree(base));
+        free(m);
+    }
+    printf(
+        "\nLlama-3-8B-shaped matmuls (%d layers + LM head), bound = weights / %.0f GB/s read\n%s",
+        layers, read_gbs, out);
+    return 0;
+}
+#else
+int main(void) {
+    printf("bench_cuda: kiln was built without CUDA\n");
+    return 0;
+}
+#endif

@@ -1,0 +1,171 @@
+/*
+ * attention.cu — attention over the paged KV cache, block tables read in the kernel (no
+ * gather copy), for a flat list of query tokens from any number of sequences (varlen,
+ * no padding): causal, GQA, sliding window, logit softcap; f16 or f32 cache.
+ *
+ * One thread block per (query head, token); its ATT_WARPS warps split the attended
+ * positions (warp w takes p0 + w, p0 + w + ATT_WARPS, ...) and keep an online softmax
+ * each (running max, sum and the head_dim accumulator spread over the lanes, E =
+ * head_dim / 32 elements per lane); the warps' partial states are merged in shared
+ * memory at the end. Every (token, head) is computed alone, in a fixed order:
+ * deterministic and batch invariant. Long decode contexts get ATT_WARPS-way parallelism
+ * per head (split-K across blocks is the next step, docs/CUDA.md).
+ */
+#include "kernels/cuda/common.cuh"
+
+#include <math.h>
+
+#define ATT_WARPS 8
+
+template <int E, bool F16> __device__ __forceinline__ void load_row(const uint8_t *p, float v[E]) {
+    if constexpr (F16) {
+        const __half *h = (const __half *)p;
+        if constexpr (E % 8 == 0) {
+#pragma unroll
+            for (int i = 0; i < E; i += 8) {
+                uint4 u = *(const uint4 *)(h + i);
+                const __half2 *h2 = (const __half2 *)&u;
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    float2 f = __half22float2(h2[j]);
+                    v[i + 2 * j] = f.x, v[i + 2 * j + 1] = f.y;
+                }
+            }
+        } else if constexpr (E % 2 == 0) {
+#pragma unroll
+            for (int i = 0; i < E; i += 2) {
+                float2 f = __half22float2(*(const __half2 *)(h + i));
+                v[i] = f.x, v[i + 1] = f.y;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < E; i++) v[i] = __half2float(h[i]);
+        }
+    } else {
+        const float *f = (const float *)p;
+        if constexpr (E % 4 == 0) {
+#pragma unroll
+            for (int i = 0; i < E; i += 4) {
+                float4 u = *(const float4 *)(f + i);
+                v[i] = u.x, v[i + 1] = u.y, v[i + 2] = u.z, v[i + 3] = u.w;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < E; i++) v[i] = f[i];
+        }
+    }
+}
+
+template <int E, bool F16>
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    attn_kernel(kiln_kv_layer kv, const float *__restrict__ q, int64_t qs, float *out, int64_t os,
+                int n_head, const int32_t *__restrict__ tok_seq,
+                const int32_t *__restrict__ tok_pos, const kiln_kv_seq *__restrict__ seqs,
+                float scale, float softcap, int window) {
+    constexpr int HD = 32 * E;
+    const int h = blockIdx.x;
+    const int64_t t = blockIdx.y;
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const int group = n_head / kv.n_kv_head, kvh = h / group;
+    const int32_t pos = tok_pos[t];
+    const kiln_kv_seq s = seqs[tok_seq[t]];
+    float *o = out + t * os + (int64_t)h * HD + lane * E;
+    if (pos < 0 || pos / KILN_KV_BLOCK >= s.n_blocks) { /* validated by the engine */
+        if (wi == 0)
+#pragma unroll
+            for (int e = 0; e < E; e++) o[e] = 0.0f;
+        return;
+    }
+    const int32_t p0 = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+    const size_t elt = F16 ? 2 : 4;
+    const size_t head_off = ((size_t)kvh * HD + (size_t)lane * E) * elt;
+    const size_t slot_bytes = (size_t)kv.n_kv_head * HD * elt;
+    float qv[E], acc[E];
+    const float *qp = q + t * qs + (int64_t)h * HD + lane * E;
+#pragma unroll
+    for (int e = 0; e < E; e++) qv[e] = qp[e], acc[e] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    for (int32_t p = p0 + wi; p <= pos; p += ATT_WARPS) {
+        const int32_t b = s.block_table[p / KILN_KV_BLOCK];
+        const size_t off =
+            (size_t)b * kv.block_bytes + (size_t)(p % KILN_KV_BLOCK) * slot_bytes + head_off;
+        float kr[E], vr[E];
+        load_row<E, F16>((const uint8_t *)kv.k + off, kr);
+        load_row<E, F16>((const uint8_t *)kv.v + off, vr);
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++) d = fmaf(qv[e], kr[e], d);
+#pragma unroll
+        for (int x = 16; x > 0; x >>= 1) d += __shfl_xor_sync(0xffffffffu, d, x);
+        float sc = d * scale;
+        if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
+        const float mn = fmaxf(m, sc);
+        const float corr = expf(m - mn), pe = expf(sc - mn);
+        l = l * corr + pe;
+#pragma unroll
+        for (int e = 0; e < E; e++) acc[e] = fmaf(acc[e], corr, pe * vr[e]);
+        m = mn;
+    }
+    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS];
+    __shared__ float sacc[ATT_WARPS][HD];
+    if (lane == 0) sm[wi] = m, sl[wi] = l;
+#pragma unroll
+    for (int e = 0; e < E; e++) sacc[wi][lane * E + e] = acc[e];
+    __syncthreads();
+    if (wi == 0) {
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm[w]);
+        float L = 0.0f, r[E];
+#pragma unroll
+        for (int e = 0; e < E; e++) r[e] = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; w++) {
+            const float f = sl[w] > 0.0f ? expf(sm[w] - M) : 0.0f;
+            L += sl[w] * f;
+#pragma unroll
+            for (int e = 0; e < E; e++) r[e] = fmaf(sacc[w][lane * E + e], f, r[e]);
+        }
+        const float inv = 1.0f / L;
+#pragma unroll
+        for (int e = 0; e < E; e++) o[e] = r[e] * inv;
+    }
+}
+
+#define ATT_CASE(EE)                                                                               \
+    case EE:                                                                                       \
+        if (f16)                                                                                   \
+            attn_kernel<EE, true><<<grid, ATT_WARPS * 32, 0, s>>>(                                 \
+                a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->tok_seq,            \
+                a->tok_pos, a->seqs, a->scale, a->softcap, a->window);                             \
+        else                                                                                       \
+            attn_kernel<EE, false><<<grid, ATT_WARPS * 32, 0, s>>>(                                \
+                a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->tok_seq,            \
+                a->tok_pos, a->seqs, a->scale, a->softcap, a->window);                             \
+        break
+
+extern "C" kiln_status kiln_cuda_attention(const kiln_kctx *c, const kiln_attention_args *a) {
+    if (a->t <= 0) return KILN_OK;
+    const int hd = a->kv.head_dim;
+    if (hd % 32 || hd < 32 || hd > 256 || a->kv.n_kv_head <= 0 || a->n_head % a->kv.n_kv_head ||
+        a->t > 65535)
+        return KILN_ERR_INVALID_ARG;
+    if (a->kv.dtype != KILN_DTYPE_F16 && a->kv.dtype != KILN_DTYPE_F32) return KILN_ERR_UNSUPPORTED;
+    const bool f16 = a->kv.dtype == KILN_DTYPE_F16;
+    if (((uintptr_t)a->q & 15) || (a->q_stride & 3)) return KILN_ERR_INVALID_ARG;
+    dim3 grid((unsigned)a->n_head, (unsigned)a->t);
+    cudaStream_t s = KC_STREAM(c);
+    switch (hd / 32) {
+        ATT_CASE(1);
+        ATT_CASE(2);
+        ATT_CASE(3);
+        ATT_CASE(4);
+        ATT_CASE(5);
+        ATT_CASE(6);
+        ATT_CASE(7);
+        ATT_CASE(8);
+    default:
+        return KILN_ERR_INVALID_ARG;
+    }
+    return kc_launched();
+}

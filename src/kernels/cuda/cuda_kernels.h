@@ -1,0 +1,82 @@
+/*
+ * cuda_kernels.h — kiln's own CUDA kernels (src/kernels/cuda/ (one .cu per family)) and the cuBLAS
+ * prefill matmul, as kernel-ABI entry points (kernels/kernel.h) callable from C.
+ *
+ * Every pointer in the args (weights, activations, ids, positions, the kiln_kv_seq array
+ * and the block tables it points to, the KV cache) is DEVICE memory; kctx->stream is the
+ * cudaStream_t the kernel is launched on (NULL: the legacy default stream) and
+ * kctx->scratch is device memory of at least the spec's workspace bytes. The entry
+ * points only enqueue work: they never synchronize, never allocate, and return
+ * KILN_ERR_DEVICE when a launch (or cuBLAS) reports an error, KILN_ERR_INVALID_ARG for a
+ * shape they do not support (argument shapes are validated at bind; this is a guard),
+ * KILN_ERR_NOMEM when the scratch handed in is too small. Out-of-range ids / positions
+ * are skipped in the kernel (the engine validates them), never a fault.
+ *
+ * Numerics: f32 accumulation everywhere; rms_norm sums squares in f64 (as the ref);
+ * softmax online in f32; the prefill matmul rounds weights and activations to f16
+ * (cuBLAS, f32 accumulation) — f32 weights stay f32 (sgemm) and bf16 weights go through
+ * f32 (bf16 -> f16 would lose range). See docs/CUDA.md.
+ */
+#ifndef KILN_KERNELS_CUDA_KERNELS_H
+#define KILN_KERNELS_CUDA_KERNELS_H
+
+#include "kernels/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct kiln_sel_ctx;
+
+/* matmul.cu: GEMV / small-batch matmul, t <= KILN_CUDA_GEMV_MAX_T tokens per weight
+ * pass (more tokens: repeated passes), weights dequantized in registers. */
+#define KILN_CUDA_GEMV_MAX_T 8
+kiln_status kiln_cuda_matmul_gemv(const kiln_kctx *c, const kiln_matmul_args *a);
+/* LM head + argmax (logits into scratch through a->fn or the gemv, then a row argmax). */
+kiln_status kiln_cuda_matmul_argmax(const kiln_kctx *c, const kiln_matmul_argmax_args *a);
+size_t kiln_cuda_matmul_argmax_workspace(const struct kiln_sel_ctx *ctx);
+/* The members one after another (each with its own bound kernel), then the GLU. */
+kiln_status kiln_cuda_matmul_group(const kiln_kctx *c, const kiln_matmul_group_args *a);
+/* Benchmarks / tests: which gemv runs. 1 (default) = tiled (activations shared through
+ * shared memory by 8 rows, one 32-element group per lane per tile), 2 = tiled with two
+ * groups per lane in flight (t <= 4), 0 = direct (each warp reads x itself). Process-wide;
+ * not thread-safe against running kernels. */
+void kiln_cuda_gemv_variant(int kind);
+/* True for the weight dtypes the gemv / embed kernels read. */
+int kiln_cuda_weight_dtype_ok(uint32_t dtype);
+
+/* blas.cu: prefill matmul through cuBLAS (weights dequantized to f16 in scratch). */
+kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_matmul_args *a);
+size_t kiln_cuda_matmul_cublas_workspace(const struct kiln_sel_ctx *ctx);
+/* Rows of activations converted per cuBLAS call (the workspace holds this many). */
+#define KILN_CUDA_BLAS_CHUNK 512
+/* Scratch bytes the cuBLAS matmul needs for a weight of n x k and dtype. */
+size_t kiln_cuda_matmul_cublas_bytes(uint32_t w_dtype, int64_t n, int64_t k);
+
+/* ops.cu */
+kiln_status kiln_cuda_embed(const kiln_kctx *c, const kiln_embed_args *a);
+kiln_status kiln_cuda_rms_norm(const kiln_kctx *c, const kiln_rms_norm_args *a);
+kiln_status kiln_cuda_rope(const kiln_kctx *c, const kiln_rope_args *a);
+kiln_status kiln_cuda_kv_write(const kiln_kctx *c, const kiln_kv_write_args *a);
+kiln_status kiln_cuda_rope_kv(const kiln_kctx *c, const kiln_rope_kv_args *a);
+kiln_status kiln_cuda_glu(const kiln_kctx *c, const kiln_glu_args *a);
+kiln_status kiln_cuda_add(const kiln_kctx *c, const kiln_add_args *a);
+
+/* attention.cu: paged attention (block tables read in the kernel). head_dim a multiple
+ * of 32 up to 256. */
+kiln_status kiln_cuda_attention(const kiln_kctx *c, const kiln_attention_args *a);
+
+/* util.cu: a streaming read of `bytes` (a multiple of 16) from buf on the stream, the
+ * sum written to sink[0..1023] (device) so nothing is optimized away: the device's read
+ * bandwidth for `kiln doctor` and bench_cuda. */
+kiln_status kiln_cuda_read_bandwidth(void *stream, const void *buf, size_t bytes, float *sink);
+
+/* Device probe (prov_cuda.c): number of usable devices (compute capability >= 8.0),
+ * the first one's capability x10 in *sm; 0 and a reason in why otherwise. */
+int kiln_cuda_probe(int *sm, char *why, size_t why_size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_KERNELS_CUDA_KERNELS_H */

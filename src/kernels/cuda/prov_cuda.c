@@ -1,0 +1,212 @@
+/*
+ * prov_cuda.c — the "cuda" provider: kiln's own CUDA kernels (src/kernels/cuda/ (one .cu per
+ * family)) and the cuBLAS prefill matmul, one spec row each. Compiled only in a CUDA build (CMake
+ * globs this folder under KILN_CUDA).
+ *
+ * Availability: a device of compute capability >= 8.0 that the runtime can see
+ * (cudaGetDeviceCount / cudaGetDeviceProperties); otherwise the provider is listed as
+ * unavailable with the runtime's reason, never an error.
+ *
+ * Matmul selection: cuda.gemv.matmul (priority 80) serves buckets 1 and 2-8
+ * (max_tokens 8); cuda.cublas.matmul (70) the larger ones; cuda.gemv_any.matmul (30,
+ * the same gemv in passes of 8 tokens) is the batch-invariant choice for every bucket,
+ * for deterministic policies (cuBLAS tiles depend on t).
+ */
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/registry.h"
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+
+#define F32   KILN_DT(KILN_DTYPE_F32)
+#define KV_DT (KILN_DT(KILN_DTYPE_F32) | KILN_DT(KILN_DTYPE_F16))
+#define W_DT                                                                                       \
+    (KILN_DT_FLOATS | KILN_DT(KILN_DTYPE_Q4_0) | KILN_DT(KILN_DTYPE_Q4_1) |                        \
+     KILN_DT(KILN_DTYPE_Q5_0) | KILN_DT(KILN_DTYPE_Q5_1) | KILN_DT(KILN_DTYPE_Q8_0) |              \
+     KILN_DT(KILN_DTYPE_Q4_K) | KILN_DT(KILN_DTYPE_Q5_K) | KILN_DT(KILN_DTYPE_Q6_K))
+#define ALL_PROPS (KILN_KPROP_DETERMINISTIC | KILN_KPROP_BATCH_INVARIANT | KILN_KPROP_GRAPH_SAFE)
+#define ROPE_FEATS                                                                                 \
+    (KILN_KFEAT_ROPE_NEOX | KILN_KFEAT_ROPE_YARN | KILN_KFEAT_ROPE_FREQS | KILN_KFEAT_PARTIAL_ROT)
+#define ATTN_FEATS                                                                                 \
+    (KILN_KFEAT_GQA | KILN_KFEAT_SLIDING_WINDOW | KILN_KFEAT_SOFTCAP | KILN_KFEAT_PAGED_KV |       \
+     KILN_KFEAT_CAUSAL)
+
+#define CUDA_SPEC .provider = "cuda", .platform = KILN_PLATFORM_CUDA, .sm_min = 80
+
+static const kiln_kernel_spec cuda_specs[] = {
+    {.id = "cuda.gemv.matmul",
+     .op = KILN_KOP_MATMUL,
+     CUDA_SPEC,
+     .w_dtypes = W_DT,
+     .act_dtypes = F32,
+     .k_multiple = 32,
+     .max_tokens = KILN_CUDA_GEMV_MAX_T,
+     .features = KILN_KFEAT_BIAS,
+     .props = ALL_PROPS,
+     .priority = 80,
+     .fn.matmul = kiln_cuda_matmul_gemv,
+     .summary = "warp per row, dequantize in registers, 1-8 tokens per weight pass"},
+    {.id = "cuda.cublas.matmul",
+     .op = KILN_KOP_MATMUL,
+     CUDA_SPEC,
+     .w_dtypes = W_DT,
+     .act_dtypes = F32,
+     .k_multiple = 32,
+     .good_tokens = 16,
+     .features = KILN_KFEAT_BIAS,
+     .props = KILN_KPROP_DETERMINISTIC,
+     .workspace = kiln_cuda_matmul_cublas_workspace,
+     .priority = 70,
+     .fn.matmul = kiln_cuda_matmul_cublas,
+     .summary = "weights dequantized to f16 + cublasGemmEx (f32 accumulate); f32/bf16: sgemm"},
+    {.id = "cuda.gemv_any.matmul",
+     .op = KILN_KOP_MATMUL,
+     CUDA_SPEC,
+     .w_dtypes = W_DT,
+     .act_dtypes = F32,
+     .k_multiple = 32,
+     .features = KILN_KFEAT_BIAS,
+     .props = ALL_PROPS,
+     .priority = 30,
+     .fn.matmul = kiln_cuda_matmul_gemv,
+     .summary = "the gemv in passes of 8 tokens (batch invariant at any size)"},
+    {.id = "cuda.embed",
+     .op = KILN_KOP_EMBED,
+     CUDA_SPEC,
+     .w_dtypes = W_DT,
+     .act_dtypes = F32,
+     .k_multiple = 32,
+     .max_tokens = 65535,
+     .props = ALL_PROPS,
+     .priority = 80,
+     .fn.embed = kiln_cuda_embed,
+     .summary = "row lookup, dequantized in registers"},
+    {.id = "cuda.rms_norm",
+     .op = KILN_KOP_RMS_NORM,
+     CUDA_SPEC,
+     .w_dtypes = F32,
+     .act_dtypes = F32,
+     .features = KILN_KFEAT_RESIDUAL,
+     .props = ALL_PROPS,
+     .priority = 80,
+     .fn.rms_norm = kiln_cuda_rms_norm,
+     .summary = "block per row, f64 sum of squares, fused residual add"},
+    {.id = "cuda.rope",
+     .op = KILN_KOP_ROPE,
+     CUDA_SPEC,
+     .act_dtypes = F32,
+     .features = ROPE_FEATS,
+     .props = ALL_PROPS,
+     .priority = 80,
+     .fn.rope = kiln_cuda_rope,
+     .summary = "ggml angle recurrence, both pairings, YaRN"},
+    {.id = "cuda.kv_write",
+     .op = KILN_KOP_KV_WRITE,
+     CUDA_SPEC,
+     .act_dtypes = F32,
+     .kv_dtypes = KV_DT,
+     .features = KILN_KFEAT_PAGED_KV,
+     .props = ALL_PROPS,
+     .priority = 80,
+     .fn.kv_write = kiln_cuda_kv_write,
+     .summary = "block table read in the kernel; f16 or f32 cache"},
+    {.id = "cuda.attention",
+     .op = KILN_KOP_ATTENTION,
+     CUDA_SPEC,
+     .act_dtypes = F32,
+     .kv_dtypes = KV_DT,
+     .head_dim_min = 32,
+     .head_dim_max = 256,
+     .head_dim_multiple = 32,
+     .max_tokens = 65535,
+     .features = ATTN_FEATS,
+     .props = ALL_PROPS,
+     .priority = 80,
+     .fn.attention = kiln_cuda_attention,
+     .summary = "paged, varlen, online softmax: block per (head, token), 8 warps split keys"},
+    {.id = "cuda.glu",
+     .op = KILN_KOP_GLU,
+     CUDA_SPEC,
+     .act_dtypes = F32,
+     .features = KILN_KFEAT_GEGLU,
+     .max_tokens = 65535,
+     .props = ALL_PROPS,
+     .priority = 80,
+     .fn.glu = kiln_cuda_glu,
+     .summary = "elementwise SwiGLU / GeGLU (tanh, erf)"},
+    {.id = "cuda.add",
+     .op = KILN_KOP_ADD,
+     CUDA_SPEC,
+     .act_dtypes = F32,
+     .max_tokens = 65535,
+     .props = ALL_PROPS,
+     .priority = 80,
+     .fn.add = kiln_cuda_add,
+     .summary = "elementwise"},
+    {.id = "cuda.matmul_group",
+     .op = KILN_KOP_MATMUL_GROUP,
+     CUDA_SPEC,
+     .w_dtypes = W_DT,
+     .act_dtypes = F32,
+     .features = KILN_KFEAT_BIAS | KILN_KFEAT_GEGLU,
+     .props = ALL_PROPS,
+     .priority = 80,
+     .fn.matmul_group = kiln_cuda_matmul_group,
+     .summary = "each member's own kernel on the stream, then the glu kernel"},
+    {.id = "cuda.rope_kv",
+     .op = KILN_KOP_ROPE_KV,
+     CUDA_SPEC,
+     .act_dtypes = F32,
+     .kv_dtypes = KV_DT,
+     .features = ROPE_FEATS | KILN_KFEAT_PAGED_KV,
+     .props = ALL_PROPS,
+     .priority = 80,
+     .fn.rope_kv = kiln_cuda_rope_kv,
+     .summary = "cuda.rope on q and k, then cuda.kv_write"},
+    {.id = "cuda.matmul_argmax",
+     .op = KILN_KOP_MATMUL_ARGMAX,
+     CUDA_SPEC,
+     .w_dtypes = W_DT,
+     .act_dtypes = F32,
+     .props = KILN_KPROP_DETERMINISTIC | KILN_KPROP_BATCH_INVARIANT,
+     .workspace = kiln_cuda_matmul_argmax_workspace,
+     .priority = 80,
+     .fn.matmul_argmax = kiln_cuda_matmul_argmax,
+     .summary = "logits of 64 rows at a time into scratch, softcap, block argmax"},
+};
+
+int kiln_cuda_probe(int *sm, char *why, size_t why_size) {
+    int n = 0, usable = 0, first = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        if (why) snprintf(why, why_size, "no CUDA device: %s", cudaGetErrorString(e));
+        cudaGetLastError();
+        return 0;
+    }
+    for (int d = 0; d < n; d++) {
+        struct cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, d) != cudaSuccess) continue;
+        if (p.major < 8) continue;
+        if (!usable) first = p.major * 10 + p.minor;
+        usable++;
+    }
+    if (!usable) {
+        if (why) snprintf(why, why_size, "%d CUDA device(s), none of compute capability >= 8.0", n);
+        return 0;
+    }
+    if (sm) *sm = first;
+    return usable;
+}
+
+static bool cuda_probe(char *why, size_t why_size) {
+    return kiln_cuda_probe(NULL, why, why_size) > 0;
+}
+
+const kiln_provider kiln_provider_cuda = {
+    .name = "cuda",
+    .summary = "kiln's CUDA kernels and the cuBLAS prefill matmul (sm_80+)",
+    .specs = cuda_specs,
+    .n_specs = (int)(sizeof cuda_specs / sizeof cuda_specs[0]),
+    .probe = cuda_probe,
+    .fallback = false,
+};

@@ -1,0 +1,660 @@
+/*
+ * test_cuda_kernels.c — every CUDA kernel (src/kernels/cuda/) against the ref kernel of
+ * its op on random data over many shapes: ragged n, k; t = 1..8 and prefill sizes;
+ * every weight dtype; GQA ratios 1-8; head dims 32-256; windows; softcap; f16 and f32
+ * KV; sequences of several lengths in one flat token list with shuffled block tables.
+ * Device outputs are poisoned (0xFF bytes = NaN) before every call, so an unwritten
+ * element fails the comparison.
+ *
+ * Metric: ||out - ref|| / ||ref|| (L2 over the whole output). Tolerances by path:
+ *  - f32 arithmetic on the same inputs (gemv all dtypes, f32/bf16 weights through sgemm,
+ *    norms, rope, glu, add, embed, attention): 2e-5 — only summation order and 1-ulp
+ *    differences of expf/tanhf/sinf/cosf between the device and glibc differ;
+ *  - the cuBLAS path for f16/quantized weights (weights and activations rounded to f16,
+ *    relative rounding 2^-11 each): 2e-3;
+ *  - the KV cache after kv_write / rope_kv: f32 cache 2e-6, f16 cache 1e-3 (one f16
+ *    rounding of the same f32 value, a 1-ulp rope difference can flip it).
+ * Argmax: the ids equal the ref's except where the two candidates' ref logits are within
+ * 1e-5 relative of each other (a near tie that summation order may break either way).
+ *
+ * Skips (exit 77, CTest SKIP_RETURN_CODE) with the reason when no usable GPU is present.
+ */
+#include "testutil.h"
+
+#include "base/mem.h"
+#include "format/dtype.h"
+#include "format/quants.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/ref/ref.h"
+#include "kernels/ref/ref_fused.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kt_rng rng;
+static kiln_kctx kc; /* stream NULL, scratch: a device buffer */
+#define SCRATCH_BYTES ((size_t)64 << 20)
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(e_));                  \
+    } while (0)
+
+static void *dup_dev(const void *h, size_t n) {
+    void *d = NULL;
+    CK(cudaMalloc(&d, n ? n : 16));
+    if (n) CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+static void *poisoned(size_t n) {
+    void *d = NULL;
+    CK(cudaMalloc(&d, n ? n : 16));
+    CK(cudaMemset(d, 0xFF, n ? n : 16));
+    return d;
+}
+static void get(void *h, const void *d, size_t n) {
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+}
+
+/* ||a - b|| / ||b|| over n floats with strides; NaN -> inf */
+static double relerr(const float *a, const float *b, int64_t rows, int64_t n, int64_t as,
+                     int64_t bs) {
+    double num = 0, den = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < n; i++) {
+            double x = a[r * as + i], y = b[r * bs + i];
+            if (isnan(x) || isinf(x)) return INFINITY;
+            num += (x - y) * (x - y);
+            den += y * y;
+        }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+#define CHECK_ERR(what, e, tol)                                                                    \
+    do {                                                                                           \
+        double e__ = (e);                                                                          \
+        if (!(e__ <= (tol))) fail_msg("%s: rel err %.3g > %.3g", what, e__, (double)(tol));        \
+    } while (0)
+
+/* ---- matmul ---- */
+
+static const uint32_t all_dt[] = {KILN_DTYPE_F32,  KILN_DTYPE_F16,  KILN_DTYPE_BF16,
+                                  KILN_DTYPE_Q8_0, KILN_DTYPE_Q4_0, KILN_DTYPE_Q4_1,
+                                  KILN_DTYPE_Q5_0, KILN_DTYPE_Q5_1, KILN_DTYPE_Q4_K,
+                                  KILN_DTYPE_Q5_K, KILN_DTYPE_Q6_K};
+#define N_DT ((int)(sizeof all_dt / sizeof all_dt[0]))
+
+typedef struct mm_case {
+    int64_t n, k, t;
+} mm_case;
+
+static void one_matmul(uint32_t dt, int64_t n, int64_t k, int64_t t, bool bias, bool blas) {
+    const kiln_dtype_info *info = kiln_dtype_get(dt);
+    const size_t rb = (size_t)(k / info->block_size) * info->block_bytes;
+    uint8_t *w = malloc((size_t)n * rb);
+    const int64_t xs = k + 4, ys = n + 3; /* strided rows (x stride keeps 16-byte alignment) */
+    float *x = malloc(sizeof(float) * (size_t)(t * xs));
+    float *y = malloc(sizeof(float) * (size_t)(t * ys)),
+          *yr = malloc(sizeof(float) * (size_t)(t * ys));
+    float *b = malloc(sizeof(float) * (size_t)n);
+    assert_non_null(w);
+    kt_fill_weights(&rng, dt, w, n, k, rb);
+    kt_fill_normal(&rng, x, (size_t)(t * xs), 1.0f);
+    kt_fill_normal(&rng, b, (size_t)n, 0.5f);
+    kiln_matmul_args a = {.w = w,
+                          .w_dtype = dt,
+                          .w_row_bytes = rb,
+                          .n = n,
+                          .k = k,
+                          .x = x,
+                          .x_stride = xs,
+                          .y = yr,
+                          .y_stride = ys,
+                          .t = t,
+                          .bias = bias ? b : NULL};
+    assert_int_equal(kiln_ref_matmul(NULL, &a), KILN_OK);
+    a.w = dup_dev(w, (size_t)n * rb);
+    a.x = dup_dev(x, sizeof(float) * (size_t)(t * xs));
+    a.y = poisoned(sizeof(float) * (size_t)(t * ys));
+    a.bias = bias ? dup_dev(b, sizeof(float) * (size_t)n) : NULL;
+    kiln_status st = blas ? kiln_cuda_matmul_cublas(&kc, &a) : kiln_cuda_matmul_gemv(&kc, &a);
+    if (st)
+        fail_msg("%s %s n=%lld k=%lld t=%lld: status %d", blas ? "cublas" : "gemv", info->name,
+                 (long long)n, (long long)k, (long long)t, (int)st);
+    get(y, a.y, sizeof(float) * (size_t)(t * ys));
+    double tol = (blas && dt != KILN_DTYPE_F32 && dt != KILN_DTYPE_BF16) ? 2e-3 : 2e-5;
+    char what[128];
+    snprintf(what, sizeof what, "%s %s n=%lld k=%lld t=%lld%s", blas ? "cublas" : "gemv",
+             info->name, (long long)n, (long long)k, (long long)t, bias ? " bias" : "");
+    CHECK_ERR(what, relerr(y, yr, t, n, ys, ys), tol);
+    cudaFree((void *)a.w), cudaFree((void *)a.x), cudaFree(a.y), cudaFree((void *)a.bias);
+    free(w), free(x), free(y), free(yr), free(b);
+}
+
+static void test_matmul_gemv(void **state) {
+    (void)state;
+    static const mm_case cs[] = {{1, 256, 1},   {37, 256, 1},  {300, 512, 2},  {129, 768, 3},
+                                 {64, 1280, 4}, {33, 256, 5},  {257, 512, 7},  {1000, 1024, 8},
+                                 {71, 512, 11}, {96, 2816, 1}, {4096, 256, 1}, {5, 4096, 8}};
+    for (int kind = 0; kind < 3; kind++) {
+        kiln_cuda_gemv_variant(kind);
+        for (int d = 0; d < N_DT; d++)
+            for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+                one_matmul(all_dt[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, false);
+    }
+    kiln_cuda_gemv_variant(1);
+}
+
+static void test_matmul_cublas(void **state) {
+    (void)state;
+    static const mm_case cs[] = {{37, 256, 9}, {300, 512, 64}, {129, 768, 100}, {64, 256, 600}};
+    for (int d = 0; d < N_DT; d++)
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+            one_matmul(all_dt[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, true);
+}
+
+static void test_matmul_argmax(void **state) {
+    (void)state;
+    const uint32_t dts[] = {KILN_DTYPE_F16, KILN_DTYPE_Q8_0, KILN_DTYPE_Q6_K, KILN_DTYPE_Q4_K};
+    for (int d = 0; d < 4; d++)
+        for (int c = 0; c < 3; c++) {
+            const int64_t n = 1000 + 333 * c, k = 512, t = 1 + 5 * c, lim = n - 7 * c;
+            const float softcap = c == 1 ? 30.0f : 0.0f;
+            const uint32_t dt = dts[d];
+            const kiln_dtype_info *info = kiln_dtype_get(dt);
+            const size_t rb = (size_t)(k / info->block_size) * info->block_bytes;
+            uint8_t *w = malloc((size_t)n * rb);
+            float *x = malloc(sizeof(float) * (size_t)(t * k));
+            float *lg = malloc(sizeof(float) * (size_t)(t * n));
+            kt_fill_weights(&rng, dt, w, n, k, rb);
+            kt_fill_normal(&rng, x, (size_t)(t * k), 1.0f);
+            kiln_matmul_args m = {.w = w,
+                                  .w_dtype = dt,
+                                  .w_row_bytes = rb,
+                                  .n = n,
+                                  .k = k,
+                                  .x = x,
+                                  .x_stride = k,
+                                  .y = lg,
+                                  .y_stride = n,
+                                  .t = t};
+            assert_int_equal(kiln_ref_matmul(NULL, &m), KILN_OK);
+            m.w = dup_dev(w, (size_t)n * rb);
+            m.x = dup_dev(x, sizeof(float) * (size_t)(t * k));
+            int32_t *ids_d = poisoned(sizeof(int32_t) * (size_t)t);
+            kiln_matmul_argmax_args a = {.mm = m,
+                                         .fn = kiln_cuda_matmul_gemv,
+                                         .n_limit = lim,
+                                         .softcap = softcap,
+                                         .ids = ids_d};
+            assert_int_equal(kiln_cuda_matmul_argmax(&kc, &a), KILN_OK);
+            int32_t ids[16];
+            get(ids, ids_d, sizeof(int32_t) * (size_t)t);
+            for (int64_t r = 0; r < t; r++) {
+                const float *row = lg + r * n;
+                int64_t best = 0;
+                for (int64_t i = 1; i < lim; i++)
+                    if (row[i] > row[best]) best = i;
+                if (ids[r] != best) {
+                    if (ids[r] < 0 || ids[r] >= lim)
+                        fail_msg("argmax row %lld: id %d", (long long)r, ids[r]);
+                    double gap = fabs((double)row[ids[r]] - row[best]);
+                    if (gap > 1e-5 * fabs(row[best]))
+                        fail_msg("argmax %s row %lld: %d vs ref %lld (gap %g)", info->name,
+                                 (long long)r, ids[r], (long long)best, gap);
+                }
+            }
+            cudaFree((void *)m.w), cudaFree((void *)m.x), cudaFree(ids_d);
+            free(w), free(x), free(lg);
+        }
+}
+
+/* ---- elementwise and row ops ---- */
+
+static void test_rms_norm(void **state) {
+    (void)state;
+    const int64_t ns[] = {64, 256, 640, 2304, 4096, 33};
+    for (int c = 0; c < 6; c++)
+        for (int res = 0; res < 2; res++) {
+            const int64_t n = ns[c], rows = 1 + 7 * c, st = n + 8;
+            float *x = malloc(sizeof(float) * (size_t)(rows * st)),
+                  *r = malloc(sizeof(float) * (size_t)(rows * st));
+            float *w = malloc(sizeof(float) * (size_t)n),
+                  *y = malloc(sizeof(float) * (size_t)(rows * st));
+            float *xo = malloc(sizeof(float) * (size_t)(rows * st)),
+                  *yo = malloc(sizeof(float) * (size_t)(rows * st));
+            kt_fill_normal(&rng, x, (size_t)(rows * st), 2.0f);
+            kt_fill_normal(&rng, r, (size_t)(rows * st), 1.0f);
+            kt_fill_normal(&rng, w, (size_t)n, 0.3f);
+            float *xd = dup_dev(x, sizeof(float) * (size_t)(rows * st));
+            kiln_rms_norm_args a = {.x = x,
+                                    .r = res ? r : NULL,
+                                    .y = y,
+                                    .w = w,
+                                    .w_offset = c % 2 ? 1.0f : 0.0f,
+                                    .rows = rows,
+                                    .n = n,
+                                    .x_stride = st,
+                                    .r_stride = st,
+                                    .y_stride = st,
+                                    .eps = 1e-6f};
+            assert_int_equal(kiln_ref_rms_norm(NULL, &a), KILN_OK);
+            a.x = xd;
+            a.r = res ? dup_dev(r, sizeof(float) * (size_t)(rows * st)) : NULL;
+            a.w = dup_dev(w, sizeof(float) * (size_t)n);
+            a.y = poisoned(sizeof(float) * (size_t)(rows * st));
+            assert_int_equal(kiln_cuda_rms_norm(&kc, &a), KILN_OK);
+            get(yo, a.y, sizeof(float) * (size_t)(rows * st));
+            get(xo, xd, sizeof(float) * (size_t)(rows * st));
+            CHECK_ERR("rms_norm y", relerr(yo, y, rows, n, st, st), 2e-5);
+            CHECK_ERR("rms_norm x (+residual)", relerr(xo, x, rows, n, st, st), 1e-7);
+            cudaFree(xd), cudaFree((void *)a.r), cudaFree((void *)a.w), cudaFree(a.y);
+            free(x), free(r), free(w), free(y), free(xo), free(yo);
+        }
+}
+
+static void test_rope(void **state) {
+    (void)state;
+    for (int c = 0; c < 8; c++) {
+        const int32_t hd = c % 2 ? 128 : 64, nh = 1 + c, nrot = c == 3 ? hd / 2 : hd;
+        const int64_t rows = 5 + c, xs = (int64_t)nh * hd + 4;
+        float *x = malloc(sizeof(float) * (size_t)(rows * xs)),
+              *xo = malloc(sizeof(float) * (size_t)(rows * xs));
+        int32_t pos[16];
+        float ff[128];
+        for (int64_t r = 0; r < rows; r++) pos[r] = (int32_t)(kt_rng_u64(&rng) % 5000);
+        for (int i = 0; i < nrot / 2; i++) ff[i] = kt_rng_uniform(&rng, 1.0f, 8.0f);
+        kt_fill_normal(&rng, x, (size_t)(rows * xs), 1.0f);
+        float *xd = dup_dev(x, sizeof(float) * (size_t)(rows * xs));
+        kiln_rope_args a = {.x = x,
+                            .rows = rows,
+                            .x_stride = xs,
+                            .n_head = nh,
+                            .head_dim = hd,
+                            .n_rot = nrot,
+                            .pos = pos,
+                            .mode = c % 3 ? KILN_ROPE_NEOX : KILN_ROPE_NORM,
+                            .base = c == 5 ? 1000000.0f : 10000.0f,
+                            .freq_scale = c == 6 ? 0.25f : 1.0f,
+                            .freq_factors = c == 4 ? ff : NULL,
+                            .ext_factor = c == 6 ? 1.0f : 0.0f,
+                            .attn_factor = 1.0f,
+                            .beta_fast = 32.0f,
+                            .beta_slow = 1.0f,
+                            .n_ctx_orig = 4096};
+        assert_int_equal(kiln_ref_rope(NULL, &a), KILN_OK);
+        a.x = xd;
+        a.pos = dup_dev(pos, sizeof(int32_t) * (size_t)rows);
+        a.freq_factors = c == 4 ? dup_dev(ff, sizeof(float) * (size_t)(nrot / 2)) : NULL;
+        assert_int_equal(kiln_cuda_rope(&kc, &a), KILN_OK);
+        get(xo, xd, sizeof(float) * (size_t)(rows * xs));
+        char what[64];
+        snprintf(what, sizeof what, "rope case %d", c);
+        CHECK_ERR(what, relerr(xo, x, rows, xs, xs, xs), 2e-5);
+        cudaFree(xd), cudaFree((void *)a.pos), cudaFree((void *)a.freq_factors);
+        free(x), free(xo);
+    }
+}
+
+static void test_glu_add(void **state) {
+    (void)state;
+    for (int act = 0; act < 3; act++) {
+        const int64_t t = 3 + act, n = 1000 + 37 * act, st = n + 5;
+        float *g = malloc(sizeof(float) * (size_t)(t * st)),
+              *u = malloc(sizeof(float) * (size_t)(t * st));
+        float *y = malloc(sizeof(float) * (size_t)(t * st)),
+              *yo = malloc(sizeof(float) * (size_t)(t * st));
+        kt_fill_normal(&rng, g, (size_t)(t * st), 3.0f);
+        kt_fill_normal(&rng, u, (size_t)(t * st), 1.0f);
+        kiln_glu_args a = {.gate = g,
+                           .up = u,
+                           .y = y,
+                           .t = t,
+                           .n = n,
+                           .gate_stride = st,
+                           .up_stride = st,
+                           .y_stride = st,
+                           .act = (kiln_glu_act)act};
+        assert_int_equal(kiln_ref_glu(NULL, &a), KILN_OK);
+        a.gate = dup_dev(g, sizeof(float) * (size_t)(t * st));
+        a.up = dup_dev(u, sizeof(float) * (size_t)(t * st));
+        a.y = poisoned(sizeof(float) * (size_t)(t * st));
+        assert_int_equal(kiln_cuda_glu(&kc, &a), KILN_OK);
+        get(yo, a.y, sizeof(float) * (size_t)(t * st));
+        CHECK_ERR("glu", relerr(yo, y, t, n, st, st), 2e-5);
+        kiln_add_args b = {
+            .a = g, .b = u, .y = y, .t = t, .n = n, .a_stride = st, .b_stride = st, .y_stride = st};
+        assert_int_equal(kiln_ref_add(NULL, &b), KILN_OK);
+        b.a = a.gate, b.b = a.up;
+        CK(cudaMemset(a.y, 0xFF, sizeof(float) * (size_t)(t * st)));
+        b.y = a.y;
+        assert_int_equal(kiln_cuda_add(&kc, &b), KILN_OK);
+        get(yo, a.y, sizeof(float) * (size_t)(t * st));
+        CHECK_ERR("add", relerr(yo, y, t, n, st, st), 1e-7);
+        cudaFree((void *)a.gate), cudaFree((void *)a.up), cudaFree(a.y);
+        free(g), free(u), free(y), free(yo);
+    }
+}
+
+static void test_embed(void **state) {
+    (void)state;
+    for (int d = 0; d < N_DT; d++) {
+        const uint32_t dt = all_dt[d];
+        const kiln_dtype_info *info = kiln_dtype_get(dt);
+        const int64_t nv = 300, dim = 512, t = 9, ys = dim + 4;
+        const size_t rb = (size_t)(dim / info->block_size) * info->block_bytes;
+        uint8_t *w = malloc((size_t)nv * rb);
+        float *y = malloc(sizeof(float) * (size_t)(t * ys)),
+              *yo = malloc(sizeof(float) * (size_t)(t * ys));
+        int32_t ids[9];
+        kt_fill_weights(&rng, dt, w, nv, dim, rb);
+        for (int i = 0; i < t; i++) ids[i] = (int32_t)(kt_rng_u64(&rng) % nv);
+        kiln_embed_args a = {.w = w,
+                             .w_dtype = dt,
+                             .w_row_bytes = rb,
+                             .n_vocab = nv,
+                             .dim = dim,
+                             .ids = ids,
+                             .t = t,
+                             .y = y,
+                             .y_stride = ys,
+                             .scale = d % 2 ? 22.6f : 1.0f};
+        assert_int_equal(kiln_ref_embed(NULL, &a), KILN_OK);
+        a.w = dup_dev(w, (size_t)nv * rb);
+        a.ids = dup_dev(ids, sizeof ids);
+        a.y = poisoned(sizeof(float) * (size_t)(t * ys));
+        assert_int_equal(kiln_cuda_embed(&kc, &a), KILN_OK);
+        get(yo, a.y, sizeof(float) * (size_t)(t * ys));
+        CHECK_ERR(info->name, relerr(yo, y, t, dim, ys, ys), 1e-7);
+        cudaFree((void *)a.w), cudaFree((void *)a.ids), cudaFree(a.y);
+        free(w), free(y), free(yo);
+    }
+}
+
+/* ---- paged KV: kv_write, rope_kv, attention ---- */
+
+typedef struct kv_fixture {
+    int n_seq, n_kv_head, head_dim, n_blocks;
+    uint32_t dtype;
+    size_t block_bytes, cache_bytes;
+    uint8_t *k, *v;  /* host cache */
+    void *kd, *vd;   /* device cache */
+    int32_t *tables; /* [n_seq][max_blocks] host */
+    int max_blocks;
+    int32_t len[8];      /* tokens cached per sequence */
+    kiln_kv_seq seqs[8]; /* host view */
+    kiln_kv_seq *seqs_d; /* device array (device tables) */
+    int32_t *tables_d;
+} kv_fixture;
+
+static void kv_setup(kv_fixture *f, int n_seq, int nkv, int hd, uint32_t dt, const int32_t *len) {
+    memset(f, 0, sizeof *f);
+    f->n_seq = n_seq, f->n_kv_head = nkv, f->head_dim = hd, f->dtype = dt;
+    size_t elt = dt == KILN_DTYPE_F16 ? 2 : 4;
+    f->block_bytes = (size_t)KILN_KV_BLOCK * nkv * hd * elt;
+    int total = 0;
+    for (int s = 0; s < n_seq; s++) {
+        f->len[s] = len[s];
+        int nb = (len[s] + KILN_KV_BLOCK - 1) / KILN_KV_BLOCK;
+        if (nb > f->max_blocks) f->max_blocks = nb;
+        total += nb;
+    }
+    f->n_blocks = total + 3;
+    f->cache_bytes = f->block_bytes * (size_t)f->n_blocks;
+    f->k = malloc(f->cache_bytes), f->v = malloc(f->cache_bytes);
+    /* random f32 values or f16 halves, every block (unused ones too) */
+    for (size_t i = 0; i < f->cache_bytes / elt; i++) {
+        float a = kt_rng_normal(&rng), b = kt_rng_normal(&rng);
+        if (dt == KILN_DTYPE_F16) {
+            ((uint16_t *)(void *)f->k)[i] = kiln_f32_to_fp16(a);
+            ((uint16_t *)(void *)f->v)[i] = kiln_f32_to_fp16(b);
+        } else {
+            ((float *)(void *)f->k)[i] = a;
+            ((float *)(void *)f->v)[i] = b;
+        }
+    }
+    /* a shuffled permutation of physical blocks */
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)f->n_blocks);
+    for (int i = 0; i < f->n_blocks; i++) perm[i] = i;
+    for (int i = f->n_blocks - 1; i > 0; i--) {
+        int j = (int)(kt_rng_u64(&rng) % (uint64_t)(i + 1));
+        int32_t tmp = perm[i];
+        perm[i] = perm[j], perm[j] = tmp;
+    }
+    f->tables = calloc((size_t)(n_seq * f->max_blocks), sizeof(int32_t));
+    int next = 0;
+    for (int s = 0; s < n_seq; s++) {
+        int nb = (len[s] + KILN_KV_BLOCK - 1) / KILN_KV_BLOCK;
+        for (int b = 0; b < nb; b++) f->tables[s * f->max_blocks + b] = perm[next++];
+        f->seqs[s].block_table = f->tables + s * f->max_blocks;
+        f->seqs[s].n_blocks = nb;
+    }
+    free(perm);
+    f->kd = dup_dev(f->k, f->cache_bytes);
+    f->vd = dup_dev(f->v, f->cache_bytes);
+    f->tables_d = dup_dev(f->tables, sizeof(int32_t) * (size_t)(n_seq * f->max_blocks));
+    kiln_kv_seq ds[8];
+    for (int s = 0; s < n_seq; s++) {
+        ds[s].block_table = f->tables_d + s * f->max_blocks;
+        ds[s].n_blocks = f->seqs[s].n_blocks;
+    }
+    f->seqs_d = dup_dev(ds, sizeof(kiln_kv_seq) * (size_t)n_seq);
+}
+
+static void kv_free(kv_fixture *f) {
+    cudaFree(f->kd), cudaFree(f->vd), cudaFree(f->tables_d), cudaFree(f->seqs_d);
+    free(f->k), free(f->v), free(f->tables);
+}
+
+static kiln_kv_layer kv_host(kv_fixture *f) {
+    return (kiln_kv_layer){.k = f->k,
+                           .v = f->v,
+                           .dtype = f->dtype,
+                           .n_kv_head = f->n_kv_head,
+                           .head_dim = f->head_dim,
+                           .block_bytes = f->block_bytes};
+}
+static kiln_kv_layer kv_dev(kv_fixture *f) {
+    kiln_kv_layer l = kv_host(f);
+    l.k = f->kd, l.v = f->vd;
+    return l;
+}
+
+/* compares the device cache with the host one, as floats */
+static double cache_err(kv_fixture *f) {
+    size_t elt = f->dtype == KILN_DTYPE_F16 ? 2 : 4, n = f->cache_bytes / elt;
+    uint8_t *k = malloc(f->cache_bytes), *v = malloc(f->cache_bytes);
+    get(k, f->kd, f->cache_bytes);
+    get(v, f->vd, f->cache_bytes);
+    double num = 0, den = 0;
+    for (int which = 0; which < 2; which++) {
+        const uint8_t *a = which ? v : k, *b = which ? f->v : f->k;
+        for (size_t i = 0; i < n; i++) {
+            double x, y;
+            if (elt == 2) {
+                x = kiln_fp16_to_f32(((const uint16_t *)(const void *)a)[i]);
+                y = kiln_fp16_to_f32(((const uint16_t *)(const void *)b)[i]);
+            } else {
+                x = ((const float *)(const void *)a)[i];
+                y = ((const float *)(const void *)b)[i];
+            }
+            num += (x - y) * (x - y);
+            den += y * y;
+        }
+    }
+    free(k), free(v);
+    return sqrt(num / den);
+}
+
+/* the step's flat token list: the last q[s] positions of each sequence */
+static int64_t step_tokens(kv_fixture *f, const int32_t *q, int32_t *tok_seq, int32_t *tok_pos) {
+    int64_t t = 0;
+    for (int s = 0; s < f->n_seq; s++)
+        for (int i = f->len[s] - q[s]; i < f->len[s]; i++) tok_seq[t] = s, tok_pos[t++] = i;
+    return t;
+}
+
+static void test_kv_write_rope_kv(void **state) {
+    (void)state;
+    for (int c = 0; c < 4; c++) {
+        kv_fixture f;
+        const int32_t len[3] = {37, 5, 16 + c};
+        const int32_t q[3] = {9, 5, 1};
+        const int nkv = 1 + c, hd = c % 2 ? 128 : 64, nh = nkv * 2;
+        const uint32_t dt = c < 2 ? KILN_DTYPE_F16 : KILN_DTYPE_F32;
+        kv_setup(&f, 3, nkv, hd, dt, len);
+        int32_t tok_seq[64], tok_pos[64];
+        const int64_t t = step_tokens(&f, q, tok_seq, tok_pos);
+        const int64_t kvd = (int64_t)nkv * hd, qd = (int64_t)nh * hd;
+        float *k = malloc(sizeof(float) * (size_t)(t * kvd)),
+              *v = malloc(sizeof(float) * (size_t)(t * kvd));
+        float *qq = malloc(sizeof(float) * (size_t)(t * qd)),
+              *qo = malloc(sizeof(float) * (size_t)(t * qd));
+        kt_fill_normal(&rng, k, (size_t)(t * kvd), 1.0f);
+        kt_fill_normal(&rng, v, (size_t)(t * kvd), 1.0f);
+        kt_fill_normal(&rng, qq, (size_t)(t * qd), 1.0f);
+        float *kd = dup_dev(k, sizeof(float) * (size_t)(t * kvd)),
+              *vd = dup_dev(v, sizeof(float) * (size_t)(t * kvd));
+        float *qd_ = dup_dev(qq, sizeof(float) * (size_t)(t * qd));
+        int32_t *ts_d = dup_dev(tok_seq, sizeof(int32_t) * (size_t)t),
+                *tp_d = dup_dev(tok_pos, sizeof(int32_t) * (size_t)t);
+        kiln_kv_write_args w = {.kv = kv_host(&f),
+                                .k = k,
+                                .v = v,
+                                .k_stride = kvd,
+                                .v_stride = kvd,
+                                .t = t,
+                                .tok_seq = tok_seq,
+                                .tok_pos = tok_pos,
+                                .seqs = f.seqs};
+        if (c % 2 == 0) {
+            assert_int_equal(kiln_ref_kv_write(NULL, &w), KILN_OK);
+            w.kv = kv_dev(&f), w.k = kd, w.v = vd, w.tok_seq = ts_d, w.tok_pos = tp_d,
+            w.seqs = f.seqs_d;
+            assert_int_equal(kiln_cuda_kv_write(&kc, &w), KILN_OK);
+            CHECK_ERR("kv_write cache", cache_err(&f), 1e-9);
+        } else {
+            kiln_rope_kv_args r = {.rope = {.x = qq,
+                                            .rows = t,
+                                            .x_stride = qd,
+                                            .n_head = nh,
+                                            .head_dim = hd,
+                                            .n_rot = hd,
+                                            .pos = tok_pos,
+                                            .mode = KILN_ROPE_NEOX,
+                                            .base = 10000.0f,
+                                            .freq_scale = 1.0f,
+                                            .attn_factor = 1.0f},
+                                   .kv = w};
+            assert_int_equal(kiln_ref_rope_kv(NULL, &r), KILN_OK);
+            r.rope.x = qd_, r.rope.pos = tp_d;
+            r.kv.kv = kv_dev(&f), r.kv.k = kd, r.kv.v = vd, r.kv.tok_seq = ts_d,
+            r.kv.tok_pos = tp_d;
+            r.kv.seqs = f.seqs_d;
+            assert_int_equal(kiln_cuda_rope_kv(&kc, &r), KILN_OK);
+            get(qo, qd_, sizeof(float) * (size_t)(t * qd));
+            CHECK_ERR("rope_kv q", relerr(qo, qq, t, qd, qd, qd), 2e-5);
+            CHECK_ERR("rope_kv cache", cache_err(&f), dt == KILN_DTYPE_F16 ? 1e-3 : 2e-6);
+        }
+        cudaFree(kd), cudaFree(vd), cudaFree(qd_), cudaFree(ts_d), cudaFree(tp_d);
+        free(k), free(v), free(qq), free(qo);
+        kv_free(&f);
+    }
+}
+
+typedef struct attn_case {
+    int n_seq, n_head, n_kv_head, head_dim;
+    int32_t len[4], q[4];
+    int window;
+    float softcap;
+    uint32_t dt;
+} attn_case;
+
+static void test_attention(void **state) {
+    (void)state;
+    static const attn_case cs[] = {
+        {1, 8, 8, 128, {1}, {1}, 0, 0, KILN_DTYPE_F16},
+        {1, 32, 8, 128, {700}, {1}, 0, 0, KILN_DTYPE_F16},
+        {3, 4, 1, 256, {33, 1, 100}, {33, 1, 2}, 0, 0, KILN_DTYPE_F16},
+        {2, 6, 3, 64, {50, 17}, {50, 3}, 7, 0, KILN_DTYPE_F32},
+        {4, 16, 2, 96, {5, 64, 129, 300}, {5, 1, 20, 1}, 40, 50.0f, KILN_DTYPE_F16},
+        {2, 2, 2, 32, {16, 31}, {16, 31}, 0, 30.0f, KILN_DTYPE_F32},
+        {2, 12, 4, 256, {1200, 90}, {2, 90}, 512, 0, KILN_DTYPE_F16},
+        {1, 8, 1, 160, {77}, {77}, 0, 0, KILN_DTYPE_F32},
+    };
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        const attn_case *c = &cs[ci];
+        kv_fixture f;
+        kv_setup(&f, c->n_seq, c->n_kv_head, c->head_dim, c->dt, c->len);
+        int32_t *tok_seq = malloc(sizeof(int32_t) * 4096),
+                *tok_pos = malloc(sizeof(int32_t) * 4096);
+        const int64_t t = step_tokens(&f, c->q, tok_seq, tok_pos);
+        const int64_t qd = (int64_t)c->n_head * c->head_dim;
+        float *q = malloc(sizeof(float) * (size_t)(t * qd));
+        float *o = malloc(sizeof(float) * (size_t)(t * qd)),
+              *oo = malloc(sizeof(float) * (size_t)(t * qd));
+        kt_fill_normal(&rng, q, (size_t)(t * qd), 1.0f);
+        kiln_attention_args a = {.kv = kv_host(&f),
+                                 .q = q,
+                                 .q_stride = qd,
+                                 .out = o,
+                                 .out_stride = qd,
+                                 .t = t,
+                                 .n_head = c->n_head,
+                                 .tok_seq = tok_seq,
+                                 .tok_pos = tok_pos,
+                                 .seqs = f.seqs,
+                                 .scale = 1.0f / sqrtf((float)c->head_dim) *
+                                          (c->softcap > 0 ? 8.0f : 1.0f),
+                                 .softcap = c->softcap,
+                                 .window = c->window};
+        assert_int_equal(kiln_ref_attention(NULL, &a), KILN_OK);
+        a.kv = kv_dev(&f);
+        a.q = dup_dev(q, sizeof(float) * (size_t)(t * qd));
+        a.out = poisoned(sizeof(float) * (size_t)(t * qd));
+        a.tok_seq = dup_dev(tok_seq, sizeof(int32_t) * (size_t)t);
+        a.tok_pos = dup_dev(tok_pos, sizeof(int32_t) * (size_t)t);
+        a.seqs = f.seqs_d;
+        assert_int_equal(kiln_cuda_attention(&kc, &a), KILN_OK);
+        get(oo, a.out, sizeof(float) * (size_t)(t * qd));
+        char what[96];
+        snprintf(what, sizeof what, "attention case %zu (gqa %d, hd %d, window %d)", ci,
+                 c->n_head / c->n_kv_head, c->head_dim, c->window);
+        CHECK_ERR(what, relerr(oo, o, t, qd, qd, qd), 2e-5);
+        cudaFree((void *)a.q), cudaFree(a.out), cudaFree((void *)a.tok_seq),
+            cudaFree((void *)a.tok_pos);
+        free(q), free(o), free(oo), free(tok_seq), free(tok_pos);
+        kv_free(&f);
+    }
+}
+
+int main(void) {
+    char why[256] = "";
+    int sm = 0;
+    if (kiln_cuda_probe(&sm, why, sizeof why) <= 0) {
+        printf("SKIP: %s\n", why);
+        return 77;
+    }
+    printf("device sm_%d\n", sm);
+    kt_rng_seed(&rng, 0x6b696c6e63756461ull);
+    if (cudaMalloc(&kc.scratch, SCRATCH_BYTES) != cudaSuccess) {
+        printf("SKIP: cudaMalloc of the scratch failed\n");
+        return 77;
+    }
+    kc.scratch_size = SCRATCH_BYTES;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul_gemv),   cmocka_unit_test(test_matmul_cublas),
+        cmocka_unit_test(test_matmul_argmax), cmocka_unit_test(test_rms_norm),
+        cmocka_unit_test(test_rope),          cmocka_unit_test(test_glu_add),
+        cmocka_unit_test(test_embed),         cmocka_unit_test(test_kv_write_rope_kv),
+        cmocka_unit_test(test_attention),
+    };
+    int r = cmocka_run_group_tests(tests, NULL, NULL);
+    cudaFree(kc.scratch);
+    return r;
+}
