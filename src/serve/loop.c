@@ -65,7 +65,20 @@ kiln_status kiln_srv_req_create(const kiln_oai_req *p, const int32_t *prompt, si
     }
     memcpy(r->prompt, prompt, n * sizeof(int32_t));
     r->n_prompt = n;
-    r->p = p;
+    r->params = *p;
+    r->params.root = r->params.messages = r->params.tools = NULL;
+    r->params.prompt = NULL;
+    r->params.prompt_ids = NULL;
+    r->params.n_prompt_ids = 0;
+    for (int i = 0; i < p->n_stop; i++)
+        if (!(r->params.stop[i] = kiln_strdup(p->stop[i]))) {
+            for (int j = 0; j < i; j++) kiln_free(r->params.stop[j]);
+            pthread_cond_destroy(&r->cv);
+            kiln_free(r->prompt);
+            kiln_free(r);
+            return kiln_err_set(err, KILN_ERR_NOMEM, "request");
+        }
+    r->p = &r->params;
     r->n_choices = p->n;
     r->seed = seed;
     r->max_tokens = max_tokens;
@@ -77,6 +90,7 @@ kiln_status kiln_srv_req_create(const kiln_oai_req *p, const int32_t *prompt, si
 
 static void req_destroy(kiln_srv_req *r) {
     for (int i = 0; i < KILN_OAI_MAX_N; i++) choice_free(&r->ch[i]);
+    for (int i = 0; i < r->params.n_stop; i++) kiln_free(r->params.stop[i]);
     pthread_cond_destroy(&r->cv);
     kiln_free(r->prompt);
     kiln_free(r);

@@ -56,8 +56,12 @@ typedef struct kiln_srv_choice {
 typedef struct kiln_srv_loop kiln_srv_loop;
 
 typedef struct kiln_srv_req {
-    const kiln_oai_req *p; /* borrowed from the submitter; lives until its release */
-    int32_t *prompt;       /* owned */
+    const kiln_oai_req *p; /* = &params */
+    /* the sampling parameters and stop strings of the submitter's request, copied (stop
+     * strings owned; body, messages and prompt pointers NULL): the loop may still run a
+     * request whose submitter already released it (client disconnect) */
+    kiln_oai_req params;
+    int32_t *prompt; /* owned */
     size_t n_prompt;
     int32_t n_choices;
     uint64_t seed;
