@@ -10,7 +10,17 @@ static struct {
     _Atomic uint64_t fail_at; /* 0: off */
     _Atomic uint64_t hits;    /* allocations failed on purpose */
     _Atomic bool persistent;
+    _Atomic int64_t live; /* blocks allocated through the hook and not yet freed */
 } g_alloc_fault;
+
+int64_t kiln_alloc_live(void) {
+    return atomic_load(&g_alloc_fault.live);
+}
+
+static inline void *live_add(void *p) {
+    if (p) atomic_fetch_add_explicit(&g_alloc_fault.live, 1, memory_order_relaxed);
+    return p;
+}
 
 void kiln_alloc_fault_set(uint64_t n, bool persistent) {
     atomic_store(&g_alloc_fault.fail_at, 0);
@@ -44,26 +54,32 @@ static inline bool alloc_should_fail(void) {
 }
 
 void *kiln_malloc(size_t size) {
-    return alloc_should_fail() ? NULL : malloc(size);
+    return alloc_should_fail() ? NULL : live_add(malloc(size));
 }
 
 void *kiln_calloc(size_t n, size_t elem) {
-    return alloc_should_fail() ? NULL : calloc(n, elem);
+    return alloc_should_fail() ? NULL : live_add(calloc(n, elem));
 }
 
 void *kiln_realloc(void *p, size_t size) {
-    return alloc_should_fail() ? NULL : realloc(p, size);
+    if (alloc_should_fail()) return NULL;
+    void *q = realloc(p, size);
+    if (!p) return live_add(q);
+    if (!q && size == 0) /* glibc: realloc(p, 0) frees p */
+        atomic_fetch_sub_explicit(&g_alloc_fault.live, 1, memory_order_relaxed);
+    return q;
 }
 
 char *kiln_strdup(const char *s) {
-    return alloc_should_fail() ? NULL : strdup(s);
+    return alloc_should_fail() ? NULL : live_add(strdup(s));
 }
 
 char *kiln_strndup(const char *s, size_t n) {
-    return alloc_should_fail() ? NULL : strndup(s, n);
+    return alloc_should_fail() ? NULL : live_add(strndup(s, n));
 }
 
 void kiln_free(void *p) {
+    if (p) atomic_fetch_sub_explicit(&g_alloc_fault.live, 1, memory_order_relaxed);
     free(p);
 }
 
@@ -72,7 +88,7 @@ void *kiln_alloc_aligned(size_t size) {
     if (size == 0) size = KILN_ALIGN;
     if (!kiln_size_align_up(size, KILN_ALIGN, &rounded)) return NULL;
     if (alloc_should_fail()) return NULL;
-    return aligned_alloc(KILN_ALIGN, rounded);
+    return live_add(aligned_alloc(KILN_ALIGN, rounded));
 }
 
 void *kiln_calloc_aligned(size_t size) {
@@ -82,7 +98,7 @@ void *kiln_calloc_aligned(size_t size) {
 }
 
 void kiln_free_aligned(void *p) {
-    free(p);
+    kiln_free(p);
 }
 
 kiln_status kiln_size_mul_err(size_t a, size_t b, size_t *out, const char *what, kiln_err *err) {

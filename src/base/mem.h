@@ -14,8 +14,9 @@
  * - Fault injector (a process-wide singleton, for tests only): kiln_alloc_fault_set(n, p)
  *   makes the n-th allocation counted from that call fail (return NULL; p: that one and
  *   every later one). kiln_alloc_count() returns the allocations counted since the last
- *   kiln_alloc_fault_set / kiln_alloc_fault_reset. Thread-safe (atomics); off by default,
- *   costing one relaxed atomic add per allocation.
+ *   kiln_alloc_fault_set / kiln_alloc_fault_reset; kiln_alloc_live() the blocks still
+ *   allocated (leak checks). Thread-safe (atomics); off by default, costing two relaxed
+ *   atomic adds per allocation and one per free.
  * - kiln_arena: a bump allocator made of chained 64-byte-aligned chunks. Use one per
  *   load (freed with the model) or per step (kiln_arena_reset between steps). Memory
  *   handed out lives until kiln_arena_reset / kiln_arena_free. Not thread-safe: one
@@ -47,6 +48,10 @@ void kiln_alloc_fault_set(uint64_t n, bool persistent);
 void kiln_alloc_fault_reset(void);
 /* Allocations counted since the last set/reset (failed ones included). */
 uint64_t kiln_alloc_count(void);
+/* Blocks allocated through these functions (and kiln_alloc_aligned) and not yet freed
+ * through kiln_free / kiln_free_aligned: a leak check for tests (memory from libc freed
+ * with kiln_free, e.g. asprintf's, makes it drift down). */
+int64_t kiln_alloc_live(void);
 /* Allocations that the injector has failed since the last set/reset. */
 uint64_t kiln_alloc_fault_hits(void);
 

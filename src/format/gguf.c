@@ -1,5 +1,6 @@
 /* gguf.c — GGUF v2/v3 parsing and validation (the format is described in gguf.h). */
 #include "format/gguf.h"
+#include "base/mapguard.h"
 #include "base/mem.h"
 
 #include "base/utf8.h"
@@ -503,13 +504,17 @@ kiln_status kiln_gguf_open(const char *path, uint32_t flags, kiln_gguf **out, ki
         }
         g->base = p;
         g->mapped = true;
+        kiln_mapguard_add(p, (size_t)g->size, g->path); /* SIGBUS -> status (mapguard.h) */
     }
     return finish_open(g, flags, out, err);
 }
 
 void kiln_gguf_close(kiln_gguf *g) {
     if (!g) return;
-    if (g->mapped) munmap((void *)g->base, (size_t)g->size);
+    if (g->mapped) {
+        kiln_mapguard_remove(g->base);
+        munmap((void *)g->base, (size_t)g->size);
+    }
     if (g->fd >= 0) close(g->fd);
     kiln_strmap_free(&g->tensor_index);
     kiln_free(g->tensors);

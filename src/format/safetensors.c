@@ -1,5 +1,6 @@
 /* safetensors.c — safetensors parsing and validation (format in safetensors.h). */
 #include "format/safetensors.h"
+#include "base/mapguard.h"
 #include "base/mem.h"
 
 #include "format/dtype.h"
@@ -316,13 +317,17 @@ kiln_status kiln_st_open(const char *path, uint32_t flags, kiln_safetensors **ou
         }
         st->base = p;
         st->mapped = true;
+        kiln_mapguard_add(p, (size_t)st->size, st->path); /* SIGBUS -> status (mapguard.h) */
     }
     return finish(st, flags, out, err);
 }
 
 void kiln_st_close(kiln_safetensors *st) {
     if (!st) return;
-    if (st->mapped) munmap((void *)st->base, (size_t)st->size);
+    if (st->mapped) {
+        kiln_mapguard_remove(st->base);
+        munmap((void *)st->base, (size_t)st->size);
+    }
     if (st->fd >= 0) close(st->fd);
     kiln_strmap_free(&st->index);
     kiln_free(st->tensors);

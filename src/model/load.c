@@ -7,6 +7,7 @@
  * weights reach a kernel.
  */
 #include "model/model.h"
+#include "base/mapguard.h"
 #include "base/mem.h"
 
 #include "format/dtype.h"
@@ -240,6 +241,7 @@ kiln_status kiln_model_load(const char *path, kiln_model **out, kiln_err *err) {
                 st = kiln_err_set(err, KILN_ERR_NOMEM, "%s: out of memory", path);
         }
     }
+    if (!st) st = kiln_mapguard_check(err); /* a page faulted while reading it */
     if (st) {
         kiln_model_free(m);
         return st;

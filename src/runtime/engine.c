@@ -7,6 +7,7 @@
 #include "runtime/kselect.h"
 
 #include "base/log.h"
+#include "base/mapguard.h"
 #include "base/mem.h"
 #include "format/dtype.h"
 #include "load/load.h"
@@ -152,6 +153,7 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
         if (!e->counters) st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     }
     if (!st && o->n_threads != 1) st = kiln_pool_create(o->n_threads, &e->pool, err);
+    if (!st) st = kiln_mapguard_check(err); /* a model page faulted while binding */
     if (st) {
         kiln_engine_free(e);
         return st;
@@ -577,6 +579,8 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
     x.counters = e->counters;
     st = kiln_exec_run(&e->bp, &x, err);
     if (!st) st = kiln_device_sync(&e->dev, err);
+    /* a model page faulted (file truncated while mapped): not the model's output */
+    if (!st && (st = kiln_mapguard_check(err)) != KILN_OK) return drop_step(e, st);
     if (st) {
         /* circuit breaker: a kernel that faulted (device error, invalid result) is
          * marked unhealthy on this device and its call sites are rebound, so the next
