@@ -271,6 +271,31 @@ kiln_status kiln_seq_fork(kiln_engine *e, int32_t parent, int32_t *child, kiln_e
     return st;
 }
 
+kiln_status kiln_seq_attach(kiln_engine *e, int32_t seq, const int32_t *blocks, int32_t n,
+                            kiln_err *err) {
+    kiln_seq_state *s = seq_get(e, seq);
+    if (!s) return kiln_err_set(err, KILN_ERR_INVALID_ARG, "sequence %d does not exist", (int)seq);
+    if (seq_in_prepared(e, seq))
+        return kiln_err_set(err, KILN_ERR_STATE, "sequence %d is in the prepared step", (int)seq);
+    return kiln_kv_attach(&e->kv, &s->kv, blocks, n, err);
+}
+
+void kiln_seq_blocks(const kiln_engine *e, int32_t seq, const int32_t **blocks, int32_t *n) {
+    const kiln_seq_state *s = seq_get(e, seq);
+    *blocks = s ? s->kv.blocks : NULL;
+    *n = s ? s->kv.n_blocks : 0;
+}
+
+kiln_status kiln_engine_block_ref(kiln_engine *e, int32_t block, kiln_err *err) {
+    return kiln_kv_block_ref(&e->kv, block, err);
+}
+void kiln_engine_block_unref(kiln_engine *e, int32_t block) {
+    kiln_kv_block_unref(&e->kv, block);
+}
+int32_t kiln_engine_block_refcount(const kiln_engine *e, int32_t block) {
+    return kiln_kv_block_refcount(&e->kv, block);
+}
+
 /* ---- capacity ---- */
 
 int32_t kiln_engine_kv_block_size(const kiln_engine *e) {

@@ -94,4 +94,15 @@ const struct kiln_load_plan *kiln_engine_load_plan(const kiln_engine *e);
  * public wrappers kiln_engine_step / _greedy use this to skip a copy. */
 kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, kiln_err *err);
 
+/* ---- for the scheduler's prefix cache (kv.h has the semantics) ----
+ * kiln_seq_attach: an empty sequence takes one reference on each of n full blocks (its
+ * length becomes n * KILN_KV_BLOCK). kiln_seq_blocks: a sequence's block table
+ * (valid until the sequence changes; *n = 0 for an unknown sequence). */
+kiln_status kiln_seq_attach(kiln_engine *e, int32_t seq, const int32_t *blocks, int32_t n,
+                            kiln_err *err);
+void kiln_seq_blocks(const kiln_engine *e, int32_t seq, const int32_t **blocks, int32_t *n);
+kiln_status kiln_engine_block_ref(kiln_engine *e, int32_t block, kiln_err *err);
+void kiln_engine_block_unref(kiln_engine *e, int32_t block);
+int32_t kiln_engine_block_refcount(const kiln_engine *e, int32_t block);
+
 #endif /* KILN_RUNTIME_ENGINE_H */

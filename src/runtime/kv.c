@@ -198,3 +198,44 @@ kiln_status kiln_kv_fork(kiln_kv_pool *p, const kiln_kv_table *parent, kiln_kv_t
     child->len = parent->len;
     return KILN_OK;
 }
+
+static bool block_live(const kiln_kv_pool *p, int32_t b) {
+    return b >= 0 && b < p->n_grown && p->refcount[b] > 0;
+}
+
+kiln_status kiln_kv_block_ref(kiln_kv_pool *p, int32_t b, kiln_err *err) {
+    if (!block_live(p, b))
+        return kiln_err_set(err, KILN_ERR_RANGE, "kv block %d is not in use", (int)b);
+    p->refcount[b]++;
+    return KILN_OK;
+}
+
+void kiln_kv_block_unref(kiln_kv_pool *p, int32_t b) {
+    if (block_live(p, b)) block_put(p, b);
+}
+
+int32_t kiln_kv_block_refcount(const kiln_kv_pool *p, int32_t b) {
+    return b >= 0 && b < p->n_grown ? p->refcount[b] : 0;
+}
+
+kiln_status kiln_kv_attach(kiln_kv_pool *p, kiln_kv_table *t, const int32_t *blocks, int32_t n,
+                           kiln_err *err) {
+    if (t->n_blocks || t->len)
+        return kiln_err_set(err, KILN_ERR_STATE, "kv attach: the sequence is not empty");
+    if (n < 0 || n > INT32_MAX / KILN_KV_BLOCK)
+        return kiln_err_set(err, KILN_ERR_RANGE, "kv attach: %d blocks", (int)n);
+    for (int32_t i = 0; i < n; i++)
+        if (!block_live(p, blocks[i]))
+            return kiln_err_set(err, KILN_ERR_RANGE, "kv attach: block %d is not in use",
+                                (int)blocks[i]);
+    for (int32_t i = 0; i < n; i++) {
+        kiln_status st = table_push(t, blocks[i], err);
+        if (st) {
+            kiln_kv_release(p, t);
+            return st;
+        }
+        p->refcount[blocks[i]]++;
+    }
+    t->len = n * KILN_KV_BLOCK;
+    return KILN_OK;
+}

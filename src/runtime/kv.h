@@ -74,4 +74,15 @@ void kiln_kv_release(kiln_kv_pool *p, kiln_kv_table *t);
 kiln_status kiln_kv_fork(kiln_kv_pool *p, const kiln_kv_table *parent, kiln_kv_table *child,
                          kiln_err *err);
 
+/* ---- blocks held outside sequences (the scheduler's prefix cache) ----
+ * ref/unref take and drop one reference of an in-use block (unref to zero returns it
+ * to the free list); attach gives an empty table n full blocks (one reference each), so
+ * its length becomes n * KILN_KV_BLOCK. Errors: KILN_ERR_RANGE for a block id that is
+ * out of range or not in use, KILN_ERR_STATE for a non-empty table. */
+kiln_status kiln_kv_block_ref(kiln_kv_pool *p, int32_t b, kiln_err *err);
+void kiln_kv_block_unref(kiln_kv_pool *p, int32_t b);
+int32_t kiln_kv_block_refcount(const kiln_kv_pool *p, int32_t b);
+kiln_status kiln_kv_attach(kiln_kv_pool *p, kiln_kv_table *t, const int32_t *blocks, int32_t n,
+                           kiln_err *err);
+
 #endif /* KILN_RUNTIME_KV_H */

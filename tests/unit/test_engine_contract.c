@@ -393,6 +393,51 @@ static void test_cpu_engine_mixed(void **state) {
     kt_synth_free(&s);
 }
 
+/* ---- prefix-cache hooks: pin blocks, free the sequence, attach them to another ---- */
+static void test_attach_blocks(void **state) {
+    (void)state;
+    kiln_model_config c;
+    kt_synth_config(&c, "llama");
+    kt_synth s;
+    kt_synth_make(&s, &c, 9);
+    kiln_engine *e = engine_opts(s.m, "ref", 1, 64, 256, 4, 0);
+    const int32_t total = kiln_engine_kv_blocks_total(e);
+    int32_t a, b;
+    assert_int_equal(kiln_seq_create(e, &a, NULL), 0);
+    kiln_batch_entry en[40];
+    for (int j = 0; j < 33; j++) en[j] = (kiln_batch_entry){a, tok(1, j), j, j == 32};
+    float la[97], lb[97];
+    assert_int_equal(kiln_engine_step(e, en, 32, NULL, NULL), 0);
+    const int32_t *bl;
+    int32_t nb;
+    kiln_seq_blocks(e, a, &bl, &nb);
+    assert_int_equal(nb, 2);
+    int32_t pin[2] = {bl[0], bl[1]};
+    for (int i = 0; i < 2; i++) assert_int_equal(kiln_engine_block_ref(e, pin[i], NULL), 0);
+    assert_int_equal(kiln_engine_block_refcount(e, pin[0]), 2);
+    en[0] = en[32];
+    assert_int_equal(kiln_engine_step(e, en, 1, la, NULL), 0);
+    kiln_seq_free(e, a);
+    assert_int_equal(kiln_engine_kv_blocks_free(e), total - 2);
+    assert_int_equal(kiln_seq_create(e, &b, NULL), 0);
+    assert_int_equal(kiln_seq_attach(e, b, pin, 2, NULL), 0);
+    assert_int_equal(kiln_seq_len(e, b), 32);
+    en[0].seq = b;
+    assert_int_equal(kiln_engine_step(e, en, 1, lb, NULL), 0);
+    assert_memory_equal(la, lb, sizeof(la));
+    assert_int_equal(kiln_seq_attach(e, b, pin, 2, NULL), KILN_ERR_STATE);
+    int32_t bad = total + 5;
+    int32_t q;
+    assert_int_equal(kiln_seq_create(e, &q, NULL), 0);
+    assert_int_equal(kiln_seq_attach(e, q, &bad, 1, NULL), KILN_ERR_RANGE);
+    for (int i = 0; i < 2; i++) kiln_engine_block_unref(e, pin[i]);
+    kiln_seq_free(e, b);
+    kiln_seq_free(e, q);
+    assert_int_equal(kiln_engine_kv_blocks_free(e), total);
+    kiln_engine_free(e);
+    kt_synth_free(&s);
+}
+
 /* ---- defects ---- */
 
 /* The call sites that read or write the KV cache are bound for the pool's dtype (they
@@ -479,6 +524,7 @@ int main(void) {
         cmocka_unit_test(test_prepare_run),        cmocka_unit_test(test_scheduler_64),
         cmocka_unit_test(test_cpu_attention_rows), cmocka_unit_test(test_cpu_engine_mixed),
         cmocka_unit_test(test_kv_dtype_binding),   cmocka_unit_test(test_large_bucket),
+        cmocka_unit_test(test_attach_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
