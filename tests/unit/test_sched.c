@@ -564,7 +564,7 @@ static void thread_mode(void **st) {
         pthread_create(&th[i], NULL, submitter, &c[i]);
     }
     for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
-    for (int i = 0; i < 2000 && atomic_load(&T_finals) < 400; i++) usleep(1000);
+    for (int i = 0; i < 30000 && atomic_load(&T_finals) < 400; i++) usleep(1000);
     assert_int_equal(atomic_load(&T_finals), 400);
     kiln_sched_stop(s);
     static const int32_t p[12] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8};
