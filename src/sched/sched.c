@@ -437,6 +437,7 @@ static void free_req_params(ks_req *r) {
     for (int32_t i = 0; i < r->n_stops; i++) kiln_free(r->stops[i]);
     kiln_free(r->stops);
     kiln_free(r->stop_toks);
+    kiln_free(r->bias);
     kiln_free(r->ent);
     kiln_free(r->tbuf);
     kiln_free(r);
@@ -487,7 +488,24 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
     if (p->n_stop_tokens) memcpy(r->stop_toks, p->stop_tokens, (size_t)p->n_stop_tokens * 4);
     r->n_stop_toks = p->n_stop_tokens;
     r->sp = p->sampling;
-    r->plain_greedy = p->sampling.temperature <= 0 &&
+    /* the submitter's logit_bias array is borrowed for the call only: the sampler is
+     * created later, on the scheduler thread, from this owned copy */
+    r->sp.logit_bias = NULL;
+    r->sp.n_logit_bias = 0;
+    if (p->sampling.logit_bias && p->sampling.n_logit_bias > 0) {
+        size_t nb = (size_t)p->sampling.n_logit_bias;
+        r->bias = kiln_malloc(nb * sizeof(*r->bias));
+        if (!r->bias) {
+            free_req_params(r);
+            return reject(s, -1, rej, err, KILN_REJECT_BAD_REQUEST, 400, 0, KILN_ERR_NOMEM,
+                          "request: out of memory (logit_bias)");
+        }
+        memcpy(r->bias, p->sampling.logit_bias, nb * sizeof(*r->bias));
+        r->sp.logit_bias = r->bias;
+        r->sp.n_logit_bias = p->sampling.n_logit_bias;
+    }
+    /* the fused argmax sees raw logits: anything that changes them needs the sampler */
+    r->plain_greedy = p->sampling.temperature <= 0 && r->sp.n_logit_bias == 0 &&
                       (p->sampling.repeat_penalty == 1.0f || p->sampling.repeat_last_n == 0) &&
                       p->sampling.frequency_penalty == 0 && p->sampling.presence_penalty == 0 &&
                       !p->logprobs && p->top_logprobs == 0;

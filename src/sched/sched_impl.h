@@ -58,6 +58,7 @@ struct ks_req {
     int32_t n_prompt, n_tok, cap;
     int32_t max_tokens, n_gen, reserve;
     kiln_sampler_params sp;
+    kiln_logit_bias *bias; /* owned copy of sp.logit_bias (the submitter's is borrowed) */
     bool plain_greedy, ignore_eos, logprobs, ever_admitted;
     int32_t top_logprobs;
     char **stops;
