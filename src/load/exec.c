@@ -361,7 +361,7 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
     w.readers = kiln_calloc((size_t)nth, sizeof *w.readers);
     w.scratch = kiln_calloc((size_t)nth, sizeof *w.scratch);
     kiln_status st = KILN_OK;
-    if (!w.chunks || !w.readers || !w.scratch)
+    if (!w.chunks || !w.left || !w.readers || !w.scratch)
         st = kiln_err_set(err, KILN_ERR_NOMEM, "load chunks");
     if (!st && lane == KILN_LANE_TRANSFORM && p->rep.env.io == KILN_IO_MMAP) {
         w.drop = kiln_calloc(p->n ? p->n : 1, sizeof *w.drop);
