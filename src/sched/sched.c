@@ -600,9 +600,13 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
                           t->cfg.id, wait, t->cfg.prefill_tokens_per_s);
         }
     }
-    if (s->n_queued_m >= s->max_queued) {
+    /* the queue holds requests waiting for a slot: accepted ones not admitted yet take
+     * the free slots first (the scheduler thread may not have stepped since they came) */
+    int32_t free_slots = s->max_slots - s->n_running_m;
+    if (free_slots < 0) free_slots = 0;
+    if (s->n_queued_m - free_slots >= s->max_queued) {
         double ra = retry_estimate(s, s->n_queued_m);
-        int32_t q = s->n_queued_m;
+        int32_t q = s->n_queued_m - free_slots;
         pthread_mutex_unlock(&s->mu);
         free_req_params(r);
         return reject(s, ti, rej, err, KILN_REJECT_OVERLOADED, 503, ra, KILN_ERR_CAPACITY,

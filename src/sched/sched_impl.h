@@ -141,6 +141,7 @@ struct kiln_sched {
     ks_req *map[KS_MAP_N];
     uint64_t next_id;
     int32_t n_queued_m;
+    int32_t n_running_m; /* n_running, mirrored under mu for submit's queue limit */
     bool closing, started, stop;
     pthread_t th;
     ks_session *sess;

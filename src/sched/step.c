@@ -128,6 +128,15 @@ static int32_t first_need(const kiln_sched *s, const ks_req *r) {
 
 /* ---- finishing ---- */
 
+/* n_running changes here only: submit reads the mirror under mu (free slots are not
+ * queue places taken) */
+static void add_running(kiln_sched *s, int32_t d) {
+    s->n_running += d;
+    pthread_mutex_lock(&s->mu);
+    s->n_running_m = s->n_running;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void map_remove(kiln_sched *s, ks_req *r) {
     pthread_mutex_lock(&s->mu);
     ks_req **pp = &s->map[r->id % KS_MAP_N];
@@ -195,7 +204,7 @@ static void retire(kiln_sched *s, ks_req *r, kiln_finish fin) {
     if (r->state == KS_RUN) {
         s->eng.seq_free(s->eng.impl, r->seq);
         s->slots[r->slot] = NULL;
-        s->n_running--;
+        add_running(s, -1);
         t->slots_used--;
         t->kv_reserved -= r->reserve;
     } else if (r->state == KS_WAIT) {
@@ -298,7 +307,7 @@ static void preempt(kiln_sched *s, ks_req *r, bool keep, const char *why) {
     r->n_kv = 0;
     s->slots[r->slot] = NULL;
     r->slot = -1;
-    s->n_running--;
+    add_running(s, -1);
     t->slots_used--;
     t->kv_reserved -= r->reserve;
     t->pinned_blocks += r->n_ent;
@@ -467,7 +476,7 @@ static kiln_status admit(kiln_sched *s, ks_req *r, kiln_err *err) {
     q_remove(t, r);
     s->slots[slot] = r;
     r->slot = slot;
-    s->n_running++;
+    add_running(s, 1);
     t->slots_used++;
     t->kv_reserved += r->reserve;
     r->state = KS_RUN;
