@@ -89,6 +89,11 @@ typedef struct kiln_engine_opts {
                                 arithmetic — 8-bit activations in quantized matmuls,
                                 f16 in attention and GELU — in reference kernels (for
                                 comparisons with llama.cpp; slow; docs/PLAN.md)    */
+    int32_t tp;              /* tensor-parallel ranks (0, 1: off). The engine is then a
+                                group of tp ranks driven as one: host backends run each
+                                rank on its own thread with an in-process communicator;
+                                a GPU backend uses NCCL over devices 0..tp-1. n_threads
+                                is shared out among the ranks (docs/TP.md)          */
 } kiln_engine_opts;
 
 void kiln_engine_opts_default(kiln_engine_opts *o);

@@ -107,6 +107,11 @@ typedef struct kiln_embed_args {
     float *y; /* [t][dim], row stride y_stride                         */
     int64_t y_stride;
     float scale; /* 1, or sqrt(dim) for Gemma                             */
+    /* a vocabulary shard (tensor parallelism): w holds the rows of ids [id_base,
+     * id_base + n_vocab); ids outside give zero rows. Without shard every id must be
+     * in [0, n_vocab). */
+    bool shard;
+    int64_t id_base;
 } kiln_embed_args;
 
 /* ---- RMS norm (optionally fused with a residual add) ----

@@ -83,22 +83,27 @@ typedef struct kiln_load_target {
  * pointer; never populated or prefetched. */
 #define KILN_LOAD_MEMORY UINT32_MAX
 
+typedef enum kiln_shard_mode {
+    KILN_SHARD_NONE = 0,
+    KILN_SHARD_ROWS = 1, /* split shape[1] (output rows): contiguous, aliasable */
+    KILN_SHARD_COLS = 2, /* split shape[0] (the row): strided ranges */
+} kiln_shard_mode;
+
 /* One (tensor, target) pair of an explicit load request: what the engine's binding asks
  * for after it chose every call site's kernel. A tensor may be wanted in several targets
  * (e.g. the tied embedding: native rows for the lookup, repacked for the LM head). */
 typedef struct kiln_load_want {
     const kiln_tensor_info *src; /* a tensor of the model file, or KILN_LOAD_MEMORY bytes */
     kiln_load_target target;
+    /* this want's own shard (tensor parallelism: each weight of a rank has its own rule,
+     * plan/tp.h); KILN_SHARD_NONE (0): the request's shard settings apply. ROWS of a
+     * rank-1 tensor splits its elements (contiguous). */
+    int shard; /* kiln_shard_mode */
+    int shard_index, shard_count;
 } kiln_load_want;
 
 /* Per-tensor target override (e.g. norms in f32, matrices repacked). */
 typedef kiln_load_target (*kiln_target_fn)(void *user, const kiln_tensor_info *t);
-
-typedef enum kiln_shard_mode {
-    KILN_SHARD_NONE = 0,
-    KILN_SHARD_ROWS = 1, /* split shape[1] (output rows): contiguous, aliasable */
-    KILN_SHARD_COLS = 2, /* split shape[0] (the row): strided ranges */
-} kiln_shard_mode;
 
 typedef struct kiln_load_request {
     /* explicit selection: exactly these (tensor, target) pairs, in this order (pattern,

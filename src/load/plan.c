@@ -133,8 +133,9 @@ static bool selected(const kiln_load_request *r, const char *name) {
 
 /* ---- per-tensor planning ------------------------------------------------------------------ */
 
-static kiln_status plan_source(const kiln_load_request *r, const kiln_tensor_info *t,
-                               kiln_load_item *it, bool *col_shard, kiln_err *err) {
+static kiln_status plan_source(const kiln_load_request *r, const kiln_load_want *want,
+                               const kiln_tensor_info *t, kiln_load_item *it, bool *col_shard,
+                               kiln_err *err) {
     size_t row_bytes;
     KILN_TRY(kiln_dtype_row_bytes(t->dtype, t->shape[0], &row_bytes, err));
     const kiln_dtype_info *di = kiln_dtype_get(t->dtype);
@@ -146,24 +147,50 @@ static kiln_status plan_source(const kiln_load_request *r, const kiln_tensor_inf
     it->src_stride = row_bytes;
     it->n_rows = t->shape[1] * t->shape[2] * t->shape[3];
     *col_shard = false;
+    int mode = r->shard;
+    int64_t k = r->shard_count, i = r->shard_index;
     bool shard = r->shard != KILN_SHARD_NONE && r->shard_count > 1 && t->rank == 2 &&
                  (!r->shard_pattern || fnmatch(r->shard_pattern, t->name, 0) == 0);
+    if (want && want->shard != KILN_SHARD_NONE) {
+        /* the want's own shard (tensor parallelism) */
+        mode = want->shard;
+        k = want->shard_count, i = want->shard_index;
+        if (k < 1 || i < 0 || i >= k || (mode != KILN_SHARD_ROWS && mode != KILN_SHARD_COLS))
+            return kiln_err_set(err, KILN_ERR_INVALID_ARG, "shard %lld of %lld (mode %d)",
+                                (long long)i, (long long)k, mode);
+        if (t->rank > 2 || (t->rank == 1 && mode != KILN_SHARD_ROWS))
+            return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s shard of a rank-%d tensor",
+                                mode == KILN_SHARD_ROWS ? "row" : "column", (int)t->rank);
+        shard = k > 1;
+        if (shard && t->rank == 1) {
+            /* the elements of a vector: one contiguous part */
+            if (t->shape[0] % (k * (int64_t)di->block_size))
+                return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
+                                    "shard: %lld elements not divisible into %lld parts of "
+                                    "whole %s blocks",
+                                    (long long)t->shape[0], (long long)k, di->name);
+            it->shape[0] = t->shape[0] / k;
+            it->src_row_bytes = row_bytes / (uint64_t)k;
+            it->src_stride = it->src_row_bytes;
+            it->src_offset += (uint64_t)i * it->src_row_bytes;
+            return KILN_OK;
+        }
+    }
     if (!shard) return KILN_OK;
-    const int64_t k = r->shard_count, i = r->shard_index;
-    if (r->shard == KILN_SHARD_ROWS) {
+    if (mode == KILN_SHARD_ROWS) {
         if (t->shape[1] % k)
             return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
-                                "row shard: %lld rows not divisible by %d", (long long)t->shape[1],
-                                r->shard_count);
+                                "row shard: %lld rows not divisible by %lld",
+                                (long long)t->shape[1], (long long)k);
         it->shape[1] = t->shape[1] / k;
         it->n_rows = it->shape[1];
         it->src_offset += (uint64_t)(i * it->shape[1]) * row_bytes;
     } else {
         if (t->shape[0] % (k * (int64_t)di->block_size))
             return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
-                                "column shard: row of %lld not divisible into %d parts of whole "
-                                "%s blocks",
-                                (long long)t->shape[0], r->shard_count, di->name);
+                                "column shard: row of %lld not divisible into %lld parts of "
+                                "whole %s blocks",
+                                (long long)t->shape[0], (long long)k, di->name);
         it->shape[0] = t->shape[0] / k;
         it->src_row_bytes = row_bytes / (uint64_t)k;
         it->src_offset += (uint64_t)i * it->src_row_bytes;
@@ -172,8 +199,9 @@ static kiln_status plan_source(const kiln_load_request *r, const kiln_tensor_inf
     return KILN_OK;
 }
 
-static kiln_status plan_item(kiln_load_plan *p, const kiln_tensor_info *t,
-                             const kiln_load_target *target, kiln_load_item *it, kiln_err *err) {
+static kiln_status plan_item(kiln_load_plan *p, const kiln_load_want *want,
+                             const kiln_tensor_info *t, const kiln_load_target *target,
+                             kiln_load_item *it, kiln_err *err) {
     const kiln_load_request *r = &p->req;
     it->src = t;
     it->target = *target;
@@ -187,7 +215,7 @@ static kiln_status plan_item(kiln_load_plan *p, const kiln_tensor_info *t,
         return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "type %s is not supported by kiln",
                             kiln_dtype_name(t->dtype));
     bool col;
-    KILN_TRY(plan_source(r, t, it, &col, err));
+    KILN_TRY(plan_source(r, want, t, it, &col, err));
     it->layout = kiln_layout_find(it->target.layout);
     if (!it->layout)
         return kiln_err_set(err, KILN_ERR_NOT_FOUND, "unknown target layout '%s'",
@@ -386,7 +414,7 @@ kiln_status kiln_load_plan_build(const kiln_model_file *mf, const kiln_load_requ
             target = req->target_for ? req->target_for(req->target_user, t) : req->target;
         }
         kiln_load_item *it = &p->items[p->n];
-        st = plan_item(p, t, &target, it, err);
+        st = plan_item(p, req->wants ? &req->wants[i] : NULL, t, &target, it, err);
         if (st) {
             kiln_err_wrap(err, st, "planning the load of %s: tensor '%s'", kiln_load_plan_path(p),
                           t->name);

@@ -28,6 +28,10 @@ const char *kiln_opcode_name(uint32_t op) {
         return "residual_add";
     case KILN_OP_LM_HEAD:
         return "lm_head";
+    case KILN_OP_ALL_REDUCE:
+        return "all_reduce";
+    case KILN_OP_GATHER_LOGITS:
+        return "gather_logits";
     default:
         return NULL;
     }
@@ -243,6 +247,8 @@ kiln_status kiln_param_encode(kiln_opcode op, const kiln_params *in, kiln_param_
     switch (op) {
     case KILN_OP_EMBED:
         put_f32(&w, in->embed.scale);
+        put_i32(&w, in->embed.vocab_shard);
+        put_i32(&w, in->embed.vocab_base);
         break;
     case KILN_OP_RMS_NORM:
         put_f32(&w, in->norm.eps);
@@ -274,6 +280,10 @@ kiln_status kiln_param_encode(kiln_opcode op, const kiln_params *in, kiln_param_
         break;
     case KILN_OP_LM_HEAD:
         put_f32(&w, in->lm_head.softcap);
+        break;
+    case KILN_OP_GATHER_LOGITS:
+        put_i32(&w, in->gather.n_vocab);
+        put_i32(&w, in->gather.n_ranks);
         break;
     default:
         return kiln_err_set(err, KILN_ERR_PLAN, "param block: opcode 0x%02x has no parameters",
@@ -317,7 +327,14 @@ kiln_status kiln_param_decode(kiln_opcode op, const kiln_param_block *in, kiln_p
     switch (op) {
     case KILN_OP_EMBED:
         out->embed.scale = get_f32(&r);
-        if (!finite_pos(out->embed.scale)) bad = "embed scale must be finite and > 0";
+        out->embed.vocab_shard = get_i32(&r);
+        out->embed.vocab_base = get_i32(&r);
+        if (!finite_pos(out->embed.scale))
+            bad = "embed scale must be finite and > 0";
+        else if (out->embed.vocab_shard != 0 && out->embed.vocab_shard != 1)
+            bad = "embed vocab_shard must be 0 or 1";
+        else if (out->embed.vocab_base < 0 || (!out->embed.vocab_shard && out->embed.vocab_base))
+            bad = "embed vocab_base must be >= 0 (and 0 without a vocabulary shard)";
         break;
     case KILN_OP_RMS_NORM:
         out->norm.eps = get_f32(&r);
@@ -378,6 +395,13 @@ kiln_status kiln_param_decode(kiln_opcode op, const kiln_param_block *in, kiln_p
         if (!(out->lm_head.softcap >= 0) || !isfinite(out->lm_head.softcap))
             bad = "lm_head softcap must be >= 0";
         break;
+    case KILN_OP_GATHER_LOGITS:
+        out->gather.n_vocab = get_i32(&r);
+        out->gather.n_ranks = get_i32(&r);
+        if (out->gather.n_ranks < 1 || out->gather.n_ranks > 64 || out->gather.n_vocab < 1 ||
+            out->gather.n_vocab % out->gather.n_ranks)
+            bad = "gather_logits: n_vocab must be a positive multiple of n_ranks (1..64)";
+        break;
     default:
         return kiln_err_set(err, KILN_ERR_PLAN, "param block: opcode 0x%02x takes no parameters",
                             (unsigned)op);
@@ -425,6 +449,12 @@ static bool op_shape_of(uint32_t op, op_shape *s) {
         return true;
     case KILN_OP_LM_HEAD:
         *s = (op_shape){1, 0, true, false, {KILN_W_LM_HEAD}, 1};
+        return true;
+    case KILN_OP_ALL_REDUCE:
+        *s = (op_shape){1, 1, false, false, {0}, 0};
+        return true;
+    case KILN_OP_GATHER_LOGITS:
+        *s = (op_shape){0, 0, true, false, {0}, 0};
         return true;
     default:
         return false;
@@ -562,7 +592,8 @@ kiln_status kiln_plan_validate(const kiln_plan *p, const bool *supported, kiln_p
             }
         }
         /* register widths: elementwise ops keep width; matrix ops read k = width */
-        if (in->opcode == KILN_OP_RESIDUAL_ADD || in->opcode == KILN_OP_RMS_NORM) {
+        if (in->opcode == KILN_OP_RESIDUAL_ADD || in->opcode == KILN_OP_RMS_NORM ||
+            in->opcode == KILN_OP_ALL_REDUCE) {
             uint32_t wdt = p->regs[in->out[0]].width;
             for (int k = 0; k < in->n_in; k++)
                 if (p->regs[in->in[k]].width != wdt) {

@@ -37,8 +37,10 @@
  * Ranges (an opcode's high nibble says its family; new ops go in their range):
  *   0x00-0x0f  embeddings and normalisation      0x10-0x1f  token mixing (attention)
  *   0x20-0x2f  channel mixing (FFN, MoE)          0x30-0x3f  elementwise
- *   0x40-0x4f  output heads                       0x50-0x6f  reserved: recurrent state
+ *   0x40-0x4f  output heads                       0x50-0x5f  reserved: recurrent state
  *                                                            mixers (mamba, shortconv)
+ *   0x60-0x6f  collectives (tensor parallelism: plan/tp.h inserts them; a plan for
+ *              one device never has them)
  *   0x70-0x7f  reserved: experimental / fused ops
  * Values are stable (they appear in param block headers). */
 typedef enum kiln_opcode {
@@ -52,6 +54,10 @@ typedef enum kiln_opcode {
     KILN_OP_MOE = 0x21,        /* reserved: mixture of experts                    */
     KILN_OP_RESIDUAL_ADD = 0x30,
     KILN_OP_LM_HEAD = 0x40, /* rows that want logits -> the step's logits      */
+    /* collectives over the ranks of a tensor-parallel group (runtime/comm.h) */
+    KILN_OP_ALL_REDUCE = 0x60,    /* in -> sum of in over ranks (same width)        */
+    KILN_OP_GATHER_LOGITS = 0x61, /* the ranks' vocabulary shards of the step's
+                                     logits -> the full logits of every rank        */
     KILN_OP_LIMIT = 0x80,   /* one past the largest opcode                     */
 } kiln_opcode;
 
@@ -101,11 +107,23 @@ typedef enum kiln_wclass {
     KILN_WCLASS_VECTOR = 1, /* [n] f32 (norm weights, biases, rope factors)      */
 } kiln_wclass;
 
+/* How a weight reference selects from its tensor (tensor parallelism, plan/tp.h): the
+ * whole tensor, or part shard_index of shard_count equal parts of its rows (shape[1];
+ * for a rank-1 tensor its elements) or of its columns (shape[0]). shape[] is the shard's
+ * shape; the binder checks the tensor against it and the load plan selects the shard. */
+typedef enum kiln_wshard {
+    KILN_WSHARD_NONE = 0,
+    KILN_WSHARD_ROWS = 1,
+    KILN_WSHARD_COLS = 2,
+} kiln_wshard;
+
 typedef struct kiln_weight_ref {
     char name[KILN_WEIGHT_NAME_MAX]; /* GGUF tensor name, "blk.3.attn_q.weight" */
     int32_t rank;                    /* 1..4                                    */
     int64_t shape[4];                /* GGUF order: shape[0] is contiguous (k)  */
     uint8_t wclass;                  /* kiln_wclass                             */
+    uint8_t shard;                   /* kiln_wshard                             */
+    int16_t shard_index, shard_count;
 } kiln_weight_ref;
 
 /* ---- state descriptors ----
@@ -184,7 +202,7 @@ void kiln_plan_free(kiln_plan *p);
 kiln_status kiln_plan_reg(kiln_plan *p, uint32_t width, kiln_rows rows, uint16_t *out,
                           kiln_err *err);
 /* Adds (or finds, by name) a weight reference; *out gets its index. A second reference
- * to the same name must agree on shape and class. */
+ * to the same name must agree on shape and class. (Shard fields start as NONE.) */
 kiln_status kiln_plan_weight(kiln_plan *p, const char *name, kiln_wclass wclass, int rank,
                              const int64_t *shape, uint32_t *out, kiln_err *err);
 kiln_status kiln_plan_param(kiln_plan *p, const kiln_param_block *pb, int32_t *out, kiln_err *err);
@@ -202,6 +220,10 @@ kiln_insn kiln_insn_make(kiln_opcode op);
 
 typedef struct kiln_embed_params {
     float scale;
+    /* a vocabulary shard (tensor parallelism): the table holds ids [vocab_base,
+     * vocab_base + rows); other ids give zero rows (an all-reduce follows) */
+    int32_t vocab_shard; /* 0 or 1 */
+    int32_t vocab_base;
 } kiln_embed_params;
 
 typedef struct kiln_norm_params {
@@ -231,12 +253,18 @@ typedef struct kiln_lm_head_params {
     float softcap; /* final logit softcap, 0: off */
 } kiln_lm_head_params;
 
+typedef struct kiln_gather_params {
+    int32_t n_vocab; /* full logits row; each of the n_ranks ranks holds n_vocab / n_ranks */
+    int32_t n_ranks;
+} kiln_gather_params;
+
 typedef union kiln_params {
     kiln_embed_params embed;
     kiln_norm_params norm;
     kiln_attn_params attn;
     kiln_ffn_params ffn;
     kiln_lm_head_params lm_head;
+    kiln_gather_params gather;
 } kiln_params;
 
 kiln_status kiln_param_encode(kiln_opcode op, const kiln_params *in, kiln_param_block *out,

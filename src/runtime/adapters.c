@@ -7,6 +7,7 @@
  * workspace x->work holds the intermediates (q, k, v, attention output; gate, up).
  */
 #include "runtime/exec.h"
+#include "runtime/comm.h"
 
 #include <math.h>
 #include <string.h>
@@ -40,7 +41,9 @@ static kiln_status embed_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
                          .t = x->t,
                          .y = kiln_reg_out(x, bi, 0),
                          .y_stride = bi->width_out[0],
-                         .scale = bi->prm.embed.scale};
+                         .scale = bi->prm.embed.scale,
+                         .shard = bi->prm.embed.vocab_shard != 0,
+                         .id_base = bi->prm.embed.vocab_base};
     return FN(bi, KILN_SITE_EMBED, x).embed(&x->kctx, &a);
 }
 
@@ -235,8 +238,51 @@ static kiln_status lm_head_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
     return KILN_OK;
 }
 
+/* ---- collectives (plan/tp.h inserts them; runtime/comm.h runs them) ---- */
+
+static kiln_status all_reduce_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
+    if (!x->comm)
+        return kiln_err_set(x->kctx.err, KILN_ERR_STATE,
+                            "all_reduce in a plan run without a tensor-parallel group");
+    size_t n = (size_t)x->t * (size_t)bi->width_out[0];
+    return kiln_comm_all_reduce_sum_f32(x->comm, x->comm_rank, kiln_reg_in(x, bi, 0),
+                                        kiln_reg_out(x, bi, 0), n, x->kctx.stream, x->kctx.err);
+}
+
+/* logits (this rank's vocabulary shard, [n_logits][n_vocab / ranks]) -> logits_full: an
+ * all-gather into logits_tmp ([ranks][n_logits][shard]), then each shard row copied to
+ * its place in the full row, on the device */
+static kiln_status gather_logits_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
+    if (x->n_logits == 0) return KILN_OK; /* the same on every rank: no one gathers */
+    if (!x->comm || !x->logits || !x->logits_full || !x->logits_tmp)
+        return kiln_err_set(x->kctx.err, KILN_ERR_STATE,
+                            "gather_logits without a tensor-parallel group or its buffers");
+    const int32_t nr = bi->prm.gather.n_ranks, nv = bi->prm.gather.n_vocab, vl = nv / nr;
+    if (nr != kiln_comm_size(x->comm))
+        return kiln_err_set(x->kctx.err, KILN_ERR_STATE,
+                            "gather_logits for %d ranks in a group of %d", (int)nr,
+                            kiln_comm_size(x->comm));
+    const size_t shard = (size_t)x->n_logits * (size_t)vl * sizeof(float);
+    KILN_TRY(kiln_comm_all_gather(x->comm, x->comm_rank, x->logits, x->logits_tmp, shard,
+                                  x->kctx.stream, x->kctx.err));
+    const size_t rb = (size_t)vl * sizeof(float);
+    for (int32_t r = 0; r < nr; r++)
+        for (int32_t i = 0; i < x->n_logits; i++) {
+            kiln_buf src = {.ptr = x->logits_tmp + ((size_t)r * (size_t)x->n_logits + (size_t)i) *
+                                                       (size_t)vl,
+                            .size = rb,
+                            .space = KILN_MEM_DEVICE};
+            kiln_buf dst = {.ptr = x->logits_full + (size_t)i * (size_t)nv + (size_t)r * (size_t)vl,
+                            .size = rb,
+                            .space = KILN_MEM_DEVICE};
+            KILN_TRY(kiln_buf_d2d(x->dev, &dst, 0, &src, 0, rb, x->kctx.err));
+        }
+    return KILN_OK;
+}
+
 const kiln_adapter_fn kiln_adapters[KILN_OP_LIMIT] = {
     [KILN_OP_EMBED] = embed_adapter,         [KILN_OP_RMS_NORM] = norm_adapter,
     [KILN_OP_ATTENTION] = attention_adapter, [KILN_OP_FFN] = ffn_adapter,
     [KILN_OP_RESIDUAL_ADD] = add_adapter,    [KILN_OP_LM_HEAD] = lm_head_adapter,
+    [KILN_OP_ALL_REDUCE] = all_reduce_adapter, [KILN_OP_GATHER_LOGITS] = gather_logits_adapter,
 };

@@ -51,8 +51,21 @@ static kiln_status bind_weight(kiln_bound_plan *bp, const kiln_model *m, const k
     if (t->rank < 1 || t->rank > 4)
         return bind_fail(chk, KILN_PLAN_ERANK, insn, err, "tensor '%s' has rank %d (1..4)",
                          ref->name, (int)t->rank);
+    /* the shape this reference reads: the tensor's, or its shard's (plan/tp.h) */
+    int64_t shape[4];
+    for (int d = 0; d < 4; d++) shape[d] = d < t->rank ? t->shape[d] : 1;
+    if (ref->shard != KILN_WSHARD_NONE) {
+        const int d = ref->shard == KILN_WSHARD_ROWS && t->rank >= 2 ? 1 : 0;
+        if (ref->shard_count < 1 || ref->shard_index < 0 || ref->shard_index >= ref->shard_count ||
+            shape[d] % ref->shard_count || t->rank > 2)
+            return bind_fail(chk, KILN_PLAN_EWEIGHT_SHAPE, insn, err,
+                             "tensor '%s' (rank %d, dimension %d of %lld) has no shard %d of %d",
+                             ref->name, (int)t->rank, d, (long long)shape[d],
+                             (int)ref->shard_index, (int)ref->shard_count);
+        shape[d] /= ref->shard_count;
+    }
     for (int d = 0; d < 4; d++) {
-        int64_t want = d < ref->rank ? ref->shape[d] : 1, have = d < t->rank ? t->shape[d] : 1;
+        int64_t want = d < ref->rank ? ref->shape[d] : 1, have = shape[d];
         if (want != have)
             return bind_fail(
                 chk, KILN_PLAN_EWEIGHT_SHAPE, insn, err,
@@ -63,7 +76,7 @@ static kiln_status bind_weight(kiln_bound_plan *bp, const kiln_model *m, const k
                 (long long)(t->rank > 3 ? t->shape[3] : 1), (long long)ref->shape[0],
                 (long long)(ref->rank > 1 ? ref->shape[1] : 1));
     }
-    int64_t k = t->shape[0], n = t->rank > 1 ? t->shape[1] : 1;
+    int64_t k = shape[0], n = t->rank > 1 ? shape[1] : 1;
     memset(out, 0, sizeof(*out));
     /* selection first: the weight is described here (dtype, shape, the layout the loader
      * will produce); its bytes are bound after the load plan ran (bind_loaded_weights) */
@@ -333,7 +346,13 @@ kiln_status kiln_bind_load_plan(kiln_bound_plan *bp, const kiln_model *m,
             for (size_t j = 0; j < bp->n_wants && !seen; j++)
                 seen =
                     bp->wants[j].src == src && strcmp(bp->wants[j].target.layout, tg.layout) == 0;
-            if (!seen) bp->wants[bp->n_wants++] = (kiln_load_want){src, tg};
+            /* a tensor-parallel shard (plan/tp.h) is selected by the load plan */
+            const int mode = ref->shard == KILN_WSHARD_ROWS   ? KILN_SHARD_ROWS
+                             : ref->shard == KILN_WSHARD_COLS ? KILN_SHARD_COLS
+                                                              : KILN_SHARD_NONE;
+            if (!seen)
+                bp->wants[bp->n_wants++] =
+                    (kiln_load_want){src, tg, mode, ref->shard_index, ref->shard_count};
         }
     kiln_load_request req;
     if (base)
@@ -389,8 +408,12 @@ kiln_status kiln_bind_relayout_weight(kiln_bound_plan *bp, int32_t insn, int wid
         return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "relayout of '%s' to layout %u", ref->name,
                             wlayout);
     const kiln_tensor_info *src = NULL; /* the tensor the load request named */
+    const kiln_load_want *wsrc = NULL;
     for (size_t j = 0; j < bp->n_wants && !src; j++)
-        if (strcmp(bp->wants[j].src->name, ref->name) == 0) src = bp->wants[j].src;
+        if (strcmp(bp->wants[j].src->name, ref->name) == 0) {
+            src = bp->wants[j].src;
+            wsrc = &bp->wants[j];
+        }
     if (!src) return kiln_err_set(err, KILN_ERR_NOT_FOUND, "relayout: '%s' not loaded", ref->name);
     kiln_bound_weight *w = &bp->bi[insn].w[widx];
     const char *lay = wlayout == KILN_WLAYOUT_CPU_R16 ? LAYOUT_CPU_R16 : "native";
@@ -405,7 +428,10 @@ kiln_status kiln_bind_relayout_weight(kiln_bound_plan *bp, int32_t insn, int wid
         const kiln_load_item *first = kiln_load_plan_item(bp->load, 0);
         kiln_load_want one = {src,
                               {first ? first->target.place : KILN_PLACE_HOST,
-                               first ? first->target.device : 0, lay, false}};
+                               first ? first->target.device : 0, lay, false},
+                              wsrc->shard,
+                              wsrc->shard_index,
+                              wsrc->shard_count};
         kiln_load_request req = *kiln_load_plan_request(bp->load);
         req.wants = &one; /* read while planning only */
         req.n_wants = 1;

@@ -11,10 +11,12 @@
 #include "base/mem.h"
 #include "format/dtype.h"
 #include "load/load.h"
+#include "runtime/comm.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void kiln_engine_opts_default(kiln_engine_opts *o) {
     memset(o, 0, sizeof(*o));
@@ -70,6 +72,16 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
         kiln_engine_opts_default(&d);
         o = &d;
     }
+    if (o->tp < 0 || o->tp > KILN_COMM_MAX_RANKS)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "tensor parallel: %d ranks (1..%d)",
+                            (int)o->tp, KILN_COMM_MAX_RANKS);
+    if (o->tp > 1) return kiln_tp_engine_create(m, o, out, err);
+    return kiln_engine_create_rank(m, o, 0, 1, NULL, out, err);
+}
+
+kiln_status kiln_engine_create_rank(const kiln_model *m, const kiln_engine_opts *o, int rank,
+                                    int n_ranks, kiln_comm *comm, kiln_engine **out,
+                                    kiln_err *err) {
     const kiln_backend *be = kiln_backend_find(o->backend ? o->backend : "ref");
     if (!be)
         return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "backend '%s' is not built in (ref, cpu)",
@@ -84,12 +96,16 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     kiln_engine *e = kiln_calloc(1, sizeof(*e));
     if (!e) return kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     e->model = m;
+    e->tp_rank = rank;
+    e->tp_ranks = n_ranks;
+    e->comm = comm;
     e->max_step = o->max_step_tokens > 0 ? o->max_step_tokens : 512;
     e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 64;
     for (int b = 0; b < KILN_BUCKETS; b++) e->scratch_need[b] = SIZE_MAX;
     int64_t n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
     const uint32_t kv_dtype = o->kv_f16 ? KILN_DTYPE_F16 : KILN_DTYPE_F32;
-    kiln_status st = kiln_device_open(be, 0, &e->dev, err);
+    /* a host backend's ranks share the host; a device backend's rank r is device r */
+    kiln_status st = kiln_device_open(be, be->host_memory ? 0 : rank, &e->dev, err);
     if (st) {
         kiln_free(e);
         return st;
@@ -103,6 +119,19 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
         kiln_free(e);
         return kiln_err_wrap(err, st, "compiling the %s plan", m->cfg.arch);
     }
+    if (n_ranks > 1) {
+        /* this rank's shard of the plan (plan/tp.h: the sharding rules) */
+        kiln_plan sh;
+        st = kiln_plan_tp_shard(&plan, rank, n_ranks, &sh, &e->tp_layout, err);
+        kiln_plan_free(&plan);
+        plan = sh;
+        if (st) {
+            kiln_plan_free(&plan);
+            kiln_device_close(&e->dev);
+            kiln_free(e);
+            return kiln_err_wrap(err, st, "%s: rank %d", m->path, rank);
+        }
+    }
     kiln_bind_opts bo;
     kiln_bind_opts_default(&bo);
     bo.ggml_numerics = ggml_numerics;
@@ -111,14 +140,22 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     /* weights: selection, then the load plan the chosen kernels ask for (runtime/bind.c) */
     kiln_load_request lr;
     kiln_load_request_init(&lr);
-    lr.progress = true;
+    lr.progress = rank == 0;
     lr.threads = o->n_threads > 0 ? o->n_threads : 0;
+    /* ranks share the cores: each rank's thread pool gets its part */
+    int32_t threads = o->n_threads;
+    if (n_ranks > 1 && threads != 1) {
+        long cores = threads > 0 ? threads : sysconf(_SC_NPROCESSORS_ONLN);
+        threads = (int32_t)(cores / n_ranks > 1 ? cores / n_ranks : 1);
+        lr.threads = threads;
+    }
     st = kiln_bind_plan_load(&e->dev, m, &plan, &bo, &lr, &e->bp, NULL, err);
     if (st) {
         kiln_device_close(&e->dev);
         kiln_free(e);
-        return st;
+        return n_ranks > 1 ? kiln_err_wrap(err, st, "tensor-parallel rank %d", rank) : st;
     }
+    if (n_ranks > 1) e->bp.n_vocab = e->tp_layout.n_vocab; /* the full row, after gathering */
     /* decode buffers for up to 64 tokens, prefill buffers for max_step */
     int64_t dec = e->max_step < 64 ? e->max_step : 64;
     st = alloc_mode(e, KILN_MODE_DECODE, dec, err);
@@ -152,7 +189,7 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
         e->counters = kiln_calloc(KILN_OP_LIMIT, sizeof(uint64_t));
         if (!e->counters) st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     }
-    if (!st && o->n_threads != 1) st = kiln_pool_create(o->n_threads, &e->pool, err);
+    if (!st && threads != 1) st = kiln_pool_create(threads, &e->pool, err);
     if (!st) st = kiln_mapguard_check(err); /* a model page faulted while binding */
     if (st) {
         kiln_engine_free(e);
@@ -166,6 +203,7 @@ void kiln_engine_free(kiln_engine *e) {
     if (!e) return;
     kiln_device *dev = &e->dev;
     if (e->prep.ready) kiln_engine_cancel(e);
+    kiln_tp_group_free(e); /* the followers first (their KV pools mirror this one's) */
     if (e->seqs)
         for (int32_t i = 0; i < e->max_seqs; i++)
             if (e->seqs[i].used) {
@@ -185,6 +223,9 @@ void kiln_engine_free(kiln_engine *e) {
         kiln_buf_free(dev, &e->out_ids);
         kiln_buf_free(dev, &e->out_logits_host);
         kiln_buf_free(dev, &e->out_ids_host);
+        kiln_buf_free(dev, &e->tp_shard);
+        kiln_buf_free(dev, &e->tp_full);
+        kiln_buf_free(dev, &e->tp_tmp);
     }
     for (int m = 0; m < 2; m++) {
         kiln_free(e->mode[m].bufs);
@@ -351,9 +392,8 @@ int32_t kiln_engine_blocks_needed(const kiln_engine *e, const kiln_batch_entry *
 
 /* ---- prepare ---- */
 
-/* Grows the device buffer b (space) to at least bytes (contents not kept). */
-static kiln_status grow_buf(kiln_engine *e, kiln_buf *b, kiln_mem_space space, size_t bytes,
-                            kiln_err *err) {
+kiln_status kiln_engine_grow_buf(kiln_engine *e, kiln_buf *b, kiln_mem_space space, size_t bytes,
+                                 kiln_err *err) {
     if (b->ptr && b->size >= bytes) return KILN_OK;
     kiln_buf nb;
     KILN_TRY(kiln_buf_alloc(&e->dev, space, bytes, &nb, err));
@@ -439,10 +479,10 @@ kiln_status kiln_engine_prepare(kiln_engine *e, const kiln_batch_entry *en, int3
     kiln_step_slot *sl = &e->slot[slot];
     const bool host = e->dev.be->host_memory;
     if (host) {
-        KILN_TRY(grow_buf(e, &sl->dev, KILN_MEM_DEVICE, ints * sizeof(int32_t), err));
+        KILN_TRY(kiln_engine_grow_buf(e, &sl->dev, KILN_MEM_DEVICE, ints * sizeof(int32_t), err));
     } else {
-        KILN_TRY(grow_buf(e, &sl->staging, KILN_MEM_STAGING, ints * sizeof(int32_t), err));
-        KILN_TRY(grow_buf(e, &sl->dev, KILN_MEM_DEVICE, ints * sizeof(int32_t), err));
+        KILN_TRY(kiln_engine_grow_buf(e, &sl->staging, KILN_MEM_STAGING, ints * sizeof(int32_t), err));
+        KILN_TRY(kiln_engine_grow_buf(e, &sl->dev, KILN_MEM_DEVICE, ints * sizeof(int32_t), err));
     }
     for (int32_t si = 0; si < n_seqs; si++)
         pp->old_blocks[si] = e->seqs[pp->step_seq[si]].kv.n_blocks;
@@ -482,6 +522,7 @@ kiln_status kiln_engine_prepare(kiln_engine *e, const kiln_batch_entry *en, int3
         for (int32_t j = kt->n_blocks; j < stride; j++) row[j] = -1;
     }
     if (!host) KILN_TRY(kiln_buf_h2d(&e->dev, &sl->dev, 0, in, ints * sizeof(int32_t), err));
+    if (e->tp) KILN_TRY(kiln_tp_prepare(e, slot, in, ints * sizeof(int32_t), err));
     pp->slot = slot;
     e->next_slot = slot ^ 1;
     pp->t = n;
@@ -521,7 +562,7 @@ static kiln_status fit_scratch(kiln_engine *e, int b, kiln_err *err) {
     }
     const size_t need = e->scratch_need[b];
     if (need == 0 || need <= e->scratch.size) return KILN_OK;
-    kiln_status st = grow_buf(e, &e->scratch, KILN_MEM_DEVICE, need, err);
+    kiln_status st = kiln_engine_grow_buf(e, &e->scratch, KILN_MEM_DEVICE, need, err);
     return st ? kiln_err_wrap(err, st, "engine: kernel scratch") : KILN_OK;
 }
 
@@ -536,6 +577,56 @@ static kiln_status drop_step(kiln_engine *e, kiln_status st) {
     return st;
 }
 
+kiln_status kiln_engine_exec_setup(kiln_engine *e, const kiln_prepared *pp, const int32_t *in,
+                                   int mode, kiln_exec *x, kiln_err *err) {
+    const int32_t n = pp->t;
+    memset(x, 0, sizeof(*x));
+    x->t = n;
+    x->bucket = kiln_bucket_of(n);
+    KILN_TRY(fit_scratch(e, x->bucket, err));
+    x->dev = &e->dev;
+    x->kctx.pool = e->pool;
+    x->kctx.scratch = e->scratch.ptr;
+    x->kctx.scratch_size = e->scratch.size;
+    x->kctx.stream = e->dev.queue;
+    x->kctx.dev = e->dev.impl;
+    x->kctx.err = err; /* kernels' messages (a device's error string) reach the caller */
+    x->ids = in;
+    x->tok_seq = in + n;
+    x->tok_pos = in + 2 * n;
+    x->blocks.seq_len = in + 3 * n;
+    x->blocks.table = in + 3 * n + pp->n_seqs;
+    x->blocks.n_seqs = pp->n_seqs;
+    x->blocks.stride = pp->stride;
+    x->n_decode = pp->n_decode;
+    x->logit_rows = pp->logit_rows;
+    x->n_logits = pp->n_logits;
+    x->greedy_limit = pp->greedy_limit;
+    x->bufs = e->mode[mode].bufs;
+    x->buf_bytes = e->mode[mode].bytes;
+    x->work = e->work.ptr;
+    x->work_floats = e->work_floats;
+    x->kv = &e->kv;
+    x->counters = e->counters;
+    x->comm = e->comm;
+    x->comm_rank = e->tp_rank;
+    return KILN_OK;
+}
+
+/* The greedy pick of a tensor-parallel step, on the host copy of the full logits rows:
+ * the first largest logit among ids [0, limit) (the final softcap is monotonic). */
+static void argmax_rows(const float *l, int32_t rows, int32_t n_vocab, int32_t limit,
+                        int32_t *ids) {
+    const int32_t nl = limit > 0 && limit < n_vocab ? limit : n_vocab;
+    for (int32_t i = 0; i < rows; i++) {
+        const float *r = l + (size_t)i * (size_t)n_vocab;
+        int32_t best = 0;
+        for (int32_t j = 1; j < nl; j++)
+            if (r[j] > r[best]) best = j;
+        ids[i] = best;
+    }
+}
+
 kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, kiln_err *err) {
     kiln_prepared *pp = &e->prep;
     if (!pp->ready) return kiln_err_set(err, KILN_ERR_STATE, "no step is prepared");
@@ -545,65 +636,44 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
     if (n == 0) return KILN_OK;
     const int32_t n_vocab = e->bp.n_vocab > 0 ? e->bp.n_vocab : e->model->cfg.n_vocab;
     const bool host = e->dev.be->host_memory;
+    /* a tensor-parallel greedy step computes the full logits rows (engine memory) and
+     * picks on the host copy: the ranks' fused argmax kernels see only their shards */
+    const bool tp_greedy = e->tp && pp->greedy;
     kiln_status st = KILN_OK;
     /* outputs: the caller's memory (host backends), else the engine's device buffers */
     float *out_logits = NULL;
     int32_t *out_ids = NULL;
     if (pp->n_logits > 0) {
-        if (pp->greedy) {
+        if (pp->greedy && !tp_greedy) {
             if (ids && host)
                 out_ids = ids;
             else {
-                st = grow_buf(e, &e->out_ids, KILN_MEM_DEVICE,
-                              (size_t)pp->n_logits * sizeof(int32_t), err);
+                st = kiln_engine_grow_buf(e, &e->out_ids, KILN_MEM_DEVICE,
+                                          (size_t)pp->n_logits * sizeof(int32_t), err);
                 out_ids = e->out_ids.ptr;
             }
         } else {
             size_t bytes = (size_t)pp->n_logits * (size_t)n_vocab * sizeof(float);
-            if (logits && host)
+            if (logits && host && !tp_greedy)
                 out_logits = logits;
             else {
-                st = grow_buf(e, &e->out_logits, KILN_MEM_DEVICE, bytes, err);
+                st = kiln_engine_grow_buf(e, &e->out_logits, KILN_MEM_DEVICE, bytes, err);
                 out_logits = e->out_logits.ptr;
             }
         }
     }
     int mode = n <= e->mode[KILN_MODE_DECODE].tokens ? KILN_MODE_DECODE : KILN_MODE_PREFILL;
     kiln_exec x;
-    memset(&x, 0, sizeof(x));
-    x.t = n;
-    x.bucket = kiln_bucket_of(n);
-    if (!st) st = fit_scratch(e, x.bucket, err);
+    if (!st) st = kiln_engine_exec_setup(e, pp, e->slot[pp->slot].dev.ptr, mode, &x, err);
     if (st) return drop_step(e, st);
-    x.dev = &e->dev;
-    x.kctx.pool = e->pool;
-    x.kctx.scratch = e->scratch.ptr;
-    x.kctx.scratch_size = e->scratch.size;
-    x.kctx.stream = e->dev.queue;
-    x.kctx.dev = e->dev.impl;
-    x.kctx.err = err; /* kernels' messages (a device's error string) reach the caller */
-    const int32_t *in = e->slot[pp->slot].dev.ptr;
-    x.ids = in;
-    x.tok_seq = in + n;
-    x.tok_pos = in + 2 * n;
-    x.blocks.seq_len = in + 3 * n;
-    x.blocks.table = in + 3 * n + pp->n_seqs;
-    x.blocks.n_seqs = pp->n_seqs;
-    x.blocks.stride = pp->stride;
-    x.n_decode = pp->n_decode;
-    x.logit_rows = pp->logit_rows;
-    x.n_logits = pp->n_logits;
     x.logits = out_logits;
-    x.greedy_ids = pp->greedy ? out_ids : NULL;
-    x.greedy_limit = pp->greedy_limit;
-    x.bufs = e->mode[mode].bufs;
-    x.buf_bytes = e->mode[mode].bytes;
-    x.work = e->work.ptr;
-    x.work_floats = e->work_floats;
-    x.kv = &e->kv;
-    x.counters = e->counters;
-    st = kiln_exec_run(&e->bp, &x, err);
-    if (!st) st = kiln_device_sync(&e->dev, err);
+    x.greedy_ids = pp->greedy && !tp_greedy ? out_ids : NULL;
+    if (e->tp) {
+        st = kiln_tp_run(e, &x, out_logits, err);
+    } else {
+        st = kiln_exec_run(&e->bp, &x, err);
+        if (!st) st = kiln_device_sync(&e->dev, err);
+    }
     /* a model page faulted (file truncated while mapped): not the model's output */
     if (!st && (st = kiln_mapguard_check(err)) != KILN_OK) return drop_step(e, st);
     if (st) {
@@ -618,20 +688,21 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
         return drop_step(e, st);
     }
     /* outputs to host memory */
+    const bool greedy_out = pp->greedy && !tp_greedy;
     if (pp->n_logits > 0 && !host) {
-        if (pp->greedy) {
+        if (greedy_out) {
             size_t bytes = (size_t)pp->n_logits * sizeof(int32_t);
-            st = grow_buf(e, &e->out_ids_host, KILN_MEM_STAGING, bytes, err);
+            st = kiln_engine_grow_buf(e, &e->out_ids_host, KILN_MEM_STAGING, bytes, err);
             if (!st) st = kiln_buf_d2h(&e->dev, e->out_ids_host.ptr, &e->out_ids, 0, bytes, err);
         } else {
             size_t bytes = (size_t)pp->n_logits * (size_t)n_vocab * sizeof(float);
-            st = grow_buf(e, &e->out_logits_host, KILN_MEM_STAGING, bytes, err);
+            st = kiln_engine_grow_buf(e, &e->out_logits_host, KILN_MEM_STAGING, bytes, err);
             if (!st)
                 st = kiln_buf_d2h(&e->dev, e->out_logits_host.ptr, &e->out_logits, 0, bytes, err);
         }
         if (!st) st = kiln_device_sync(&e->dev, err);
         if (st) return drop_step(e, st);
-        if (!pp->greedy) {
+        if (!greedy_out) {
             /* the model's final softcap (adapters.c applies it only on host memory) */
             float cap = 0;
             for (int32_t i = 0; i < e->bp.plan.n_insns; i++)
@@ -641,10 +712,20 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
             size_t cnt = (size_t)pp->n_logits * (size_t)n_vocab;
             if (cap > 0)
                 for (size_t i = 0; i < cnt; i++) l[i] = cap * tanhf(l[i] / cap);
-            if (logits) memcpy(logits, l, cnt * sizeof(float));
+            if (logits && !tp_greedy) memcpy(logits, l, cnt * sizeof(float));
         } else if (ids) {
             memcpy(ids, e->out_ids_host.ptr, (size_t)pp->n_logits * sizeof(int32_t));
         }
+    }
+    if (tp_greedy && pp->n_logits > 0) {
+        /* the pick on the host copy, into the caller's ids or the engine's id output */
+        const float *l = host ? e->out_logits.ptr : e->out_logits_host.ptr;
+        kiln_buf *ob = host ? &e->out_ids : &e->out_ids_host;
+        st = kiln_engine_grow_buf(e, ob, host ? KILN_MEM_DEVICE : KILN_MEM_STAGING,
+                                  (size_t)pp->n_logits * sizeof(int32_t), err);
+        if (st) return drop_step(e, st);
+        argmax_rows(l, pp->n_logits, n_vocab, pp->greedy_limit, ob->ptr);
+        if (ids) memcpy(ids, ob->ptr, (size_t)pp->n_logits * sizeof(int32_t));
     }
     for (int32_t si = 0; si < pp->n_seqs; si++)
         e->seqs[pp->step_seq[si]].kv.len += pp->step_count[si];
@@ -652,7 +733,7 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
     e->out_greedy = pp->greedy;
     /* what the accessors read: the engine's own buffers, or nothing when the caller's
      * memory took the outputs (kiln_engine_step wrappers, which do not use accessors) */
-    e->out_caller = (pp->greedy ? ids != NULL : logits != NULL) && host;
+    e->out_caller = (pp->greedy ? ids != NULL : logits != NULL) && host && !tp_greedy;
     return KILN_OK;
 }
 

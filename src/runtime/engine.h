@@ -23,6 +23,7 @@
 #ifndef KILN_RUNTIME_ENGINE_H
 #define KILN_RUNTIME_ENGINE_H
 
+#include "plan/tp.h"
 #include "runtime/exec.h"
 
 typedef struct kiln_seq_state {
@@ -84,7 +85,43 @@ struct kiln_engine {
     /* step scratch (host) */
     int32_t *seq_slot, *row_of_entry;
     uint64_t *counters;
+    /* tensor parallelism (engine_tp.c, docs/TP.md). Every rank is an engine with its own
+     * device, bound plan (its shard: plan/tp.h), buffers and KV memory. Rank 0, the
+     * leader, is the engine callers see: it owns the group (tp), keeps the sequences and
+     * block tables, prepares each step, and runs it on its thread while each follower runs
+     * the same step on its own thread; the ranks meet in the plan's collectives. */
+    struct kiln_tp_group *tp; /* leader only; NULL: one device */
+    int tp_rank, tp_ranks;    /* 0, 1 without tensor parallelism */
+    struct kiln_comm *comm;   /* borrowed from the group */
+    kiln_tp_layout tp_layout;
+    kiln_buf tp_shard, tp_full, tp_tmp; /* logits: this rank's shard, full rows, gather tmp */
+    kiln_exec tp_x;                     /* a follower's step (set by the leader)           */
+    kiln_status tp_st;
+    kiln_err tp_err;
 };
+
+/* ---- engine_tp.c (internal) ---- */
+/* Creates one rank of an n-rank group (n = 1: a plain engine; comm NULL then). */
+kiln_status kiln_engine_create_rank(const kiln_model *m, const kiln_engine_opts *o, int rank,
+                                    int n_ranks, struct kiln_comm *comm, kiln_engine **out,
+                                    kiln_err *err);
+/* The group behind kiln_engine_create when o->tp > 1. */
+kiln_status kiln_tp_engine_create(const kiln_model *m, const kiln_engine_opts *o,
+                                  kiln_engine **out, kiln_err *err);
+void kiln_tp_group_free(kiln_engine *leader);
+/* prepare: the packed inputs of slot to every follower's device (non-host backends). */
+kiln_status kiln_tp_prepare(kiln_engine *leader, int slot, const int32_t *in, size_t bytes,
+                            kiln_err *err);
+/* run: x0 is the leader's step (kiln_engine_exec_setup); logits_full receives the full
+ * logits rows of the step (leader's memory). Runs every rank, waits for all. */
+kiln_status kiln_tp_run(kiln_engine *leader, kiln_exec *x0, float *logits_full, kiln_err *err);
+/* Fills x for engine e and the prepared step pp whose packed inputs are at in (e's device
+ * memory), with the buffers of mode; grows e's kernel scratch. Outputs are not set. */
+kiln_status kiln_engine_exec_setup(kiln_engine *e, const kiln_prepared *pp, const int32_t *in,
+                                   int mode, kiln_exec *x, kiln_err *err);
+/* Grows the device buffer b of e (space) to at least bytes (contents not kept). */
+kiln_status kiln_engine_grow_buf(kiln_engine *e, kiln_buf *b, kiln_mem_space space, size_t bytes,
+                                 kiln_err *err);
 
 /* The executed load plan of the engine's weights (its report: load/load.h). */
 const struct kiln_load_plan *kiln_engine_load_plan(const kiln_engine *e);

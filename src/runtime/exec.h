@@ -53,6 +53,13 @@ typedef struct kiln_exec {
     size_t work_floats;
     kiln_kv_pool *kv;
     uint64_t *counters; /* [KILN_OP_LIMIT] dispatch counts, or NULL (off) */
+    /* tensor parallelism (plan/tp.h, runtime/tp.c): the group and this rank's index in it;
+     * NULL on one device. With a vocabulary-sharded LM head, logits is this rank's shard
+     * [n_logits][n_vocab / ranks] and gather_logits writes the full rows to logits_full
+     * [n_logits][n_vocab] through logits_tmp (same size); both backend memory. */
+    struct kiln_comm *comm;
+    int comm_rank;
+    float *logits_full, *logits_tmp;
 } kiln_exec;
 
 typedef struct kiln_bound_plan {

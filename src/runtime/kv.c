@@ -149,6 +149,12 @@ static kiln_status block_copy(kiln_kv_pool *p, int32_t src, int32_t *out, kiln_e
     KILN_TRY(block_take(p, out, err));
     kiln_status st = kiln_buf_d2d(p->dev, &p->mem, (size_t)*out * p->block_stride, &p->mem,
                                   (size_t)src * p->block_stride, p->block_stride, err);
+    for (int32_t m = 0; m < p->n_mirror && !st; m++) {
+        kiln_kv_pool *q = p->mirror[m];
+        st = kiln_buf_d2d(q->dev, &q->mem, (size_t)*out * q->block_stride, &q->mem,
+                          (size_t)src * q->block_stride, q->block_stride, err);
+        if (st) kiln_err_wrap(err, st, "kv block copy on tensor-parallel rank %d", (int)m + 1);
+    }
     if (st) block_put(p, *out);
     return st;
 }

@@ -41,6 +41,11 @@ typedef struct kiln_kv_pool {
     int32_t max_blocks, n_grown;
     int32_t *free_list, n_free;
     int32_t *refcount;
+    /* tensor parallelism: the pools of the group's other ranks (borrowed; same block
+     * count, their own KV heads). Their bookkeeping is unused: block ids come from this
+     * pool, and every block copy here (fork, un-share) is repeated in each mirror. */
+    struct kiln_kv_pool **mirror;
+    int32_t n_mirror;
 } kiln_kv_pool;
 
 typedef struct kiln_kv_table {

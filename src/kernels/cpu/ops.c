@@ -17,7 +17,15 @@ static void embed_range(void *ctx, int64_t b, int64_t e, int ith) {
     const kiln_embed_args *a = ctx;
     for (int64_t t = b; t < e; t++) {
         float *y = a->y + t * a->y_stride;
-        const uint8_t *row = (const uint8_t *)a->w + (size_t)a->ids[t] * a->w_row_bytes;
+        int64_t id = a->ids[t];
+        if (a->shard) {
+            id -= a->id_base; /* a vocabulary shard: other ids give zero rows */
+            if (id < 0 || id >= a->n_vocab) {
+                memset(y, 0, sizeof(float) * (size_t)a->dim);
+                continue;
+            }
+        }
+        const uint8_t *row = (const uint8_t *)a->w + (size_t)id * a->w_row_bytes;
         if (a->w_dtype == KILN_DTYPE_F32)
             memcpy(y, row, sizeof(float) * (size_t)a->dim);
         else

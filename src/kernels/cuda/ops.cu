@@ -14,12 +14,19 @@
 template <int DT>
 __global__ void embed_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n_vocab,
                              int64_t dim, const int32_t *__restrict__ ids, float *y, int64_t ys,
-                             float scale) {
+                             float scale, bool shard, int64_t id_base) {
     const int64_t t = blockIdx.y;
     const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= dim / 32) return;
-    const int32_t id = ids[t];
-    if (id < 0 || id >= n_vocab) return;
+    const int64_t id = (int64_t)ids[t] - (shard ? id_base : 0);
+    if (id < 0 || id >= n_vocab) {
+        if (shard) { /* a vocabulary shard: another rank's id gives a zero row */
+            float *o = y + t * ys + g * 32;
+#pragma unroll
+            for (int i = 0; i < 32; i++) o[i] = 0.0f;
+        }
+        return;
+    }
     float w[32];
     kc_dq32<DT>(W + (size_t)id * row_bytes, g, w);
     float *o = y + t * ys + g * 32;
@@ -30,7 +37,7 @@ __global__ void embed_kernel(const uint8_t *__restrict__ W, size_t row_bytes, in
 #define EMBED_CASE(DT, s, a)                                                                       \
     embed_kernel<DT><<<dim3((unsigned)((a->dim / 32 + 127) / 128), (unsigned)a->t), 128, 0, s>>>(  \
         (const uint8_t *)a->w, a->w_row_bytes, a->n_vocab, a->dim, a->ids, a->y, a->y_stride,      \
-        a->scale)
+        a->scale, a->shard, a->id_base)
 
 extern "C" kiln_status kiln_cuda_embed(const kiln_kctx *c, const kiln_embed_args *a) {
     if (a->t <= 0) return KILN_OK;

@@ -97,9 +97,16 @@ kiln_status kiln_ref_matmul(const kiln_kctx *c, const kiln_matmul_args *a) {
 kiln_status kiln_ref_embed(const kiln_kctx *c, const kiln_embed_args *a) {
     (void)c;
     for (int64_t t = 0; t < a->t; t++) {
-        int32_t id = a->ids[t];
-        if (id < 0 || id >= a->n_vocab) return KILN_ERR_RANGE;
+        int64_t id = a->ids[t];
         float *y = a->y + t * a->y_stride;
+        if (a->shard) {
+            id -= a->id_base;
+            if (id < 0 || id >= a->n_vocab) {
+                memset(y, 0, (size_t)a->dim * sizeof(float));
+                continue;
+            }
+        }
+        if (id < 0 || id >= a->n_vocab) return KILN_ERR_RANGE;
         kiln_status st = kiln_ref_row_to_f32(
             a->w_dtype, (const uint8_t *)a->w + (size_t)id * a->w_row_bytes, y, a->dim);
         if (st) return st;
