@@ -58,7 +58,7 @@ typedef enum kiln_opcode {
     KILN_OP_ALL_REDUCE = 0x60,    /* in -> sum of in over ranks (same width)        */
     KILN_OP_GATHER_LOGITS = 0x61, /* the ranks' vocabulary shards of the step's
                                      logits -> the full logits of every rank        */
-    KILN_OP_LIMIT = 0x80,   /* one past the largest opcode                     */
+    KILN_OP_LIMIT = 0x80,         /* one past the largest opcode                     */
 } kiln_opcode;
 
 /* "attention", or NULL for an unassigned value. */

@@ -76,8 +76,8 @@ static kiln_status shard_attention(kiln_plan *p, kiln_insn *in, int r, int n, ki
     int kv_index, kv_count;
     if (nkv >= n) {
         if (nkv % n)
-            return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%d KV heads do not split into %d",
-                                nkv, n);
+            return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%d KV heads do not split into %d", nkv,
+                                n);
         kv_index = r, kv_count = n;
         a->n_kv_head = nkv / n;
     } else {
@@ -125,8 +125,8 @@ kiln_status kiln_plan_tp_shard(const kiln_plan *src, int rank, int n_ranks, kiln
     for (int32_t i = 0; i < src->n_weights; i++) {
         const kiln_weight_ref *w = &src->weights[i];
         uint32_t id;
-        KILN_TRY(kiln_plan_weight(out, w->name, (kiln_wclass)w->wclass, w->rank, w->shape, &id,
-                                  err));
+        KILN_TRY(
+            kiln_plan_weight(out, w->name, (kiln_wclass)w->wclass, w->rank, w->shape, &id, err));
         if (id != (uint32_t)i || w->shard != KILN_WSHARD_NONE)
             return kiln_err_set(err, KILN_ERR_PLAN,
                                 "tensor parallel: weight '%s' is listed twice or already sharded",
@@ -141,7 +141,8 @@ kiln_status kiln_plan_tp_shard(const kiln_plan *src, int rank, int n_ranks, kiln
         KILN_TRY(kiln_plan_state(out, &src->states[i], &id, err));
     }
     if (n_ranks == 1) {
-        for (int32_t i = 0; i < src->n_insns; i++) KILN_TRY(kiln_plan_emit(out, &src->insns[i], err));
+        for (int32_t i = 0; i < src->n_insns; i++)
+            KILN_TRY(kiln_plan_emit(out, &src->insns[i], err));
         return KILN_OK;
     }
     const int r = rank, n = n_ranks;

@@ -268,8 +268,8 @@ static kiln_status gather_logits_adapter(kiln_exec *x, const kiln_bound_insn *bi
     const size_t rb = (size_t)vl * sizeof(float);
     for (int32_t r = 0; r < nr; r++)
         for (int32_t i = 0; i < x->n_logits; i++) {
-            kiln_buf src = {.ptr = x->logits_tmp + ((size_t)r * (size_t)x->n_logits + (size_t)i) *
-                                                       (size_t)vl,
+            kiln_buf src = {.ptr = x->logits_tmp +
+                                   ((size_t)r * (size_t)x->n_logits + (size_t)i) * (size_t)vl,
                             .size = rb,
                             .space = KILN_MEM_DEVICE};
             kiln_buf dst = {.ptr = x->logits_full + (size_t)i * (size_t)nv + (size_t)r * (size_t)vl,
@@ -281,8 +281,8 @@ static kiln_status gather_logits_adapter(kiln_exec *x, const kiln_bound_insn *bi
 }
 
 const kiln_adapter_fn kiln_adapters[KILN_OP_LIMIT] = {
-    [KILN_OP_EMBED] = embed_adapter,         [KILN_OP_RMS_NORM] = norm_adapter,
-    [KILN_OP_ATTENTION] = attention_adapter, [KILN_OP_FFN] = ffn_adapter,
-    [KILN_OP_RESIDUAL_ADD] = add_adapter,    [KILN_OP_LM_HEAD] = lm_head_adapter,
+    [KILN_OP_EMBED] = embed_adapter,           [KILN_OP_RMS_NORM] = norm_adapter,
+    [KILN_OP_ATTENTION] = attention_adapter,   [KILN_OP_FFN] = ffn_adapter,
+    [KILN_OP_RESIDUAL_ADD] = add_adapter,      [KILN_OP_LM_HEAD] = lm_head_adapter,
     [KILN_OP_ALL_REDUCE] = all_reduce_adapter, [KILN_OP_GATHER_LOGITS] = gather_logits_adapter,
 };

@@ -60,8 +60,8 @@ static kiln_status bind_weight(kiln_bound_plan *bp, const kiln_model *m, const k
             shape[d] % ref->shard_count || t->rank > 2)
             return bind_fail(chk, KILN_PLAN_EWEIGHT_SHAPE, insn, err,
                              "tensor '%s' (rank %d, dimension %d of %lld) has no shard %d of %d",
-                             ref->name, (int)t->rank, d, (long long)shape[d],
-                             (int)ref->shard_index, (int)ref->shard_count);
+                             ref->name, (int)t->rank, d, (long long)shape[d], (int)ref->shard_index,
+                             (int)ref->shard_count);
         shape[d] /= ref->shard_count;
     }
     for (int d = 0; d < 4; d++) {

@@ -74,8 +74,7 @@ bool kiln_comm_nccl_built(void) {
     return false;
 }
 
-kiln_status kiln_comm_nccl_create(int n_ranks, const int *devices, kiln_comm **out,
-                                  kiln_err *err) {
+kiln_status kiln_comm_nccl_create(int n_ranks, const int *devices, kiln_comm **out, kiln_err *err) {
     (void)n_ranks;
     (void)devices;
     *out = NULL;

@@ -481,7 +481,8 @@ kiln_status kiln_engine_prepare(kiln_engine *e, const kiln_batch_entry *en, int3
     if (host) {
         KILN_TRY(kiln_engine_grow_buf(e, &sl->dev, KILN_MEM_DEVICE, ints * sizeof(int32_t), err));
     } else {
-        KILN_TRY(kiln_engine_grow_buf(e, &sl->staging, KILN_MEM_STAGING, ints * sizeof(int32_t), err));
+        KILN_TRY(
+            kiln_engine_grow_buf(e, &sl->staging, KILN_MEM_STAGING, ints * sizeof(int32_t), err));
         KILN_TRY(kiln_engine_grow_buf(e, &sl->dev, KILN_MEM_DEVICE, ints * sizeof(int32_t), err));
     }
     for (int32_t si = 0; si < n_seqs; si++)

@@ -106,8 +106,8 @@ kiln_status kiln_engine_create_rank(const kiln_model *m, const kiln_engine_opts 
                                     int n_ranks, struct kiln_comm *comm, kiln_engine **out,
                                     kiln_err *err);
 /* The group behind kiln_engine_create when o->tp > 1. */
-kiln_status kiln_tp_engine_create(const kiln_model *m, const kiln_engine_opts *o,
-                                  kiln_engine **out, kiln_err *err);
+kiln_status kiln_tp_engine_create(const kiln_model *m, const kiln_engine_opts *o, kiln_engine **out,
+                                  kiln_err *err);
 void kiln_tp_group_free(kiln_engine *leader);
 /* prepare: the packed inputs of slot to every follower's device (non-host backends). */
 kiln_status kiln_tp_prepare(kiln_engine *leader, int slot, const int32_t *in, size_t bytes,

@@ -82,8 +82,8 @@ void kiln_tp_group_free(kiln_engine *e) {
     e->comm = NULL;
 }
 
-kiln_status kiln_tp_engine_create(const kiln_model *m, const kiln_engine_opts *o,
-                                  kiln_engine **out, kiln_err *err) {
+kiln_status kiln_tp_engine_create(const kiln_model *m, const kiln_engine_opts *o, kiln_engine **out,
+                                  kiln_err *err) {
     *out = NULL;
     const int n = o->tp;
     const kiln_backend *be = kiln_backend_find(o->backend ? o->backend : "ref");
@@ -157,11 +157,10 @@ kiln_status kiln_tp_engine_create(const kiln_model *m, const kiln_engine_opts *o
         }
         return st;
     }
-    KILN_INFO(
-             "tensor parallel: %d ranks (%s communicator), vocabulary %s, %d all-reduces per "
-             "step",
-             n, kiln_comm_kind(comm), lead->tp_layout.vocab_split ? "split" : "replicated",
-             (int)lead->tp_layout.n_all_reduce);
+    KILN_INFO("tensor parallel: %d ranks (%s communicator), vocabulary %s, %d all-reduces per "
+              "step",
+              n, kiln_comm_kind(comm), lead->tp_layout.vocab_split ? "split" : "replicated",
+              (int)lead->tp_layout.n_all_reduce);
     *out = lead;
     return KILN_OK;
 }
@@ -208,13 +207,13 @@ kiln_status kiln_tp_run(kiln_engine *e, kiln_exec *x0, float *logits_full, kiln_
     kiln_tp_group *g = e->tp;
     const kiln_prepared *pp = &e->prep;
     /* the mode kiln_engine_run_into chose for the leader (the same rule) */
-    const int mode = pp->t <= e->mode[KILN_MODE_DECODE].tokens ? KILN_MODE_DECODE
-                                                                 : KILN_MODE_PREFILL;
+    const int mode =
+        pp->t <= e->mode[KILN_MODE_DECODE].tokens ? KILN_MODE_DECODE : KILN_MODE_PREFILL;
     KILN_TRY(rank_outputs(e, x0, logits_full, pp->n_logits, err));
     for (int r = 1; r < g->n; r++) {
         kiln_engine *f = g->rank[r];
-        const int32_t *in = e->dev.be->host_memory ? e->slot[pp->slot].dev.ptr
-                                                   : f->slot[pp->slot].dev.ptr;
+        const int32_t *in =
+            e->dev.be->host_memory ? e->slot[pp->slot].dev.ptr : f->slot[pp->slot].dev.ptr;
         kiln_err_clear(&f->tp_err);
         kiln_status st = kiln_engine_exec_setup(f, pp, in, mode, &f->tp_x, &f->tp_err);
         if (!st) st = rank_outputs(f, &f->tp_x, NULL, pp->n_logits, &f->tp_err);

@@ -67,8 +67,7 @@ static kiln_status nc_all_gather(kiln_comm *c, int rank, const void *in, void *o
     nccl_comm *n = c->impl;
     KILN_TRY(set_device(c, rank, "all_gather", err));
     if (!bytes) return KILN_OK;
-    ncclResult_t r =
-        ncclAllGather(in, out, bytes, ncclUint8, n->comms[rank], (cudaStream_t)stream);
+    ncclResult_t r = ncclAllGather(in, out, bytes, ncclUint8, n->comms[rank], (cudaStream_t)stream);
     return r == ncclSuccess ? KILN_OK : nccl_fail(c, rank, r, "all_gather", err);
 }
 
@@ -139,8 +138,7 @@ static const kiln_comm_ops nccl_ops = {
     .free = nc_free,
 };
 
-kiln_status kiln_comm_nccl_create(int n_ranks, const int *devices, kiln_comm **out,
-                                  kiln_err *err) {
+kiln_status kiln_comm_nccl_create(int n_ranks, const int *devices, kiln_comm **out, kiln_err *err) {
     *out = NULL;
     if (n_ranks < 1 || n_ranks > KILN_COMM_MAX_RANKS)
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "NCCL communicator: %d ranks (1..%d)",
