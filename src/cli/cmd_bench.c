@@ -93,7 +93,7 @@ static double run_once(kiln_engine *e, int32_t n_vocab, int64_t n_prompt, int64_
     return t;
 }
 
-static int bench_model(const char *path, const char *backend, int threads, int64_t n_prompt,
+static int bench_model(const char *path, const char *backend, int threads, int tp, int64_t n_prompt,
                        int64_t n_gen, int reps, bool kv_f16, bool want_logits, bool load_report,
                        bench_result *out, int *n_out) {
     kiln_err err;
@@ -112,6 +112,7 @@ static int bench_model(const char *path, const char *backend, int threads, int64
     o.max_step_tokens = (int32_t)(n_prompt > 512 ? n_prompt : 512);
     o.max_seqs = 4;
     o.kv_f16 = kv_f16;
+    o.tp = tp;
     if (kiln_engine_create(m, &o, &e, &err)) goto fail;
     if (load_report) kiln_cli_print_load_report(e);
     const int32_t n_vocab = kiln_model_n_vocab(m);
@@ -175,6 +176,10 @@ int kiln_cmd_bench(int argc, char **argv) {
         {"output", 'o', true, "FMT", "md (default) or json", false, NULL},
         {"backend", 0, true, "NAME", "cpu (default) or ref", false, NULL},
         {"kv-f32", 0, false, NULL, "store the KV cache as f32 (default f16)", false, NULL},
+        {"tp", 0, true, "N",
+         "tensor parallel: split the model over N ranks (default 1; cpu: N threads groups, "
+         "docs/TP.md)",
+         false, NULL},
         {"logits", 0, false, NULL,
          "tg: materialize every step's logits and pick the token here (default: the engine's "
          "fused greedy LM head)",
@@ -192,8 +197,9 @@ int kiln_cmd_bench(int argc, char **argv) {
         kiln_args_usage(&u, opts, KILN_NOPTS(opts), true);
         return 2;
     }
-    int64_t threads = 0, n_prompt = 512, n_gen = 128, reps = 5;
+    int64_t threads = 0, n_prompt = 512, n_gen = 128, reps = 5, tp = 1;
     if (!kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "threads"), 0, 1024, &threads) ||
+        !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "tp"), 1, 64, &tp) ||
         !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "n-prompt"), 0, 1 << 20, &n_prompt) ||
         !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "n-gen"), 0, 1 << 20, &n_gen) ||
         !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "repetitions"), 1, MAX_REPS, &reps))
@@ -218,8 +224,9 @@ int kiln_cmd_bench(int argc, char **argv) {
     char *save = NULL;
     for (char *p = strtok_r(models, ",", &save); p && n_res + 2 <= 64;
          p = strtok_r(NULL, ",", &save)) {
-        if (bench_model(p, backend, (int)threads, n_prompt, n_gen, (int)reps, kv_f16, want_logits,
-                        kiln_opt_find(opts, KILN_NOPTS(opts), "load-report")->seen, res, &n_res))
+        if (bench_model(p, backend, (int)threads, (int)tp, n_prompt, n_gen, (int)reps, kv_f16,
+                        want_logits, kiln_opt_find(opts, KILN_NOPTS(opts), "load-report")->seen,
+                        res, &n_res))
             rc = 1;
     }
     if (json) {
@@ -227,12 +234,11 @@ int kiln_cmd_bench(int argc, char **argv) {
         for (int i = 0; i < n_res; i++) {
             double avg, sd;
             stats(&res[i], &avg, &sd);
-            printf(
-                "  {\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %lld, \"n_prompt\": %lld, "
-                "\"n_gen\": %lld, \"test\": \"%s\", \"avg_ts\": %.6f, \"stddev_ts\": %.6f, "
-                "\"samples_ts\": [",
-                res[i].model, backend, (long long)threads, (long long)res[i].n_prompt,
-                (long long)res[i].n_gen, res[i].test, avg, sd);
+            printf("  {\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %lld, \"tp\": %lld, "
+                   "\"n_prompt\": %lld, \"n_gen\": %lld, \"test\": \"%s\", \"avg_ts\": %.6f, "
+                   "\"stddev_ts\": %.6f, \"samples_ts\": [",
+                   res[i].model, backend, (long long)threads, (long long)tp,
+                   (long long)res[i].n_prompt, (long long)res[i].n_gen, res[i].test, avg, sd);
             for (int j = 0; j < res[i].n; j++) printf("%s%.6f", j ? ", " : "", res[i].ts[j]);
             printf("], \"lm_head\": \"%s\", \"kiln_commit\": \"%s\"}%s\n",
                    want_logits ? "logits" : "greedy", KILN_GIT_COMMIT, i + 1 < n_res ? "," : "");
@@ -244,8 +250,14 @@ int kiln_cmd_bench(int argc, char **argv) {
         for (int i = 0; i < n_res; i++) {
             double avg, sd;
             stats(&res[i], &avg, &sd);
-            printf("| %s | %s | %lld | %s | %.2f ± %.2f |\n", res[i].model, backend,
-                   (long long)threads, res[i].test, avg, sd);
+            /* a TP group shows in the backend cell ("cpu tp2"): the columns stay */
+            char be[64];
+            if (tp > 1)
+                snprintf(be, sizeof be, "%s tp%lld", backend, (long long)tp);
+            else
+                snprintf(be, sizeof be, "%s", backend);
+            printf("| %s | %s | %lld | %s | %.2f ± %.2f |\n", res[i].model, be, (long long)threads,
+                   res[i].test, avg, sd);
         }
         printf("\nkiln %s\n", KILN_GIT_COMMIT);
     }

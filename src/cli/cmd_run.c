@@ -26,7 +26,7 @@
 typedef struct run_opts {
     const char *model, *prompt, *file, *chat_template, *stop, *backend, *numerics;
     const char *policy, *dispatch;
-    int64_t n_predict, n_ctx, threads;
+    int64_t n_predict, n_ctx, threads, tp;
     bool chat, ignore_eos, print_ids, kv_f16, load_report;
     kiln_sampler_params sp;
 } run_opts;
@@ -82,6 +82,8 @@ static int run_parse(int argc, char **argv, run_opts *o, bool *done) {
         {"ids", 0, false, NULL, "print token ids instead of text", false, NULL},
         {"stop", 0, true, "TEXT", "stop when this text is generated", false, NULL},
         {"kv-f16", 0, false, NULL, "store the KV cache as f16", false, NULL},
+        {"tp", 0, true, "N",
+         "tensor parallel: split the model over N ranks (default 1; docs/TP.md)", false, NULL},
         KILN_OPT_LOAD_REPORT,
         {"numerics", 0, true, "MODE",
          "exact (default) or ggml: quantized matmuls with llama.cpp's 8-bit activations", false,
@@ -108,11 +110,13 @@ static int run_parse(int argc, char **argv, run_opts *o, bool *done) {
     int64_t top_k = 40, seed = 0, last_n = 64;
     double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0, freq = 0, pres = 0;
     o->n_predict = 128;
+    o->tp = 1;
     if (!kiln_opt_int(OPT("n-predict"), 0, 1 << 24, &o->n_predict) ||
         !kiln_opt_int(OPT("top-k"), 0, 1 << 30, &top_k) ||
         !kiln_opt_int(OPT("seed"), 0, INT64_MAX, &seed) ||
         !kiln_opt_int(OPT("ctx-size"), 0, 1 << 24, &o->n_ctx) ||
         !kiln_opt_int(OPT("threads"), 0, 1024, &o->threads) ||
+        !kiln_opt_int(OPT("tp"), 1, 64, &o->tp) ||
         !kiln_opt_int(OPT("repeat-last-n"), -1, 1 << 20, &last_n) ||
         !kiln_opt_float(OPT("temp"), 0, 100, &temp) ||
         !kiln_opt_float(OPT("top-p"), 1e-6, 1, &top_p) ||
@@ -217,7 +221,8 @@ int kiln_cmd_run(int argc, char **argv) {
                         .max_seqs = 1,
                         .kv_f16 = o.kv_f16,
                         .numerics = o.numerics,
-                        .load_report = o.load_report};
+                        .load_report = o.load_report,
+                        .tp = (int32_t)o.tp};
     uint64_t t_load = kiln_now_ns();
     if (kiln_gen_open(&go, &s.g, &err)) goto done;
     s.g_open = true;

@@ -30,6 +30,8 @@ int kiln_cmd_serve(int argc, char **argv) {
         {"alias", 0, true, "NAME", "model id clients use (default: the file name)", false, NULL},
         {"max-body", 0, true, "BYTES", "request body limit (default 8388608)", false, NULL},
         {"kv-f16", 0, false, NULL, "store the KV cache as f16", false, NULL},
+        {"tp", 0, true, "N",
+         "tensor parallel: split the model over N ranks (default 1; docs/TP.md)", false, NULL},
         {"fast", 0, false, NULL,
          "allow batch-dependent kernels (greedy output may then depend on the batch)", false, NULL},
         {"ready-file", 0, true, "FILE", "write 'HOST PORT' there once listening (for scripts)",
@@ -47,10 +49,11 @@ int kiln_cmd_serve(int argc, char **argv) {
     }
     kiln_serve_opts so;
     kiln_serve_opts_default(&so);
+    int64_t tp = 1;
     int64_t port = so.port, threads = 0, n_ctx = 0, slots = so.slots, queue = so.max_queue,
             max_body = so.max_body;
     if (!kiln_opt_int(OPT("port"), 0, 65535, &port) ||
-        !kiln_opt_int(OPT("threads"), 0, 1024, &threads) ||
+        !kiln_opt_int(OPT("threads"), 0, 1024, &threads) || !kiln_opt_int(OPT("tp"), 1, 64, &tp) ||
         !kiln_opt_int(OPT("ctx-size"), 0, 1 << 24, &n_ctx) ||
         !kiln_opt_int(OPT("slots"), 1, 256, &slots) ||
         !kiln_opt_int(OPT("queue"), 1, 1 << 20, &queue) ||
@@ -80,7 +83,8 @@ int kiln_cmd_serve(int argc, char **argv) {
                         .n_ctx = n_ctx,
                         .max_step = so.max_step,
                         .max_seqs = so.slots,
-                        .kv_f16 = OPT("kv-f16")->seen};
+                        .kv_f16 = OPT("kv-f16")->seen,
+                        .tp = (int32_t)tp};
 #undef OPT
     kiln_gen_ctx g;
     if (kiln_gen_open(&go, &g, &err)) {

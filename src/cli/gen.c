@@ -35,6 +35,7 @@ kiln_status kiln_gen_open(const kiln_gen_opts *o, kiln_gen_ctx *g, kiln_err *err
     eo.max_seqs = o->max_seqs > 0 ? o->max_seqs : 4;
     eo.kv_f16 = o->kv_f16;
     eo.numerics = o->numerics;
+    eo.tp = o->tp;
     st = kiln_engine_create(g->model, &eo, &g->engine, err);
     if (!st && o->load_report) kiln_cli_print_load_report(g->engine);
     if (!st) {

@@ -34,6 +34,7 @@ typedef struct kiln_gen_opts {
     bool kv_f16;
     const char *numerics; /* kiln_engine_opts.numerics: NULL/"exact" or "ggml" */
     bool load_report;     /* --load-report: the engine's load report to stderr */
+    int32_t tp;           /* tensor-parallel ranks (0, 1: off; docs/TP.md) */
 } kiln_gen_opts;
 
 kiln_status kiln_gen_open(const kiln_gen_opts *o, kiln_gen_ctx *g, kiln_err *err);

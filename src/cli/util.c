@@ -14,8 +14,13 @@ int kiln_cli_fail(const char *cmd, const kiln_err *err) {
 }
 
 void kiln_cli_print_load_report(const struct kiln_engine *e) {
-    const kiln_load_plan *p = e ? kiln_engine_load_plan(e) : NULL;
-    if (p) kiln_load_report_print(p, stderr, false);
+    const int n = kiln_engine_tp_size(e);
+    for (int r = 0; r < n; r++) {
+        const kiln_load_plan *p = kiln_engine_rank_load_plan(e, r);
+        if (n > 1)
+            fprintf(stderr, "tensor-parallel rank %d of %d (its shard of the weights):\n", r, n);
+        if (p) kiln_load_report_print(p, stderr, false);
+    }
 }
 
 /* Short names of models that scripts/fetch-model.sh knows. Keep the two in sync. */

@@ -100,6 +100,11 @@ struct kiln_engine {
     kiln_err tp_err;
 };
 
+/* Ranks of the engine's tensor-parallel group (1 without one), and the executed load plan
+ * of rank r's weights (its shard; NULL for a rank out of range). */
+int kiln_engine_tp_size(const kiln_engine *e);
+const struct kiln_load_plan *kiln_engine_rank_load_plan(const kiln_engine *e, int rank);
+
 /* ---- engine_tp.c (internal) ---- */
 /* Creates one rank of an n-rank group (n = 1: a plain engine; comm NULL then). */
 kiln_status kiln_engine_create_rank(const kiln_model *m, const kiln_engine_opts *o, int rank,

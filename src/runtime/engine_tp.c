@@ -56,6 +56,15 @@ static void *follower_main(void *arg) {
     return NULL;
 }
 
+int kiln_engine_tp_size(const kiln_engine *e) {
+    return e && e->tp ? e->tp->n : 1;
+}
+
+const struct kiln_load_plan *kiln_engine_rank_load_plan(const kiln_engine *e, int rank) {
+    if (!e || rank < 0 || rank >= kiln_engine_tp_size(e)) return NULL;
+    return kiln_engine_load_plan(e->tp ? e->tp->rank[rank] : e);
+}
+
 void kiln_tp_group_free(kiln_engine *e) {
     kiln_tp_group *g = e ? e->tp : NULL;
     if (!g || e->tp_rank != 0) return;
