@@ -172,12 +172,18 @@ typedef struct kiln_backend {
     /* waits until everything enqueued on q has finished; reports a deferred device
      * error (KILN_ERR_DEVICE) */
     kiln_status (*sync)(kiln_device *dev, kiln_queue q, kiln_err *err);
+    /* (optional) makes dev the calling thread's current device before it launches work
+     * (CUDA: cudaSetDevice); a tensor-parallel group drives one device per thread.
+     * NULL: nothing to do (host backends) */
+    kiln_status (*bind_thread)(kiln_device *dev, kiln_err *err);
 } kiln_backend;
 
 /* The buffer interface, checked: offsets and sizes are validated against the buffers
  * (KILN_ERR_RANGE naming the call) before the backend is called. */
 kiln_status kiln_device_open(const kiln_backend *be, int32_t ordinal, kiln_device *dev,
                              kiln_err *err);
+/* be->bind_thread when the backend has one (see there), else KILN_OK. */
+kiln_status kiln_device_bind_thread(kiln_device *dev, kiln_err *err);
 void kiln_device_close(kiln_device *dev);
 kiln_status kiln_buf_alloc(kiln_device *dev, kiln_mem_space space, size_t bytes, kiln_buf *out,
                            kiln_err *err);

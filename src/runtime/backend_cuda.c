@@ -141,6 +141,11 @@ static kiln_status cb_sync(kiln_device *dev, kiln_queue q, kiln_err *err) {
     return KILN_OK;
 }
 
+static kiln_status cb_bind_thread(kiln_device *dev, kiln_err *err) {
+    CU(cudaSetDevice(dev->ordinal), "cudaSetDevice");
+    return KILN_OK;
+}
+
 static bool cb_dtype_ok(uint32_t dtype) {
     return kiln_cuda_weight_dtype_ok(dtype) != 0;
 }
@@ -157,6 +162,7 @@ const kiln_backend kiln_backend_cuda = {.name = "cuda",
                                         .d2h = cb_d2h,
                                         .d2d = cb_d2d,
                                         .memset = cb_memset,
-                                        .sync = cb_sync};
+                                        .sync = cb_sync,
+                                        .bind_thread = cb_bind_thread};
 
 #endif /* KILN_HAVE_CUDA */

@@ -199,3 +199,7 @@ kiln_status kiln_buf_memset(kiln_device *dev, const kiln_buf *dst, size_t off, i
 kiln_status kiln_device_sync(kiln_device *dev, kiln_err *err) {
     return dev->be->sync(dev, dev->queue, err);
 }
+
+kiln_status kiln_device_bind_thread(kiln_device *dev, kiln_err *err) {
+    return dev->be->bind_thread ? dev->be->bind_thread(dev, err) : KILN_OK;
+}

@@ -44,7 +44,8 @@ static void *follower_main(void *arg) {
         pthread_mutex_unlock(&g->mu);
         kiln_err_clear(&f->tp_err);
         f->tp_x.kctx.err = &f->tp_err;
-        kiln_status st = kiln_exec_run(&f->bp, &f->tp_x, &f->tp_err);
+        kiln_status st = kiln_device_bind_thread(&f->dev, &f->tp_err);
+        if (!st) st = kiln_exec_run(&f->bp, &f->tp_x, &f->tp_err);
         if (!st) st = kiln_device_sync(&f->dev, &f->tp_err);
         if (st) kiln_comm_abort(g->comm); /* the others must not wait for this rank */
         f->tp_st = st;
@@ -141,6 +142,7 @@ kiln_status kiln_tp_engine_create(const kiln_model *m, const kiln_engine_opts *o
         lead->kv.mirror = g->mirror;
         lead->kv.n_mirror = n - 1;
     }
+    if (!st) st = kiln_device_bind_thread(&lead->dev, err); /* the caller drives rank 0 */
     for (int r = 1; r < n && !st; r++) {
         if (pthread_create(&g->thread[r - 1], NULL, follower_main, g->rank[r]) != 0)
             st = kiln_err_set(err, KILN_ERR_NOMEM, "tensor parallel: thread of rank %d", r);
@@ -178,12 +180,15 @@ kiln_status kiln_tp_prepare(kiln_engine *e, int slot, const int32_t *in, size_t 
                             kiln_err *err) {
     kiln_tp_group *g = e->tp;
     if (!g || e->dev.be->host_memory) return KILN_OK; /* followers read the leader's copy */
-    for (int r = 1; r < g->n; r++) {
+    kiln_status st = KILN_OK;
+    for (int r = 1; r < g->n && !st; r++) {
         kiln_engine *f = g->rank[r];
-        KILN_TRY(kiln_engine_grow_buf(f, &f->slot[slot].dev, KILN_MEM_DEVICE, bytes, err));
-        KILN_TRY(kiln_buf_h2d(&f->dev, &f->slot[slot].dev, 0, in, bytes, err));
+        st = kiln_device_bind_thread(&f->dev, err);
+        if (!st) st = kiln_engine_grow_buf(f, &f->slot[slot].dev, KILN_MEM_DEVICE, bytes, err);
+        if (!st) st = kiln_buf_h2d(&f->dev, &f->slot[slot].dev, 0, in, bytes, err);
     }
-    return KILN_OK;
+    kiln_status b = kiln_device_bind_thread(&e->dev, st ? NULL : err); /* the caller's again */
+    return st ? st : b;
 }
 
 /* A rank's logits buffers for this step: the shard it computes and, with a vocabulary
@@ -236,7 +241,8 @@ kiln_status kiln_tp_run(kiln_engine *e, kiln_exec *x0, float *logits_full, kiln_
     g->gen++;
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
-    kiln_status st = kiln_exec_run(&e->bp, x0, err);
+    kiln_status st = kiln_device_bind_thread(&e->dev, err);
+    if (!st) st = kiln_exec_run(&e->bp, x0, err);
     if (!st) st = kiln_device_sync(&e->dev, err);
     if (st) kiln_comm_abort(g->comm);
     pthread_mutex_lock(&g->mu);

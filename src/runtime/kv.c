@@ -151,9 +151,15 @@ static kiln_status block_copy(kiln_kv_pool *p, int32_t src, int32_t *out, kiln_e
                                   (size_t)src * p->block_stride, p->block_stride, err);
     for (int32_t m = 0; m < p->n_mirror && !st; m++) {
         kiln_kv_pool *q = p->mirror[m];
-        st = kiln_buf_d2d(q->dev, &q->mem, (size_t)*out * q->block_stride, &q->mem,
-                          (size_t)src * q->block_stride, q->block_stride, err);
+        st = kiln_device_bind_thread(q->dev, err); /* the rank's device (CUDA) */
+        if (!st)
+            st = kiln_buf_d2d(q->dev, &q->mem, (size_t)*out * q->block_stride, &q->mem,
+                              (size_t)src * q->block_stride, q->block_stride, err);
         if (st) kiln_err_wrap(err, st, "kv block copy on tensor-parallel rank %d", (int)m + 1);
+    }
+    if (p->n_mirror > 0) {
+        kiln_status b = kiln_device_bind_thread(p->dev, st ? NULL : err);
+        if (!st) st = b;
     }
     if (st) block_put(p, *out);
     return st;
