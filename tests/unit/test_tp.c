@@ -14,6 +14,8 @@
 #include "synth.h"
 #include "testutil.h"
 
+#include "format/dtype.h"
+#include "load/load.h"
 #include "plan/tp.h"
 #include "runtime/comm.h"
 #include "runtime/engine.h"
@@ -142,6 +144,95 @@ static void test_comm_host(void **state) {
         assert_int_equal(kiln_comm_nccl_create(2, NULL, &c, &err), KILN_ERR_UNSUPPORTED);
         assert_null(c);
     }
+}
+
+/* ---- per-want shards of the load plan (kiln_load_want.shard) ----
+ * A 6 x 8 f32 matrix in memory: every row shard, column shard (native: the residual lane;
+ * "f32" layout: transform) and element shard of a vector equals the slice of the
+ * original, and a shard that does not divide is refused naming the tensor. */
+static void test_load_want_shard(void **state) {
+    (void)state;
+    float mat[6 * 8], vec[12];
+    for (int i = 0; i < 48; i++) mat[i] = (float)i;
+    for (int i = 0; i < 12; i++) vec[i] = 100.0f + (float)i;
+    kiln_tensor_info tm = {.name = "m",
+                           .name_len = 1,
+                           .dtype = KILN_DTYPE_F32,
+                           .supported = true,
+                           .rank = 2,
+                           .shape = {8, 6, 1, 1},
+                           .file = KILN_LOAD_MEMORY,
+                           .nbytes = sizeof mat,
+                           .data = mat};
+    kiln_tensor_info tv = {.name = "v",
+                           .name_len = 1,
+                           .dtype = KILN_DTYPE_F32,
+                           .supported = true,
+                           .rank = 1,
+                           .shape = {12, 1, 1, 1},
+                           .file = KILN_LOAD_MEMORY,
+                           .nbytes = sizeof vec,
+                           .data = vec};
+    for (int mode = KILN_SHARD_ROWS; mode <= KILN_SHARD_COLS; mode++)
+        for (int count = 1; count <= 2; count++)
+            for (int idx = 0; idx < count; idx++)
+                for (int lay = 0; lay < 2; lay++) {
+                    kiln_load_want w[2] = {{&tm,
+                                            {KILN_PLACE_HOST, 0, lay ? "f32" : "native", false},
+                                            mode,
+                                            idx,
+                                            count},
+                                           {&tv,
+                                            {KILN_PLACE_HOST, 0, lay ? "f32" : "native", false},
+                                            KILN_SHARD_ROWS,
+                                            idx,
+                                            count}};
+                    kiln_load_request req;
+                    kiln_load_request_init(&req);
+                    req.wants = w;
+                    req.n_wants = 2;
+                    req.threads = 1;
+                    kiln_load_plan *p;
+                    kiln_err err;
+                    if (kiln_load_plan_build(NULL, &req, &p, &err))
+                        fail_msg("plan mode %d %d/%d: %s", mode, idx, count, err.msg);
+                    if (kiln_load_execute(p, &err)) fail_msg("execute: %s", err.msg);
+                    const kiln_load_item *im = kiln_load_plan_item(p, 0);
+                    const kiln_load_item *iv = kiln_load_plan_item(p, 1);
+                    const int rows = mode == KILN_SHARD_ROWS ? 6 / count : 6;
+                    const int cols = mode == KILN_SHARD_COLS ? 8 / count : 8;
+                    assert_int_equal(im->shape[0], cols);
+                    assert_int_equal(im->shape[1], rows);
+                    float got[48], gv[12];
+                    assert_int_equal(kiln_load_item_read(im, got, &err), KILN_OK);
+                    for (int r = 0; r < rows; r++)
+                        for (int c = 0; c < cols; c++) {
+                            int sr = mode == KILN_SHARD_ROWS ? idx * rows + r : r;
+                            int sc = mode == KILN_SHARD_COLS ? idx * cols + c : c;
+                            assert_true(got[r * cols + c] == mat[sr * 8 + sc]);
+                        }
+                    if (count > 1 && mode == KILN_SHARD_COLS && !lay)
+                        assert_int_equal(im->lane, KILN_LANE_RESIDUAL);
+                    if (count > 1 && mode == KILN_SHARD_ROWS && !lay)
+                        assert_int_equal(im->lane, KILN_LANE_ALIAS);
+                    assert_int_equal(iv->shape[0], 12 / count);
+                    assert_int_equal(kiln_load_item_read(iv, gv, &err), KILN_OK);
+                    for (int i = 0; i < 12 / count; i++)
+                        assert_true(gv[i] == vec[idx * (12 / count) + i]);
+                    kiln_load_plan_free(p);
+                }
+    kiln_load_want bad = {&tm, {KILN_PLACE_HOST, 0, "native", false}, KILN_SHARD_ROWS, 0, 4};
+    kiln_load_request req;
+    kiln_load_request_init(&req);
+    req.wants = &bad;
+    req.n_wants = 1;
+    kiln_load_plan *p = NULL;
+    kiln_err err;
+    assert_int_equal(kiln_load_plan_build(NULL, &req, &p, &err), KILN_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "'m'"));
+    assert_non_null(strstr(err.msg, "not divisible"));
+    bad.shard_index = 4;
+    assert_int_equal(kiln_load_plan_build(NULL, &req, &p, &err), KILN_ERR_INVALID_ARG);
 }
 
 /* ---- the sharding rewrite ---- */
@@ -459,9 +550,9 @@ static void test_engine_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_comm_host),     cmocka_unit_test(test_plan_shard),
-        cmocka_unit_test(test_engine_synth),  cmocka_unit_test(test_engine_gguf),
-        cmocka_unit_test(test_engine_errors),
+        cmocka_unit_test(test_comm_host),   cmocka_unit_test(test_load_want_shard),
+        cmocka_unit_test(test_plan_shard),  cmocka_unit_test(test_engine_synth),
+        cmocka_unit_test(test_engine_gguf), cmocka_unit_test(test_engine_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
