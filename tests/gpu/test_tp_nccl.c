@@ -43,7 +43,7 @@ typedef struct nccl_job {
     int rank, n;
     size_t count;
     int failures;
-    char msg[256];
+    char msg[KILN_ERR_MSG_MAX + 128];
 } nccl_job;
 
 static float val(int rank, size_t i) {
