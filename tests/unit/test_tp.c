@@ -7,8 +7,9 @@
  *     two sequences prefilled together (every row's logits), then decode steps of both,
  *     a fork (the KV block copy mirrored on every rank) and greedy steps; on synthetic
  *     f32 models of every family's shape (in memory) and on kiln-gen GGUF files of every
- *     family (q8_0 and f16), TP = 2 and 4, including GQA with fewer KV heads than ranks
- *     and a vocabulary the ranks do not divide (embedding and LM head replicated).
+ *     family (q8_0 and f16) and HF safetensors (llama, gemma3; bf16), TP = 2 and 4,
+ *     including GQA with fewer KV heads than ranks and a vocabulary the ranks do not
+ *     divide (embedding and LM head replicated).
  * Tolerance: |tp - ref| <= TOL_ABS + TOL_REL * max|ref| per logits row (f32 sums in
  * another order; measured differences are ~1e-6, docs/TP.md). */
 #include "synth.h"
@@ -519,6 +520,23 @@ static void test_engine_gguf(void **state) {
             kiln_model_free(m);
             unlink(path);
         }
+    /* safetensors + config.json (HF layout: NEOX rope, Gemma norms stored as w - 1) */
+    for (size_t f = 0; f < 4; f += 3) {
+        char path[1200], cmd[2600];
+        snprintf(path, sizeof path, "%s/hf-%s", dir, fams[f]);
+        snprintf(cmd, sizeof cmd, "'%s' -q -f %s -t bf16 --layers 2 --format hf -o '%s'", gen,
+                 fams[f], path);
+        if (system(cmd) != 0) fail_msg("%s failed", cmd);
+        kiln_model *m;
+        kiln_err err;
+        if (kiln_model_load(path, &m, &err)) fail_msg("load %s: %s", path, err.msg);
+        char name[64];
+        snprintf(name, sizeof name, "hf %s bf16", fams[f]);
+        check_model(m, "cpu", name, 2);
+        kiln_model_free(m);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+        if (system(cmd) != 0) fail_msg("%s failed", cmd);
+    }
     rmdir(dir);
 }
 
