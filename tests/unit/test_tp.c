@@ -9,7 +9,8 @@
  *     f32 models of every family's shape (in memory) and on kiln-gen GGUF files of every
  *     family (q8_0 and f16) and HF safetensors (llama, gemma3; bf16), TP = 2 and 4,
  *     including GQA with fewer KV heads than ranks and a vocabulary the ranks do not
- *     divide (embedding and LM head replicated).
+ *     divide (embedding and LM head replicated);
+ *   - the scheduler over a TP group: greedy requests with shared prefixes, same tokens.
  * Tolerance: |tp - ref| <= TOL_ABS + TOL_REL * max|ref| per logits row (f32 sums in
  * another order; measured differences are ~1e-6, docs/TP.md). */
 #include "synth.h"
@@ -20,6 +21,7 @@
 #include "plan/tp.h"
 #include "runtime/comm.h"
 #include "runtime/engine.h"
+#include "sched/sched.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -540,6 +542,106 @@ static void test_engine_gguf(void **state) {
     rmdir(dir);
 }
 
+/* ---- the scheduler over a TP group: one engine to it ----
+ * 24 greedy requests (a third share a 40-token prefix, so the prefix cache attaches
+ * shared blocks; prompts cross KV blocks), arriving over the first steps, chunked
+ * prefill mixed with decode: every request's tokens under TP = 2 and 4 equal TP = 1's,
+ * and every KV block is back at the end. */
+typedef struct rec {
+    int32_t tok[64];
+    int32_t n, finals;
+} rec;
+
+static kiln_sink_result rec_sink(void *user, const kiln_token_event *ev) {
+    rec *o = user;
+    if (ev->token >= 0 && o->n < 64) o->tok[o->n++] = ev->token;
+    if (ev->finish) o->finals++;
+    return KILN_SINK_OK;
+}
+
+static void sched_run(const kiln_model *m, int tp, rec *out, int n_req) {
+    kiln_engine_opts eo;
+    kiln_engine_opts_default(&eo);
+    eo.backend = "cpu";
+    eo.n_threads = 1;
+    eo.n_ctx = 4096;
+    eo.max_step_tokens = 64;
+    eo.max_seqs = 16;
+    eo.tp = tp;
+    kiln_engine *e;
+    kiln_err err;
+    if (kiln_engine_create(m, &eo, &e, &err)) fail_msg("engine tp=%d: %s", tp, err.msg);
+    kiln_sched_opts so;
+    kiln_sched_opts_default(&so);
+    so.step_tokens = 48;
+    kiln_sched *s;
+    if (kiln_sched_create(e, NULL, &so, &s, &err)) fail_msg("sched: %s", err.msg);
+    kt_rng r;
+    kt_rng_seed(&r, 99);
+    static int32_t prompts[64][90];
+    int32_t plen[64];
+    for (int k = 0; k < n_req; k++) {
+        plen[k] = 10 + (int32_t)(kt_rng_u64(&r) % 70);
+        for (int i = 0; i < plen[k]; i++)
+            prompts[k][i] = k % 3 == 0 && i < 40
+                                ? (i * 5 + 1) % m->cfg.n_vocab
+                                : (int32_t)(kt_rng_u64(&r) % (uint64_t)m->cfg.n_vocab);
+    }
+    int submitted = 0;
+    for (int step = 0; step < 100000; step++) {
+        for (; submitted < n_req && submitted <= step * 2; submitted++) {
+            kiln_request_params rp;
+            kiln_request_params_default(&rp);
+            rp.prompt = prompts[submitted];
+            rp.n_prompt = plen[submitted];
+            rp.max_tokens = 6 + submitted % 9;
+            rp.sampling.temperature = 0;
+            rp.sink = rec_sink;
+            rp.user = &out[submitted];
+            uint64_t id;
+            kiln_rejection rej;
+            if (kiln_sched_submit(s, &rp, &id, &rej, &err)) fail_msg("submit: %s", err.msg);
+        }
+        bool w = false;
+        if (kiln_sched_step(s, &w, &err)) fail_msg("step tp=%d: %s", tp, err.msg);
+        if (!w && submitted == n_req) break;
+    }
+    for (int k = 0; k < n_req; k++) assert_int_equal(out[k].finals, 1);
+    kiln_sched_stats st;
+    kiln_sched_stats_get(s, &st);
+    assert_true(st.prefix_hit_tokens > 0); /* shared blocks were attached (mirrored KV) */
+    print_message("  scheduler tp=%d: %llu steps, prefix hits %llu tokens\n", tp,
+                  (unsigned long long)st.steps, (unsigned long long)st.prefix_hit_tokens);
+    kiln_sched_free(s);
+    assert_int_equal(kiln_kv_pool_used(&e->kv), 0);
+    kiln_engine_free(e);
+}
+
+static void test_sched_tp(void **state) {
+    (void)state;
+    kiln_model_config c;
+    cfg_family(&c, "gemma3", 96, 8, 2);
+    kt_synth s;
+    kt_synth_make(&s, &c, 5);
+    enum { N = 24 };
+    static rec ref[N], got[N];
+    memset(ref, 0, sizeof ref);
+    sched_run(s.m, 1, ref, N);
+    for (int tp = 2; tp <= 4; tp *= 2) {
+        memset(got, 0, sizeof got);
+        sched_run(s.m, tp, got, N);
+        for (int k = 0; k < N; k++) {
+            assert_int_equal(got[k].n, ref[k].n);
+            for (int i = 0; i < ref[k].n; i++)
+                if (got[k].tok[i] != ref[k].tok[i])
+                    fail_msg("sched tp=%d request %d token %d: %d, tp=1 %d", tp, k, i,
+                             got[k].tok[i], ref[k].tok[i]);
+        }
+        print_message("  scheduler tp=%d: %d requests, tokens equal tp=1\n", tp, N);
+    }
+    kt_synth_free(&s);
+}
+
 /* errors: a group larger than the heads split into; an unknown backend */
 static void test_engine_errors(void **state) {
     (void)state;
@@ -568,9 +670,10 @@ static void test_engine_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_comm_host),   cmocka_unit_test(test_load_want_shard),
-        cmocka_unit_test(test_plan_shard),  cmocka_unit_test(test_engine_synth),
-        cmocka_unit_test(test_engine_gguf), cmocka_unit_test(test_engine_errors),
+        cmocka_unit_test(test_comm_host),     cmocka_unit_test(test_load_want_shard),
+        cmocka_unit_test(test_plan_shard),    cmocka_unit_test(test_engine_synth),
+        cmocka_unit_test(test_engine_gguf),   cmocka_unit_test(test_sched_tp),
+        cmocka_unit_test(test_engine_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
