@@ -24,7 +24,7 @@ int kiln_cmd_solve(int argc, char **argv) {
     kiln_opt opts[] = {
         {"model", 'm', true, "MODEL", "model file or short name", false, NULL},
         {"output", 'o', true, "FILE", "where to write the table (JSON)", false, NULL},
-        {"backend", 'b', true, "B", "ref or cpu (default cpu)", false, NULL},
+        {"backend", 'b', true, "B", KILN_BACKEND_HELP, false, NULL},
         {"policy", 0, true, "FILE", "policy file", false, NULL},
         {"perfdb", 0, true, "PATH", "PerfDB file (default in the cache dir)", false, NULL},
     };

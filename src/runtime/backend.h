@@ -18,7 +18,9 @@
  * reads in the hot loop.
  *
  * Backends ref and cpu (backend_host.c) differ only in which kernels the selector
- * picks (cpu: SIMD kernels where valid); both use host memory.
+ * picks (cpu: SIMD kernels where valid); both use host memory. Backend cuda
+ * (backend_cuda.c, CUDA builds) keeps everything in device memory and runs kernels on
+ * the device's stream.
  */
 #ifndef KILN_RUNTIME_BACKEND_H
 #define KILN_RUNTIME_BACKEND_H
@@ -172,6 +174,9 @@ typedef struct kiln_backend {
     /* waits until everything enqueued on q has finished; reports a deferred device
      * error (KILN_ERR_DEVICE) */
     kiln_status (*sync)(kiln_device *dev, kiln_queue q, kiln_err *err);
+    /* the compute capability x10 the selector checks kernels' sm_min against (CUDA: the
+     * first usable device's, probed once; NULL on host backends: 0) */
+    int32_t (*compute_level)(void);
 } kiln_backend;
 
 /* The buffer interface, checked: offsets and sizes are validated against the buffers
@@ -196,8 +201,14 @@ kiln_status kiln_device_sync(kiln_device *dev, kiln_err *err);
  * allocations (large ones mmap'd, committed on first touch), copies are memcpy. */
 extern const kiln_backend kiln_backend_ref, kiln_backend_cpu;
 
-/* "ref" or "cpu" (host backends built in), NULL for an unknown name. */
+/* "ref", "cpu" (host backends) or, in a CUDA build, "cuda"; "auto" is "cuda" when a CUDA
+ * build finds a usable device (compute capability >= 8.0), else "cpu". NULL for an
+ * unknown name. */
 const kiln_backend *kiln_backend_find(const char *name);
+/* The name "auto" resolves to (see kiln_backend_find); probes CUDA once per process. */
+const char *kiln_backend_auto_name(void);
+/* The backends built in, for messages: "ref, cpu" or "ref, cpu, cuda". */
+const char *kiln_backend_names(void);
 
 /* The binding function: describes call site `cs` (its bucket set) to the device's
  * kernel chooser (runtime/kselect.h) and returns the kernel and, in *layout (may be

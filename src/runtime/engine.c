@@ -72,8 +72,8 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     }
     const kiln_backend *be = kiln_backend_find(o->backend ? o->backend : "ref");
     if (!be)
-        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "backend '%s' is not built in (ref, cpu)",
-                            o->backend);
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "backend '%s' is not built in (%s)",
+                            o->backend, kiln_backend_names());
     if (!m->family)
         return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: no model family for architecture '%s'",
                             m->path, m->cfg.arch);
@@ -152,7 +152,9 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
         e->counters = kiln_calloc(KILN_OP_LIMIT, sizeof(uint64_t));
         if (!e->counters) st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     }
-    if (!st && o->n_threads != 1) st = kiln_pool_create(o->n_threads, &e->pool, err);
+    /* CPU threads for host kernels (a device backend's kernels run on its queue) */
+    if (!st && o->n_threads != 1 && be->host_memory)
+        st = kiln_pool_create(o->n_threads, &e->pool, err);
     if (!st) st = kiln_mapguard_check(err); /* a model page faulted while binding */
     if (st) {
         kiln_engine_free(e);

@@ -121,6 +121,7 @@ void kiln_callsite_ctx(const kiln_backend *be, const kiln_callsite *cs, kiln_sel
     kiln_backend_id b = KILN_BACKEND_REF;
     if (be && !kiln_backend_from_name(be->name, &b)) b = KILN_BACKEND_REF;
     kiln_sel_ctx_init(c, cs->op, b);
+    if (be && be->compute_level) c->sm = be->compute_level();
     switch (cs->op) {
     case KILN_KOP_MATMUL:
         c->w_dtype = cs->w_dtype;
