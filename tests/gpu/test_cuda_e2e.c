@@ -147,7 +147,10 @@ int main(int argc, char **argv) {
         printf("SKIP: %s\n", why);
         return 77;
     }
-    kt_e2e c = {.oracle = "ref", .backend = "cuda", .tokens = 512, .threads = 16};
+    kt_e2e c = {.oracle = "ref",
+                .backend = "cuda",
+                .tokens = getenv("KILN_E2E_TOKENS") ? atoi(getenv("KILN_E2E_TOKENS")) : 512,
+                .threads = 16};
     int failures = 0;
     char p[1024], greedy[1024];
     snprintf(greedy, sizeof greedy, "%s/tests/data/parity/gemma3-270m-q4km/greedy.txt",
