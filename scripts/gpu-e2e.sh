@@ -103,4 +103,6 @@ grep -h "^bandwidth\|read" "$OUT"/bandwidth.log | head -4
 tail -2 "$OUT"/run_cuda.log
 echo "gpu: $(cat "$OUT/gpu.txt")"
 printf '%s\n' "${ROWS[@]}"
+# every log in one file (the device tool returns at most 8 files)
+tar czf /tmp/logs.tgz -C "$OUT" . && rm -f "$OUT"/*.log "$OUT"/gpu.txt && mv /tmp/logs.tgz "$OUT/"
 exit $rc
