@@ -23,11 +23,11 @@ if [ "$mode" = pack ]; then
     cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_CUDA_ARCHITECTURES=90 \
       -DKILN_OPENBLAS=OFF -DKILN_ONEDNN=OFF >/dev/null || exit 1
     cmake --build $B -j2 --target kiln-bin kiln-gen test_cuda_e2e test_cuda_kernels \
-      test_cuda_backend bench_cuda >/dev/null || exit 1
+      test_cuda_backend bench_cuda bench_sched >/dev/null || exit 1
   fi
   rm -rf "$D" && mkdir -p "$D/bin" "$D/lib"
   cp $B/kiln $B/kiln-gen $B/tests/test_cuda_e2e $B/tests/test_cuda_kernels \
-    $B/tests/test_cuda_backend $B/bench/bench_cuda "$D/bin/" || exit 1
+    $B/tests/test_cuda_backend $B/bench/bench_cuda $B/bench/bench_sched "$D/bin/" || exit 1
   for b in "$D"/bin/*; do
     ldd "$b" | awk '/=> \//{print $3}' | while read -r lib; do
       case "$(basename "$lib")" in
@@ -86,10 +86,15 @@ step run_cuda 60 kiln run -m $M/llama-110m-q4_0.gguf -p "Once upon a time" -n 64
   --load-report
 # Llama-3-8B-shaped models: decode / prompt speed on the device
 B8=/tmp/kiln-8b; mkdir -p $B8
-step bandwidth 60 bench_cuda --dtypes q4_0 --layers 32 --reps 10
+step bandwidth 90 bench_cuda --dtypes f16,q8_0,q4_0 --layers 32 --reps 10
 for t in q4_0 q8_0 f16; do
   step gen8b-$t 120 kiln-gen -q -p llama3-8b -t $t -o $B8/llama3-8b-$t.gguf || continue
   step bench8b-$t 120 kiln bench -m $B8/llama3-8b-$t.gguf --backend cuda -p 512 -n 128 -r 3
+  if [ $t = q4_0 ]; then # the scheduler on the GPU engine (issue 12): batched decode, TTFT
+    step sched-decode 120 bench_sched -m $B8/llama3-8b-$t.gguf -b cuda --mode decode \
+      --npl 1,4,16,64 --pp 128 --tg 128
+    step sched-ttft 90 bench_sched -m $B8/llama3-8b-$t.gguf -b cuda --mode ttft --reps 5
+  fi
   rm -f $B8/llama3-8b-$t.gguf
 done
 step test_cuda_kernels 150 test_cuda_kernels
@@ -99,6 +104,7 @@ echo
 grep -h "FAIL\|PASSED\|FAILED\|SKIP" "$OUT"/test_cuda_e2e.log | tail -30
 grep -h "ERROR SUMMARY" "$OUT"/memcheck_e2e.log
 grep -h "tg128\|pp512" "$OUT"/bench8b-*.log
+tail -8 "$OUT"/sched-decode.log "$OUT"/sched-ttft.log
 grep -h "^bandwidth\|read" "$OUT"/bandwidth.log | head -4
 tail -2 "$OUT"/run_cuda.log
 echo "gpu: $(cat "$OUT/gpu.txt")"
