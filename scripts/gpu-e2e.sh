@@ -87,9 +87,12 @@ step run_cuda 60 kiln run -m $M/llama-110m-q4_0.gguf -p "Once upon a time" -n 64
 # Llama-3-8B-shaped models: decode / prompt speed on the device
 B8=/tmp/kiln-8b; mkdir -p $B8
 step bandwidth 90 bench_cuda --dtypes f16,q8_0,q4_0 --layers 32 --reps 10
-for t in q4_0 q8_0 f16; do
+for t in ${KILN_8B_TYPES:-q4_0 q8_0 f16}; do
   step gen8b-$t 120 kiln-gen -q -p llama3-8b -t $t -o $B8/llama3-8b-$t.gguf || continue
   step bench8b-$t 120 kiln bench -m $B8/llama3-8b-$t.gguf --backend cuda -p 512 -n 128 -r 3
+  # A/B in the same call: the same bench with step graphs off (runtime/graph.h)
+  step bench8b-$t-nographs 120 env KILN_GRAPHS=0 kiln bench -m $B8/llama3-8b-$t.gguf \
+    --backend cuda -p 512 -n 128 -r 3
   if [ $t = q4_0 ]; then # the scheduler on the GPU engine (issue 12): batched decode, TTFT
     step sched-decode 120 bench_sched -m $B8/llama3-8b-$t.gguf -b cuda --mode decode \
       --npl 1,4,16,64 --pp 128 --tg 128
@@ -103,7 +106,7 @@ step memcheck_e2e 150 env KILN_E2E_TOKENS=64 compute-sanitizer --tool memcheck -
 echo
 grep -h "FAIL\|PASSED\|FAILED\|SKIP" "$OUT"/test_cuda_e2e.log | tail -30
 grep -h "ERROR SUMMARY" "$OUT"/memcheck_e2e.log
-grep -h "tg128\|pp512" "$OUT"/bench8b-*.log
+for f in "$OUT"/bench8b-*.log; do echo "$(basename $f .log):"; grep -h "tg128\|pp512" $f; done
 tail -8 "$OUT"/sched-decode.log "$OUT"/sched-ttft.log
 grep -h "^bandwidth\|read" "$OUT"/bandwidth.log | head -4
 tail -2 "$OUT"/run_cuda.log

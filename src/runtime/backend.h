@@ -177,6 +177,14 @@ typedef struct kiln_backend {
     /* the compute capability x10 the selector checks kernels' sm_min against (CUDA: the
      * first usable device's, probed once; NULL on host backends: 0) */
     int32_t (*compute_level)(void);
+    /* step graphs (runtime/graph.h; NULL on backends without them): begin records the
+     * work enqueued on q instead of running it, end stops recording and returns a
+     * replayable graph (*graph NULL and an error when the device refused something
+     * recorded), launch enqueues a graph on q, free releases it */
+    kiln_status (*graph_begin)(kiln_device *dev, kiln_queue q, kiln_err *err);
+    kiln_status (*graph_end)(kiln_device *dev, kiln_queue q, void **graph, kiln_err *err);
+    kiln_status (*graph_launch)(kiln_device *dev, kiln_queue q, void *graph, kiln_err *err);
+    void (*graph_free)(kiln_device *dev, void *graph);
 } kiln_backend;
 
 /* The buffer interface, checked: offsets and sizes are validated against the buffers

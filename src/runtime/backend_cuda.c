@@ -148,6 +148,43 @@ static bool cb_dtype_ok(uint32_t dtype) {
     return kiln_cuda_weight_dtype_ok(dtype) != 0;
 }
 
+/* step graphs (runtime/graph.h): stream capture, thread-local (other threads' CUDA calls
+ * are not affected) */
+static kiln_status cb_graph_begin(kiln_device *dev, kiln_queue q, kiln_err *err) {
+    (void)dev;
+    CU(cudaStreamBeginCapture((cudaStream_t)q, cudaStreamCaptureModeThreadLocal),
+       "cudaStreamBeginCapture");
+    return KILN_OK;
+}
+
+static kiln_status cb_graph_end(kiln_device *dev, kiln_queue q, void **graph, kiln_err *err) {
+    (void)dev;
+    *graph = NULL;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture((cudaStream_t)q, &g);
+    if (e != cudaSuccess) {
+        if (g) cudaGraphDestroy(g);
+        return cu_err(e, "cudaStreamEndCapture", err);
+    }
+    cudaGraphExec_t ge = NULL;
+    e = cudaGraphInstantiate(&ge, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) return cu_err(e, "cudaGraphInstantiate", err);
+    *graph = ge;
+    return KILN_OK;
+}
+
+static kiln_status cb_graph_launch(kiln_device *dev, kiln_queue q, void *graph, kiln_err *err) {
+    (void)dev;
+    CU(cudaGraphLaunch((cudaGraphExec_t)graph, (cudaStream_t)q), "cudaGraphLaunch");
+    return KILN_OK;
+}
+
+static void cb_graph_free(kiln_device *dev, void *graph) {
+    (void)dev;
+    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
 /* the first usable device's compute capability x10, probed once */
 static int32_t cb_sm;
 static pthread_once_t cb_sm_once = PTHREAD_ONCE_INIT;
@@ -173,6 +210,10 @@ const kiln_backend kiln_backend_cuda = {.name = "cuda",
                                         .d2d = cb_d2d,
                                         .memset = cb_memset,
                                         .sync = cb_sync,
-                                        .compute_level = cb_compute_level};
+                                        .compute_level = cb_compute_level,
+                                        .graph_begin = cb_graph_begin,
+                                        .graph_end = cb_graph_end,
+                                        .graph_launch = cb_graph_launch,
+                                        .graph_free = cb_graph_free};
 
 #endif /* KILN_HAVE_CUDA */

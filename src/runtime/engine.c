@@ -86,6 +86,10 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     e->model = m;
     e->max_step = o->max_step_tokens > 0 ? o->max_step_tokens : 512;
     e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 64;
+    {
+        const char *g = getenv("KILN_GRAPHS"); /* step graphs: on unless "0" (A/B runs) */
+        e->graphs_on = !(g && strcmp(g, "0") == 0);
+    }
     for (int b = 0; b < KILN_BUCKETS; b++) e->scratch_need[b] = SIZE_MAX;
     int64_t n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
     const uint32_t kv_dtype = o->kv_f16 ? KILN_DTYPE_F16 : KILN_DTYPE_F32;
@@ -175,6 +179,7 @@ void kiln_engine_free(kiln_engine *e) {
                 kiln_free(e->seqs[i].kv.blocks);
             }
     if (dev->be) {
+        kiln_graph_cache_clear(&e->graphs, dev);
         kiln_kv_pool_free(&e->kv);
         for (int m = 0; m < 2; m++) kiln_buf_free(dev, &e->mode[m].arena);
         kiln_buf_free(dev, &e->work);
@@ -604,7 +609,13 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
     x.work_floats = e->work_floats;
     x.kv = &e->kv;
     x.counters = e->counters;
-    st = kiln_exec_run(&e->bp, &x, err);
+    if (e->graphs_on && x.bucket <= 1) { /* decode buckets: gemv kernels, no cuBLAS */
+        kiln_graph_key gk;
+        kiln_graph_key_of(&x, mode, &gk);
+        st = kiln_graph_run(&e->graphs, &e->dev, &gk, &e->bp, &x, err);
+    } else {
+        st = kiln_exec_run(&e->bp, &x, err);
+    }
     if (!st) st = kiln_device_sync(&e->dev, err);
     /* a model page faulted (file truncated while mapped): not the model's output */
     if (!st && (st = kiln_mapguard_check(err)) != KILN_OK) return drop_step(e, st);
@@ -615,6 +626,7 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
          * transient out-of-memory, bad input) leave the kernels alone */
         if (x.failed_insn >= 0 && kiln_status_is_fault(st)) {
             kiln_plan_kernel_failed(&e->bp, x.failed_insn, x.cur_site, x.cur_bucket, err, NULL);
+            kiln_graph_cache_clear(&e->graphs, &e->dev); /* their kernels changed */
             for (int b = 0; b < KILN_BUCKETS; b++) e->scratch_need[b] = SIZE_MAX;
         }
         return drop_step(e, st);

@@ -24,6 +24,7 @@
 #define KILN_RUNTIME_ENGINE_H
 
 #include "runtime/exec.h"
+#include "runtime/graph.h"
 
 typedef struct kiln_seq_state {
     bool used;
@@ -84,6 +85,10 @@ struct kiln_engine {
     /* step scratch (host) */
     int32_t *seq_slot, *row_of_entry;
     uint64_t *counters;
+    /* replayable decode-step graphs (runtime/graph.h; device backends with graph hooks,
+     * buckets 0-1 only; KILN_GRAPHS=0 turns them off) */
+    kiln_graph_cache graphs;
+    bool graphs_on;
 };
 
 /* The executed load plan of the engine's weights (its report: load/load.h). */

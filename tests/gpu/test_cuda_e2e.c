@@ -14,7 +14,9 @@
  * least 11 identical to the cpu backend's; SmolLM2-135M-Instruct) when present.
  * Checks: teacher forcing over 512 tokens, top-1 >= 99.9 %, mean KL < 1e-4 (e2e.h);
  * batch invariance: under the deterministic policy (batch-invariant kernels only) a
- * sequence's logits alone equal, bitwise, its logits inside a batch of 64 sequences.
+ * sequence's logits alone equal, bitwise, its logits inside a batch of 64 sequences;
+ * step graphs: decode steps replayed from captured graphs equal, bitwise, the same steps
+ * run kernel by kernel.
  * Exits 77 (skipped), saying why, without a usable GPU or in a build without CUDA.
  */
 #include "e2e.h"
@@ -136,6 +138,63 @@ static int batch_invariance(const char *path) {
     return fails;
 }
 
+/* Step graphs (runtime/graph.h): decode steps replayed from captured graphs give the
+ * same logits, bitwise, as the same steps run kernel by kernel (KILN_GRAPHS=0). */
+static int decode_logits(const kiln_model *m, bool graphs, int n, float *out, uint64_t *replays) {
+    if (!graphs) setenv("KILN_GRAPHS", "0", 1);
+    kiln_engine *e = engine(m, 2);
+    unsetenv("KILN_GRAPHS");
+    if (!e) return -1;
+    const int nv = kiln_engine_n_vocab(e);
+    int32_t s;
+    kiln_err err;
+    int rc = kiln_seq_create(e, &s, &err) ? -1 : 0;
+    kiln_batch_entry en[PROMPT];
+    for (int i = 0; i < PROMPT; i++) en[i] = (kiln_batch_entry){s, tok(1, i, nv), i, 0};
+    if (!rc && kiln_engine_step(e, en, PROMPT, NULL, &err)) rc = -1;
+    for (int d = 0; d < n && !rc; d++) {
+        en[0] = (kiln_batch_entry){s, tok(2, d, nv), PROMPT + d, 1};
+        if (kiln_engine_step(e, en, 1, out + (size_t)d * nv, &err)) rc = -1;
+    }
+    if (rc) fprintf(stderr, "decode (graphs %s): %s\n", graphs ? "on" : "off", err.msg);
+    *replays = e->graphs.replays;
+    kiln_engine_free(e);
+    return rc;
+}
+
+static int graph_equivalence(const char *path) {
+    struct stat st;
+    if (stat(path, &st)) {
+        printf("graphs: %s absent, skipped\n", path);
+        return 0;
+    }
+    kiln_model *m;
+    kiln_err err;
+    if (kiln_model_load(path, &m, &err)) {
+        fprintf(stderr, "%s: %s\n", path, err.msg);
+        return 1;
+    }
+    const int n = 40; /* crosses two KV block boundaries: new table strides, new graphs */
+    const size_t cnt = (size_t)n * (size_t)m->cfg.n_vocab;
+    float *a = malloc(sizeof(float) * cnt), *b = malloc(sizeof(float) * cnt);
+    uint64_t ra = 0, rb = 0;
+    int fails = 0;
+    if (!a || !b || decode_logits(m, true, n, a, &ra) || decode_logits(m, false, n, b, &rb)) {
+        fails++;
+    } else {
+        size_t diff = 0;
+        for (size_t i = 0; i < cnt; i++) diff += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+        const bool ok = diff == 0 && ra > 0 && rb == 0;
+        printf("graphs, %s: %d decode steps, %llu replayed; %zu of %zu logits differ from the "
+               "steps run without graphs %s\n",
+               path, n, (unsigned long long)ra, diff, cnt, ok ? "ok" : "FAIL");
+        if (!ok) fails++;
+    }
+    free(a), free(b);
+    kiln_model_free(m);
+    return fails;
+}
+
 int main(int argc, char **argv) {
 #ifndef KILN_HAVE_CUDA
     (void)argc, (void)argv;
@@ -188,6 +247,9 @@ int main(int argc, char **argv) {
         failures += batch_invariance(p);
         snprintf(p, sizeof p, "%s/llama-110m-q4_0.gguf", dir);
         failures += batch_invariance(p);
+        failures += graph_equivalence(p);
+        snprintf(p, sizeof p, "%s/tiny-gemma3-q4_K.gguf", dir);
+        failures += graph_equivalence(p);
     }
     printf("%s\n", failures ? "FAILED" : "PASSED");
     return failures ? 1 : 0;
