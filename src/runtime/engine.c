@@ -88,7 +88,8 @@ kiln_status kiln_engine_create(const kiln_model *m, const kiln_engine_opts *o, k
     e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 64;
     {
         const char *g = getenv("KILN_GRAPHS"); /* step graphs: on unless "0" (A/B runs) */
-        e->graphs_on = !(g && strcmp(g, "0") == 0);
+        /* dispatch counters are host-side: a replayed graph would not count */
+        e->graphs_on = !(g && strcmp(g, "0") == 0) && !o->counters;
     }
     for (int b = 0; b < KILN_BUCKETS; b++) e->scratch_need[b] = SIZE_MAX;
     int64_t n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
