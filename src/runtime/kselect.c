@@ -261,18 +261,12 @@ kiln_status kiln_select_callsite(kiln_device *dev, const kiln_callsite *cs, kiln
     return KILN_OK;
 }
 
-size_t kiln_callsite_workspace(kiln_device *dev, const kiln_callsite *cs, kiln_kernel_fn fn) {
-    if (!fn.any) return 0;
-    const kiln_registry *reg = kiln_selector_registry(dev->ks->sel);
-    for (int i = 0; i < reg->n_kernels; i++) {
-        const kiln_kernel_spec *sp = &reg->kernels[i].spec;
-        if (sp->fn.any != fn.any || (int)sp->op != (int)cs->op) continue;
-        if (!sp->workspace) return 0;
-        kiln_sel_ctx c;
-        kiln_callsite_ctx(dev->be, cs, &c);
-        return sp->workspace(&c);
-    }
-    return 0;
+size_t kiln_callsite_workspace(kiln_device *dev, const kiln_callsite *cs,
+                               const kiln_reg_kernel *k) {
+    if (!k || !k->spec.workspace || (int)k->spec.op != (int)cs->op) return 0;
+    kiln_sel_ctx c;
+    kiln_callsite_ctx(dev->be, cs, &c);
+    return k->spec.workspace(&c);
 }
 
 kiln_status kiln_kernel_failed(kiln_device *dev, kiln_kernel_fn fn, const kiln_err *failure,

@@ -58,10 +58,11 @@ kiln_status kiln_select_callsite(kiln_device *dev, const kiln_callsite *cs, kiln
  * the last bucket). The plan binding and the circuit breaker's rebind both use it. */
 kiln_status kiln_bind_site(kiln_device *dev, kiln_site *site, kiln_err *err);
 
-/* Scratch bytes the kernel fn (bound to cs at cs->bucket) asks for: its spec's workspace
- * function on cs's selection context; 0 when fn is no registered kernel or its spec has
- * no workspace function (such kernels allocate what they need themselves). */
-size_t kiln_callsite_workspace(kiln_device *dev, const kiln_callsite *cs, kiln_kernel_fn fn);
+/* Scratch bytes kernel k (bound to cs at cs->bucket: kiln_site.kernel[bucket]) asks
+ * for: its spec's workspace function on cs's selection context; 0 for NULL, a kernel of
+ * another op, or a spec without a workspace function (such kernels allocate what they
+ * need themselves). */
+size_t kiln_callsite_workspace(kiln_device *dev, const kiln_callsite *cs, const kiln_reg_kernel *k);
 
 /* ---- circuit breaker (per device) ----
  * A kernel that faulted at run time — it returned KILN_ERR_DEVICE or KILN_ERR_INTERNAL

@@ -512,7 +512,8 @@ static void test_large_bucket(void **state) {
             if (sc.tokens_max != 1024)
                 fail_msg("site %s: tokens_max %lld in the last bucket, want 1024", cs.name,
                          (long long)sc.tokens_max);
-            size_t w = kiln_callsite_workspace(&e->dev, &cs, e->bp.bi[i].site[si].fn[cs.bucket]);
+            size_t w =
+                kiln_callsite_workspace(&e->dev, &cs, e->bp.bi[i].site[si].kernel[cs.bucket]);
             assert_true(w < ((size_t)1 << 34));
             checked++;
         }
