@@ -76,6 +76,11 @@ for s in before after; do
   [ -x "$dir/$s/build/kiln" ] || { echo "ab_runtime: $dir/$s/build/kiln missing (run '$0 build' first)" >&2; exit 2; }
 done
 [ -r "$model" ] || { echo "ab_runtime: model $model not readable" >&2; exit 2; }
+for pair in "before:$before" "after:$after"; do
+  s=${pair%%:*} want=$(git -C "$root" rev-parse --verify "${pair#*:}^{commit}" 2>/dev/null || echo "?")
+  [ "$(cat "$dir/$s/COMMIT")" = "$want" ] ||
+    echo "ab_runtime: note: the $s binary is of $(cut -c1-12 "$dir/$s/COMMIT"), not ${pair#*:} ($(echo "$want" | cut -c1-12)); '$0 build' rebuilds it"
+done
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
