@@ -10,7 +10,8 @@
 #           DIR/before/src and DIR/after/src and build only the kiln-bin target in
 #           DIR/{before,after}/build (Release, KILN_CUDA=OFF, -j JOBS). An existing
 #           export of the same commit is reused (the commit is in DIR/X/COMMIT) and the
-#           build is incremental.
+#           build is incremental. The binaries report commit "unknown" (`kiln version`):
+#           the export has no git history; DIR/X/COMMIT says which commit they are.
 #   run     ROUNDS rounds of: `kiln bench -m MODEL -t T -p P -n N -r REPS` with the
 #           before binary, then the after binary. Before every run it prints the load
 #           average (/proc/loadavg) so a noisy round can be recognised and discarded.
@@ -59,7 +60,11 @@ build_one() { # name commit
     echo "$rev" >"$d/COMMIT"
   fi
   echo "== $name: $rev ($(git -C "$root" log -1 --format=%s "$rev" | cut -c1-70))"
-  cmake -S "$d/src" -B "$d/build" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=OFF >"$d/cmake.log" ||
+  # the export has no .git: without a ceiling, CMake's `git rev-parse HEAD` would find the
+  # enclosing checkout and stamp its commit into the binary (a whole-library define in
+  # older commits, so every new commit there would also rebuild everything here)
+  GIT_CEILING_DIRECTORIES="$d" \
+    cmake -S "$d/src" -B "$d/build" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=OFF >"$d/cmake.log" ||
     { cat "$d/cmake.log"; exit 1; }
   cmake --build "$d/build" --target kiln-bin -j "$jobs" >"$d/build.log" 2>&1 ||
     { tail -40 "$d/build.log"; exit 1; }

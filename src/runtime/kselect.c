@@ -362,9 +362,7 @@ kiln_status kiln_bound_plan_save_dispatch(const kiln_bound_plan *bp, const char 
     for (int32_t i = 0; i < bp->plan.n_insns; i++) n += bp->bi[i].n_sites;
     if (n == 0 || !bp->dev || !bp->dev->ks)
         return kiln_err_set(err, KILN_ERR_STATE,
-                            "dispatch table %s: the plan has no bound call "
-                            "sites",
-                            path);
+                            "dispatch table %s: the plan has no bound call sites", path);
     kiln_baked_site *rows = kiln_calloc((size_t)n, sizeof *rows);
     if (!rows)
         return kiln_err_set(err, KILN_ERR_NOMEM, "dispatch table %s: %d call sites", path, n);
