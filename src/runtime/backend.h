@@ -15,7 +15,8 @@
  * bound, every call site is described by a kiln_callsite and kiln_bind_callsite()
  * picks a kernel for each tokens-in-step bucket through the device's selector
  * (runtime/kselect.h); the chosen function pointers form the dispatch table the adapter
- * reads in the hot loop.
+ * reads in the hot loop (kiln_site.fn; the one dispatch table: `kiln solve` bakes it,
+ * `kiln run --dispatch` binds from the baked file).
  *
  * Backends ref and cpu (backend_host.c) differ only in which kernels the selector
  * picks (cpu: SIMD kernels where valid); both use host memory. Backend cuda
@@ -69,11 +70,15 @@ typedef struct kiln_callsite {
                            engine's largest step; 0 = unbounded, tools only)    */
 } kiln_callsite;
 
+/* One call site's row of the dispatch table (the only one: `kiln solve` writes it to a
+ * file, kernels/dispatch.h). fn is what the adapter calls; kernel is the registry entry
+ * fn came from (explain, solve, the circuit breaker), owned by the default registry. */
 typedef struct kiln_site {
     kiln_callsite desc;
     kiln_kernel_fn fn[KILN_BUCKETS];
     uint32_t layout[KILN_BUCKETS]; /* weight layout each bucket's kernel asks for (spec) */
     int8_t widx;                   /* matmul: index of its weight in kiln_bound_insn.w, else -1 */
+    const kiln_reg_kernel *kernel[KILN_BUCKETS];
 } kiln_site;
 
 typedef struct kiln_bound_weight {
@@ -218,10 +223,11 @@ const char *kiln_backend_auto_name(void);
 /* The backends built in, for messages: "ref, cpu" or "ref, cpu, cuda". */
 const char *kiln_backend_names(void);
 
-/* The binding function: describes call site `cs` (its bucket set) to the device's
- * kernel chooser (runtime/kselect.h) and returns the kernel and, in *layout (may be
- * NULL), the weight layout that kernel asks for (kiln_wlayout). Fails with
- * KILN_ERR_UNSUPPORTED when no kernel of the backend can run it. */
+/* The binding function for one bucket: describes call site `cs` (bucket cs->bucket) to
+ * the device's kernel chooser (runtime/kselect.h) and returns the kernel and, in *layout
+ * (may be NULL), the weight layout that kernel asks for (kiln_wlayout). Fails with
+ * KILN_ERR_UNSUPPORTED when no kernel of the backend can run it. A plan's binding fills
+ * every bucket of a kiln_site at once with kiln_bind_site (kselect.h), the same path. */
 kiln_status kiln_bind_callsite(kiln_device *dev, const kiln_callsite *cs, kiln_kernel_fn *out,
                                uint32_t *layout, kiln_err *err);
 

@@ -520,7 +520,7 @@ static kiln_status fit_scratch(kiln_engine *e, int b, kiln_err *err) {
                 int b0 = cs.op == KILN_KOP_ATTENTION ? 0 : b;
                 for (int bb = b0; bb <= b; bb++) {
                     cs.bucket = bb;
-                    size_t w = kiln_callsite_workspace(&e->dev, &cs, bi->site[si].fn[bb]);
+                    size_t w = kiln_callsite_workspace(&e->dev, &cs, bi->site[si].kernel[bb]);
                     if (w > need) need = w;
                 }
             }
