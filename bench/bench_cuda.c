@@ -165,9 +165,17 @@ int main(int argc, char **argv) {
     CK(cudaMalloc((void **)&y, sizeof(float) * (size_t)(tmax * V)));
     fill_random(x,
                 sizeof(float) * (size_t)(tmax * FF)); /* finite: f16 trick keeps f32 finite too */
-    size_t scratch_size = (size_t)(FF * E * 4) + (size_t)KILN_CUDA_BLAS_CHUNK * FF * 2 + (1u << 20);
-    size_t vscr = kiln_cuda_matmul_cublas_bytes(KILN_DTYPE_BF16, V, E); /* the largest */
-    if (vscr > scratch_size) scratch_size = vscr;
+    /* the largest cuBLAS workspace of any matmul below (the LM head's) */
+    size_t scratch_size = 1u << 20;
+    static const uint32_t sdt[] = {KILN_DTYPE_BF16, KILN_DTYPE_Q4_0, KILN_DTYPE_F16};
+    for (int i = 0; i < 3; i++) {
+        size_t b1 = kiln_cuda_matmul_cublas_bytes(sdt[i], V, E),
+               b2 = kiln_cuda_matmul_cublas_bytes(sdt[i], FF, E),
+               b3 = kiln_cuda_matmul_cublas_bytes(sdt[i], E, FF);
+        if (b1 > scratch_size) scratch_size = b1;
+        if (b2 > scratch_size) scratch_size = b2;
+        if (b3 > scratch_size) scratch_size = b3;
+    }
     void *scratch = NULL;
     CK(cudaMalloc(&scratch, scratch_size));
     kiln_kctx kc = {.stream = st, .scratch = scratch, .scratch_size = scratch_size};

@@ -78,7 +78,8 @@ const char *kiln_model_arch(const kiln_model *m);
 typedef struct kiln_engine kiln_engine;
 
 typedef struct kiln_engine_opts {
-    const char *backend;     /* "ref" (default) or "cpu"                            */
+    const char *backend;     /* "ref" (default), "cpu", "cuda" or "auto" (cuda when a
+                                usable GPU is present, else cpu)                    */
     int32_t n_threads;       /* 0: every online CPU                                 */
     int64_t n_ctx;           /* KV budget in tokens over all sequences (0: 4096)    */
     int32_t max_step_tokens; /* largest batch of one step (0: 512)                  */

@@ -174,7 +174,7 @@ int kiln_cmd_bench(int argc, char **argv) {
          NULL},
         {"repetitions", 'r', true, "N", "repetitions of each test (default 5)", false, NULL},
         {"output", 'o', true, "FMT", "md (default) or json", false, NULL},
-        {"backend", 0, true, "NAME", "cpu (default) or ref", false, NULL},
+        {"backend", 0, true, "NAME", KILN_BACKEND_HELP, false, NULL},
         {"kv-f32", 0, false, NULL, "store the KV cache as f32 (default f16)", false, NULL},
         {"tp", 0, true, "N",
          "tensor parallel: split the model over N ranks (default 1; cpu: N threads groups, "
@@ -211,7 +211,7 @@ int kiln_cmd_bench(int argc, char **argv) {
     }
     const bool json = fmt && !strcmp(fmt, "json");
     const char *backend = kiln_opt_find(opts, KILN_NOPTS(opts), "backend")->value;
-    if (!backend) backend = "cpu";
+    backend = kiln_cli_backend(backend);
     const bool kv_f16 = !kiln_opt_find(opts, KILN_NOPTS(opts), "kv-f32")->seen;
     const bool want_logits = kiln_opt_find(opts, KILN_NOPTS(opts), "logits")->seen;
     if (threads == 0) threads = kiln_cpu_count();

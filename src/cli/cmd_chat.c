@@ -273,8 +273,7 @@ int kiln_cmd_chat(int argc, char **argv) {
         {"seed", 's', true, "S", "RNG seed (default 0)", false, NULL},
         {"ctx-size", 'c', true, "N", "context size (default min(4096, trained))", false, NULL},
         {"threads", 't', true, "N", "threads (default: all cores)", false, NULL},
-        {"backend", 0, true, "NAME", "cpu or ref (default cpu; ref is the scalar oracle)", false,
-         NULL},
+        {"backend", 0, true, "NAME", KILN_BACKEND_HELP, false, NULL},
         KILN_OPT_LOAD_REPORT,
     };
     const char *pos[4];
@@ -346,7 +345,7 @@ int kiln_cmd_chat(int argc, char **argv) {
         fprintf(stderr,
                 "kiln chat: %s (%s backend). /help for commands, Ctrl-C stops a reply, "
                 "Ctrl-D leaves\n",
-                c.g.model->path, go.backend ? go.backend : "cpu");
+                c.g.model->path, kiln_cli_backend(go.backend));
     for (;;) {
         g_interrupted = 0;
         char *line = readline(tty ? "> " : "");

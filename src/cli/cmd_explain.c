@@ -53,7 +53,7 @@ int kiln_cmd_explain(int argc, char **argv) {
         "variables) and this machine's PerfDB timings."};
     kiln_opt opts[] = {
         {"model", 'm', true, "MODEL", "model file or short name", false, NULL},
-        {"backend", 'b', true, "B", "ref or cpu (default cpu)", false, NULL},
+        {"backend", 'b', true, "B", KILN_BACKEND_HELP, false, NULL},
         {"tokens", 'n', true, "N", "tokens in the step (default 1)", false, NULL},
         {"policy", 0, true, "FILE", "policy file (kiln.yaml)", false, NULL},
         {"site", 's', true, "PATTERN", "only call sites matching this glob", false, NULL},

@@ -219,7 +219,7 @@ int kiln_cmd_inspect(int argc, char **argv) {
          NULL},
         {"copy", 0, false, NULL, "with --load: copy into owned memory instead of aliasing", false,
          NULL},
-        {"backend", 0, true, "B", "with --load: the engine's plan for backend B (default cpu)",
+        {"backend", 0, true, "B", "with --load: the engine's plan for backend B (default auto)",
          false, NULL},
         {"execute", 0, false, NULL, "with --load: run the plan and report what it did", false,
          NULL},
@@ -292,7 +292,7 @@ int kiln_cmd_inspect(int argc, char **argv) {
         }
     } else if (load) {
         /* exactly what kiln_engine_create does up to executing the plan */
-        const char *bname = opts[11].seen ? opts[11].value : "cpu";
+        const char *bname = kiln_cli_backend(opts[11].seen ? opts[11].value : NULL);
         const kiln_backend *be = kiln_backend_find(bname);
         kiln_plan cp;
         kiln_plan_init(&cp);

@@ -18,7 +18,7 @@ int kiln_cmd_serve(int argc, char **argv) {
         {"model", 'm', true, "MODEL", "model file or short name (smollm2-135m)", false, NULL},
         {"host", 0, true, "ADDR", "IPv4 address to listen on (default 127.0.0.1)", false, NULL},
         {"port", 0, true, "N", "port (default 8080; 0 = any free port)", false, NULL},
-        {"backend", 0, true, "NAME", "cpu or ref (default cpu)", false, NULL},
+        {"backend", 0, true, "NAME", KILN_BACKEND_HELP, false, NULL},
         {"threads", 't', true, "N", "threads (default: all cores)", false, NULL},
         {"ctx-size", 'c', true, "N", "context per sequence (default min(4096, trained))", false,
          NULL},

@@ -1,15 +1,16 @@
 /*
- * cmd_solve.c — `kiln solve -m MODEL -o table.json [--backend B] [--tokens MAX]
- * [--context L] [--policy FILE] [--perfdb PATH]`: selects a kernel for every call site of
- * MODEL and every shape bucket it can reach, and writes the baked dispatch table with the
- * hardware signature and descriptor hashes (dispatch.h). `kiln run --dispatch FILE` uses
- * it, or selects at run time with a warning when this machine or setup differs.
+ * cmd_solve.c — `kiln solve -m MODEL -o table.json [--backend B] [--policy FILE]
+ * [--perfdb PATH]`: binds MODEL's plan exactly as an engine binds it (kernel_sites.h) and
+ * writes the bound plan's dispatch table — the kernel of every call site and token
+ * bucket — with the hardware signature, registry and descriptor hashes and the policy
+ * hash (kernels/dispatch.h has the format). `kiln run --dispatch FILE` binds from it, or
+ * selects at run time with a warning when this machine or setup differs.
  */
 #include "cli/args.h"
 #include "base/mem.h"
 #include "cli/commands.h"
 #include "cli/kernel_sites.h"
-#include "kernels/dispatch.h"
+#include "runtime/kselect.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,7 @@ int kiln_cmd_solve(int argc, char **argv) {
     kiln_opt opts[] = {
         {"model", 'm', true, "MODEL", "model file or short name", false, NULL},
         {"output", 'o', true, "FILE", "where to write the table (JSON)", false, NULL},
-        {"backend", 'b', true, "B", "ref or cpu (default cpu)", false, NULL},
+        {"backend", 'b', true, "B", KILN_BACKEND_HELP, false, NULL},
         {"policy", 0, true, "FILE", "policy file", false, NULL},
         {"perfdb", 0, true, "PATH", "PerfDB file (default in the cache dir)", false, NULL},
     };
@@ -44,34 +45,30 @@ int kiln_cmd_solve(int argc, char **argv) {
                              &err))
         return kiln_cli_fail("solve", &err);
     int status = 0;
-    kiln_sel_site *sites = kiln_calloc((size_t)env.n_sites + 1, sizeof *sites);
-    kiln_dispatch *d = NULL;
-    if (!sites) {
-        kiln_err_set(&err, KILN_ERR_NOMEM, "out of memory");
-        goto fail;
+    if (kiln_bound_plan_save_dispatch(&env.bp, opts[1].value, &err)) {
+        status = kiln_cli_fail("solve", &err);
+        goto out;
     }
-    for (int i = 0; i < env.n_sites; i++) sites[i] = env.sites[i].site;
-    if (kiln_dispatch_build(env.sel, sites, env.n_sites, &d, &err)) goto fail;
-    if (kiln_dispatch_save(d, env.sel, opts[1].value, &err)) goto fail;
-    /* summary: how often each kernel was chosen */
+    /* summary: how often each kernel was chosen (per site and token bucket) */
     const kiln_registry *reg = kiln_selector_registry(env.sel);
     int *count = kiln_calloc((size_t)reg->n_kernels + 1, sizeof *count);
-    if (count) {
-        for (int i = 0; i < d->n_sites; i++)
-            for (int b = 0; b < KILN_SEL_BUCKETS; b++)
-                count[kiln_dispatch_get(d, i, b)->k->index]++;
-        printf("%s: %d call sites x %d buckets, scratch %zu bytes\n", opts[1].value, d->n_sites,
-               KILN_SEL_BUCKETS, d->max_workspace);
-        for (int k = 0; k < reg->n_kernels; k++)
-            if (count[k]) printf("  %-34s %6d entries\n", reg->kernels[k].spec.id, count[k]);
-        kiln_free(count);
+    if (!count) {
+        kiln_err_set(&err, KILN_ERR_NOMEM, "solve summary: out of memory");
+        status = kiln_cli_fail("solve", &err);
+        goto out;
     }
-    goto out;
-fail:
-    status = kiln_cli_fail("solve", &err);
+    int n_sites = 0;
+    for (int32_t i = 0; i < env.bp.plan.n_insns; i++)
+        for (int s = 0; s < env.bp.bi[i].n_sites; s++, n_sites++)
+            for (int b = 0; b < KILN_BUCKETS; b++) {
+                const kiln_reg_kernel *k = env.bp.bi[i].site[s].kernel[b];
+                if (k && k->index >= 0 && k->index < reg->n_kernels) count[k->index]++;
+            }
+    printf("%s: %d call sites x %d token buckets\n", opts[1].value, n_sites, KILN_BUCKETS);
+    for (int k = 0; k < reg->n_kernels; k++)
+        if (count[k]) printf("  %-34s %6d entries\n", reg->kernels[k].spec.id, count[k]);
+    kiln_free(count);
 out:
-    kiln_dispatch_free(d);
-    kiln_free(sites);
     kiln_kernel_env_close(&env);
     return status;
 }

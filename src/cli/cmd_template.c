@@ -3,6 +3,7 @@
 #include "cli/args.h"
 #include "base/mem.h"
 #include "cli/commands.h"
+#include "cli/gen.h"
 #include "format/model_file.h"
 #include "tok/template.h"
 
@@ -11,36 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Reads a whole file into a malloc'd NUL-terminated buffer. */
-static kiln_status read_all(const char *path, char **out, size_t *len, kiln_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return kiln_err_errno(err, errno, "opening %s", path);
-    size_t cap = 1 << 16, n = 0;
-    char *p = kiln_malloc(cap);
-    for (;;) {
-        if (!p) {
-            fclose(f);
-            return kiln_err_set(err, KILN_ERR_NOMEM, "reading %s: out of memory", path);
-        }
-        n += fread(p + n, 1, cap - n - 1, f);
-        if (n < cap - 1) break;
-        cap *= 2;
-        char *np = kiln_realloc(p, cap);
-        if (!np) kiln_free(p);
-        p = np;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        kiln_free(p);
-        return kiln_err_set(err, KILN_ERR_IO, "reading %s failed", path);
-    }
-    p[n] = 0;
-    *out = p;
-    *len = n;
-    return KILN_OK;
-}
 
 static kiln_status load_json(const char *path, json_t **out, kiln_err *err) {
     json_error_t je;
@@ -126,7 +97,7 @@ int kiln_cmd_template(int argc, char **argv) {
     int rc = 1;
     kiln_status st;
     if (o_tpl->seen) {
-        st = read_all(o_tpl->value, &src, &src_len, &err);
+        st = kiln_gen_read_file(o_tpl->value, &src, &src_len, &err);
     } else {
         st = template_from_model(o_model->value, o_name->seen ? o_name->value : NULL, &src,
                                  &src_len, &model_bos, &model_eos, &err);

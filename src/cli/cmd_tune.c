@@ -61,7 +61,7 @@ int kiln_cmd_tune(int argc, char **argv) {
         {"reps", 'r', true, "N", "timed repetitions per kernel (default 10)", false, NULL},
         {"max-seconds", 0, true, "S", "time limit per kernel and bucket (default 2)", false, NULL},
         {"perfdb", 0, true, "PATH", "PerfDB file (default in the cache dir)", false, NULL},
-        {"backend", 'b', true, "B", "ref or cpu (default cpu)", false, NULL},
+        {"backend", 'b', true, "B", KILN_BACKEND_HELP, false, NULL},
         {"policy", 0, true, "FILE", "policy file", false, NULL},
     };
     const char *pos[4];

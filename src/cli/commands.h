@@ -48,6 +48,13 @@ void kiln_cli_print_load_report(const struct kiln_engine *e);
 /* Resolves -m MODEL: an existing path is used as is; a short name (e.g. "gemma3-270m")
  * maps to the model cache ($XDG_CACHE_HOME/kiln/models, default ~/.cache/kiln/models)
  * filled by scripts/fetch-model.sh. Errors name the cache path and the fetch command. */
+/* --backend: the help text of every command, and the name a command runs on: opt, or
+ * what "auto" resolves to (cuda when a usable GPU is present, else cpu). */
+#define KILN_BACKEND_HELP                                                                          \
+    "auto (default: cuda when a usable GPU is present, else cpu), cpu, cuda or ref (the scalar "   \
+    "oracle)"
+const char *kiln_cli_backend(const char *opt);
+
 kiln_status kiln_resolve_model(const char *arg, char *out, size_t out_size, kiln_err *err);
 
 #endif /* KILN_CLI_COMMANDS_H */

@@ -28,7 +28,7 @@ kiln_status kiln_gen_open(const kiln_gen_opts *o, kiln_gen_ctx *g, kiln_err *err
     g->max_step = o->max_step > 0 ? o->max_step : 512;
     kiln_engine_opts eo;
     kiln_engine_opts_default(&eo);
-    eo.backend = o->backend ? o->backend : "cpu";
+    eo.backend = kiln_cli_backend(o->backend);
     eo.n_threads = o->n_threads;
     eo.n_ctx = g->n_ctx * (o->max_seqs > 0 ? o->max_seqs : 1);
     eo.max_step_tokens = g->max_step;

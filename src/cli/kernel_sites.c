@@ -24,11 +24,11 @@ static const kiln_bound_weight *site_weight(const kiln_bound_insn *bi, const kil
 kiln_status kiln_kernel_env_open(kiln_kernel_env *env, const char *model_arg, const char *backend,
                                  const char *policy_path, const char *perfdb_path, kiln_err *err) {
     memset(env, 0, sizeof *env);
-    const char *bname = backend ? backend : "cpu";
+    const char *bname = kiln_cli_backend(backend);
     env->be = kiln_backend_find(bname);
     if (!env->be)
-        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "backend '%s' is not built in (ref, cpu)",
-                            bname);
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "backend '%s' is not built in (%s)", bname,
+                            kiln_backend_names());
     if (perfdb_path)
         snprintf(env->perf_path, sizeof env->perf_path, "%s", perfdb_path);
     else if (kiln_perfdb_default_path(env->perf_path, sizeof env->perf_path, NULL))

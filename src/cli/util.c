@@ -1,5 +1,6 @@
 #include "cli/commands.h"
 #include "load/load.h"
+#include "runtime/backend.h"
 #include "runtime/engine.h"
 
 #include <stdio.h>
@@ -11,6 +12,11 @@ int kiln_cli_fail(const char *cmd, const kiln_err *err) {
     fprintf(stderr, "kiln %s: error: %s\n", cmd,
             err->msg[0] ? err->msg : kiln_status_name(err->code));
     return 1;
+}
+
+const char *kiln_cli_backend(const char *opt) {
+    if (opt && strcmp(opt, "auto") != 0) return opt;
+    return kiln_backend_auto_name();
 }
 
 void kiln_cli_print_load_report(const struct kiln_engine *e) {

@@ -4,7 +4,7 @@
  * Every model file exposes its metadata through one kiln_meta, whatever its source:
  *   - a GGUF file's key/value section, as stored (values point into the mapping);
  *   - a safetensors model's HF config.json, mapped onto the GGUF key names
- *     (`general.architecture`, `llama.attention.head_count`, ...; see st_config.h).
+ *     (`general.architecture`, `llama.attention.head_count`, ...; see hf_map.h).
  * A model family or the tokenizer reads `llama.attention.head_count` the same way in
  * both cases.
  *

@@ -10,7 +10,7 @@
  *   - a model.safetensors.index.json file.
  * and gives, for every source:
  *   - the metadata view (meta.h) with GGUF key names. For safetensors, HF config.json is
- *     mapped (st_config.h): `general.architecture` ("llama", "qwen2", "qwen3", "gemma3"),
+ *     mapped (hf_map.h): `general.architecture` ("llama", "qwen2", "qwen3", "gemma3"),
  *     `<arch>.block_count`, `<arch>.embedding_length`, `<arch>.feed_forward_length`,
  *     `<arch>.context_length`, `<arch>.attention.head_count`, `..head_count_kv`,
  *     `..key_length`, `..value_length`, `..layer_norm_rms_epsilon`, `<arch>.rope.freq_base`

@@ -1,34 +1,30 @@
 /*
- * select.h — choosing one kernel per call site and shape bucket, and the dispatch table
- * that adapters index directly.
+ * select.h — choosing one kernel per call site and shape bucket.
  *
- * When a plan is bound to a backend, the binding (src/runtime/) describes every kernel
- * call site of every adapter (kiln_sel_site: op, dtypes, shapes, features...) and calls
- * kiln_dispatch_build. For each site and each shape bucket it runs the selection
- * pipeline:
+ * When a plan is bound to a device, the binding (src/runtime/kselect.c) describes every
+ * kernel call site of every adapter as a selection context (kiln_sel_ctx: op, dtypes,
+ * shapes, features, bucket) and calls kiln_select once per site and token bucket. The
+ * selection pipeline is
  *
  *   policy lock -> cache -> filter (every failing constraint -> a reason code)
  *     -> score (priority + policy prefer + PerfDB timings, bounded) -> select
  *
- * and stores the chosen function pointer in the table. In the hot loop an adapter does
+ * and the chosen function pointers form the one dispatch table there is: the bound
+ * plan's per-site table (runtime/backend.h, kiln_site.fn[bucket]). In the hot loop an
+ * adapter picks the bucket once per step and calls site.fn[bucket]: no selection per
+ * token. `kiln solve` bakes that same table to a file and `kiln run --dispatch` reads it
+ * back through the same binding (kernels/dispatch.h).
  *
- *   int b = kiln_bucket_index(step_tokens, step_max_seq);        // once per step
- *   kiln_dispatch_get(d, site, b)->fn.matmul(&kctx, &args);      // per call
+ * When no candidate is valid the op's fallback (ref) kernel is chosen (res.fallback;
+ * the binding warns once per call site) — or, with policy `strict`, kiln_select fails
+ * with KILN_ERR_UNSUPPORTED and a message listing every candidate's reasons.
  *
- * and nothing else: no selection per token.
- *
- * When no candidate is valid the op's fallback (ref) kernel is used with a warning, once
- * per call site — or, with policy `strict`, binding fails with KILN_ERR_UNSUPPORTED and a
- * message listing every candidate's reasons.
- *
- * Circuit breaker: a kernel that returns an error at run time is reported with
- * kiln_dispatch_fail; it is marked unhealthy in the selector (BACKEND_UNHEALTHY from then
- * on) and every table entry that used it is rebound to the next candidate.
+ * Circuit breaker: kiln_selector_mark_unhealthy excludes a kernel (BACKEND_UNHEALTHY
+ * from then on, cached choices dropped); the runtime calls it for a kernel that faulted
+ * and rebinds the sites that used it (runtime/kselect.h).
  *
  * Thread safety: kiln_select may be called from any number of threads on one selector
  * (the cache is sharded, each shard under its own lock; health bits are atomic).
- * A dispatch table is read by the executor thread without locks; kiln_dispatch_fail must
- * be called from that same thread between kernel calls.
  */
 #ifndef KILN_KERNELS_SELECT_H
 #define KILN_KERNELS_SELECT_H
@@ -204,50 +200,13 @@ uint32_t kiln_select_check(const kiln_selector *s, const kiln_reg_kernel *k, con
 kiln_status kiln_select(kiln_selector *s, const kiln_sel_ctx *ctx, unsigned flags,
                         kiln_sel_result *res, kiln_err *err);
 
-/* ---- dispatch tables ---- */
-
-/* A call site as the binding describes it. ctx carries everything but the bucket fields;
- * ctx.tokens_max / ctx.seq_max hold the plan's limits (most tokens per step, context
- * length; 0 = unbounded). */
+/* A call site as the kernel tools (`kiln explain`, `kiln tune`) describe it. ctx carries
+ * everything but the bucket fields; ctx.tokens_max / ctx.seq_max hold the plan's limits
+ * (most tokens per step, context length; 0 = unbounded). */
 typedef struct kiln_sel_site {
-    char name[64]; /* "blk.3.attn.q" — unique within a table                       */
+    char name[64]; /* "blk.3.attn.q" — unique within a plan                        */
     int instr;     /* plan instruction index (explain), -1 = none                  */
     kiln_sel_ctx ctx;
 } kiln_sel_site;
-
-typedef struct kiln_dispatch_entry {
-    kiln_kernel_fn fn;        /* what the adapter calls                           */
-    const kiln_reg_kernel *k; /* chosen kernel                                     */
-    size_t workspace;         /* bytes of scratch it needs                         */
-    float score;
-    uint8_t fallback, locked;
-} kiln_dispatch_entry;
-
-typedef struct kiln_dispatch {
-    int n_sites;
-    kiln_sel_site *sites;   /* owned copies                                         */
-    kiln_dispatch_entry *e; /* [n_sites][KILN_SEL_BUCKETS]                          */
-    size_t max_workspace;   /* the scratch an executor must provide                 */
-    uint64_t state_hash;    /* kiln_selector_state_hash at build time               */
-    int rebinds;            /* circuit-breaker rebinds so far                       */
-} kiln_dispatch;
-
-static inline const kiln_dispatch_entry *kiln_dispatch_get(const kiln_dispatch *d, int site,
-                                                           int bucket) {
-    return &d->e[(size_t)site * KILN_SEL_BUCKETS + (size_t)bucket];
-}
-
-/* Selects every (site, bucket). Buckets the plan cannot reach (above its max tokens or
- * context) get the entry of the largest reachable one. Warns once per site that falls
- * back to the ref kernel. On error *out is NULL. */
-kiln_status kiln_dispatch_build(kiln_selector *s, const kiln_sel_site *sites, int n_sites,
-                                kiln_dispatch **out, kiln_err *err);
-void kiln_dispatch_free(kiln_dispatch *d);
-
-/* Circuit breaker: the kernel at (site, bucket) failed with `failure`. Marks it unhealthy
- * and rebinds every entry that used it. KILN_OK when the entry now holds another kernel
- * (retry the call); an error when nothing else can run. */
-kiln_status kiln_dispatch_fail(kiln_dispatch *d, kiln_selector *s, int site, int bucket,
-                               const kiln_err *failure, kiln_err *err);
 
 #endif /* KILN_KERNELS_SELECT_H */

@@ -7,16 +7,16 @@
  * compares the spec with the call site's context (kiln_sel_ctx) and records, for every
  * constraint that fails, a structured reason code.
  *
- * How to write a spec (see src/kernels/prov_ref.c for a complete table):
+ * How to write a spec (src/kernels/prov_ref.c and prov_cpu.c have complete tables):
  *
- *   { .id = "cpu.avx512.matmul.q4_k",      // provider.variant.op.dtype, unique
+ *   { .id = "cpu.avx512.matmul",           // provider.variant.op[.detail], unique
  *     .op = KILN_KOP_MATMUL, .provider = "cpu", .platform = KILN_PLATFORM_HOST,
  *     .isa = KILN_ISA_AVX512F | KILN_ISA_AVX512BW,
  *     .w_dtypes = KILN_DT(KILN_DTYPE_Q4_K), .act_dtypes = KILN_DT(KILN_DTYPE_F32),
- *     .k_multiple = 256,
+ *     .k_multiple = 32,
  *     .features = KILN_KFEAT_BIAS,
- *     .props = KILN_KPROP_DETERMINISTIC | KILN_KPROP_BATCH_INVARIANT,
- *     .priority = 80, .fn.matmul = kiln_cpu_matmul_q4_k_avx512 }
+ *     .props = KILN_KPROP_DETERMINISTIC,
+ *     .priority = 90, .fn.matmul = kiln_cpu_matmul_avx512 }
  *
  * Zero means "no constraint" for every limit field (isa, sm_min, sm_max, head_dim_*,
  * max_tokens, max_seq, *_multiple) and "none supported" for every set (dtype masks,

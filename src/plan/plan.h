@@ -274,7 +274,7 @@ kiln_status kiln_param_decode(kiln_opcode op, const kiln_param_block *in, kiln_p
 
 /* ---- passes ---- */
 /* Liveness, kill sets and register allocation. Requires a structurally valid plan
- * (kiln_plan_validate_structure). Idempotent. */
+ * (kiln_plan_validate). Idempotent. */
 kiln_status kiln_plan_compile(kiln_plan *p, kiln_err *err);
 /* Bytes of every physical buffer for `tokens` token rows and `logit_rows` logits rows. */
 kiln_status kiln_plan_buffer_bytes(const kiln_plan *p, int64_t tokens, int64_t logit_rows,

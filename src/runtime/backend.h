@@ -15,10 +15,13 @@
  * bound, every call site is described by a kiln_callsite and kiln_bind_callsite()
  * picks a kernel for each tokens-in-step bucket through the device's selector
  * (runtime/kselect.h); the chosen function pointers form the dispatch table the adapter
- * reads in the hot loop.
+ * reads in the hot loop (kiln_site.fn; the one dispatch table: `kiln solve` bakes it,
+ * `kiln run --dispatch` binds from the baked file).
  *
  * Backends ref and cpu (backend_host.c) differ only in which kernels the selector
- * picks (cpu: SIMD kernels where valid); both use host memory.
+ * picks (cpu: SIMD kernels where valid); both use host memory. Backend cuda
+ * (backend_cuda.c, CUDA builds) keeps everything in device memory and runs kernels on
+ * the device's stream.
  */
 #ifndef KILN_RUNTIME_BACKEND_H
 #define KILN_RUNTIME_BACKEND_H
@@ -67,11 +70,15 @@ typedef struct kiln_callsite {
                            engine's largest step; 0 = unbounded, tools only)    */
 } kiln_callsite;
 
+/* One call site's row of the dispatch table (the only one: `kiln solve` writes it to a
+ * file, kernels/dispatch.h). fn is what the adapter calls; kernel is the registry entry
+ * fn came from (explain, solve, the circuit breaker), owned by the default registry. */
 typedef struct kiln_site {
     kiln_callsite desc;
     kiln_kernel_fn fn[KILN_BUCKETS];
     uint32_t layout[KILN_BUCKETS]; /* weight layout each bucket's kernel asks for (spec) */
     int8_t widx;                   /* matmul: index of its weight in kiln_bound_insn.w, else -1 */
+    const kiln_reg_kernel *kernel[KILN_BUCKETS];
 } kiln_site;
 
 typedef struct kiln_bound_weight {
@@ -176,6 +183,17 @@ typedef struct kiln_backend {
      * (CUDA: cudaSetDevice); a tensor-parallel group drives one device per thread.
      * NULL: nothing to do (host backends) */
     kiln_status (*bind_thread)(kiln_device *dev, kiln_err *err);
+    /* the compute capability x10 the selector checks kernels' sm_min against (CUDA: the
+     * first usable device's, probed once; NULL on host backends: 0) */
+    int32_t (*compute_level)(void);
+    /* step graphs (runtime/graph.h; NULL on backends without them): begin records the
+     * work enqueued on q instead of running it, end stops recording and returns a
+     * replayable graph (*graph NULL and an error when the device refused something
+     * recorded), launch enqueues a graph on q, free releases it */
+    kiln_status (*graph_begin)(kiln_device *dev, kiln_queue q, kiln_err *err);
+    kiln_status (*graph_end)(kiln_device *dev, kiln_queue q, void **graph, kiln_err *err);
+    kiln_status (*graph_launch)(kiln_device *dev, kiln_queue q, void *graph, kiln_err *err);
+    void (*graph_free)(kiln_device *dev, void *graph);
 } kiln_backend;
 
 /* The buffer interface, checked: offsets and sizes are validated against the buffers
@@ -202,13 +220,20 @@ kiln_status kiln_device_sync(kiln_device *dev, kiln_err *err);
  * allocations (large ones mmap'd, committed on first touch), copies are memcpy. */
 extern const kiln_backend kiln_backend_ref, kiln_backend_cpu;
 
-/* "ref" or "cpu" (host backends built in), NULL for an unknown name. */
+/* "ref", "cpu" (host backends) or, in a CUDA build, "cuda"; "auto" is "cuda" when a CUDA
+ * build finds a usable device (compute capability >= 8.0), else "cpu". NULL for an
+ * unknown name. */
 const kiln_backend *kiln_backend_find(const char *name);
+/* The name "auto" resolves to (see kiln_backend_find); probes CUDA once per process. */
+const char *kiln_backend_auto_name(void);
+/* The backends built in, for messages: "ref, cpu" or "ref, cpu, cuda". */
+const char *kiln_backend_names(void);
 
-/* The binding function: describes call site `cs` (its bucket set) to the device's
- * kernel chooser (runtime/kselect.h) and returns the kernel and, in *layout (may be
- * NULL), the weight layout that kernel asks for (kiln_wlayout). Fails with
- * KILN_ERR_UNSUPPORTED when no kernel of the backend can run it. */
+/* The binding function for one bucket: describes call site `cs` (bucket cs->bucket) to
+ * the device's kernel chooser (runtime/kselect.h) and returns the kernel and, in *layout
+ * (may be NULL), the weight layout that kernel asks for (kiln_wlayout). Fails with
+ * KILN_ERR_UNSUPPORTED when no kernel of the backend can run it. A plan's binding fills
+ * every bucket of a kiln_site at once with kiln_bind_site (kselect.h), the same path. */
 kiln_status kiln_bind_callsite(kiln_device *dev, const kiln_callsite *cs, kiln_kernel_fn *out,
                                uint32_t *layout, kiln_err *err);
 

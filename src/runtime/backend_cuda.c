@@ -6,10 +6,12 @@
  * error becomes KILN_ERR_DEVICE with the driver's message (never exit/abort); a failed
  * allocation is KILN_ERR_NOMEM naming the bytes and the space.
  *
- * Not registered in kiln_backend_find yet: binding does not place weights (nor bind.c's
- * f32 copies of vector weights) in device memory, so a plan bound to this backend would
- * hand host pointers to device kernels. Tested by tests/gpu/test_cuda_backend.c.
- * Compiled only in CUDA builds (KILN_HAVE_CUDA); owned by the cuda engineer (#17).
+ * Listed by kiln_backend_find as "cuda" (and chosen by "auto" when a usable device is
+ * present). Weights reach device memory through the load plan's upload lane (bind.c asks
+ * for placement on this device); activations, workspace, scratch and the KV pool are
+ * DEVICE buffers; a step's packed inputs are built in STAGING and copied once. Tested by
+ * tests/gpu/test_cuda_backend.c (buffers) and tests/gpu/test_cuda_e2e.c (whole models).
+ * Compiled only in CUDA builds (KILN_HAVE_CUDA).
  */
 #include "runtime/backend_cuda.h"
 
@@ -18,6 +20,7 @@
 #include "runtime/exec.h"
 
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -150,6 +153,55 @@ static bool cb_dtype_ok(uint32_t dtype) {
     return kiln_cuda_weight_dtype_ok(dtype) != 0;
 }
 
+/* step graphs (runtime/graph.h): stream capture, thread-local (other threads' CUDA calls
+ * are not affected) */
+static kiln_status cb_graph_begin(kiln_device *dev, kiln_queue q, kiln_err *err) {
+    (void)dev;
+    CU(cudaStreamBeginCapture((cudaStream_t)q, cudaStreamCaptureModeThreadLocal),
+       "cudaStreamBeginCapture");
+    return KILN_OK;
+}
+
+static kiln_status cb_graph_end(kiln_device *dev, kiln_queue q, void **graph, kiln_err *err) {
+    (void)dev;
+    *graph = NULL;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture((cudaStream_t)q, &g);
+    if (e != cudaSuccess) {
+        if (g) cudaGraphDestroy(g);
+        return cu_err(e, "cudaStreamEndCapture", err);
+    }
+    cudaGraphExec_t ge = NULL;
+    e = cudaGraphInstantiate(&ge, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) return cu_err(e, "cudaGraphInstantiate", err);
+    *graph = ge;
+    return KILN_OK;
+}
+
+static kiln_status cb_graph_launch(kiln_device *dev, kiln_queue q, void *graph, kiln_err *err) {
+    (void)dev;
+    CU(cudaGraphLaunch((cudaGraphExec_t)graph, (cudaStream_t)q), "cudaGraphLaunch");
+    return KILN_OK;
+}
+
+static void cb_graph_free(kiln_device *dev, void *graph) {
+    (void)dev;
+    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
+/* the first usable device's compute capability x10, probed once */
+static int32_t cb_sm;
+static pthread_once_t cb_sm_once = PTHREAD_ONCE_INIT;
+static void cb_probe_sm(void) {
+    int sm = 0;
+    if (kiln_cuda_probe(&sm, NULL, 0) > 0) cb_sm = sm;
+}
+static int32_t cb_compute_level(void) {
+    pthread_once(&cb_sm_once, cb_probe_sm);
+    return cb_sm;
+}
+
 const kiln_backend kiln_backend_cuda = {.name = "cuda",
                                         .adapters = kiln_adapters,
                                         .weight_dtype_ok = cb_dtype_ok,
@@ -163,6 +215,11 @@ const kiln_backend kiln_backend_cuda = {.name = "cuda",
                                         .d2d = cb_d2d,
                                         .memset = cb_memset,
                                         .sync = cb_sync,
-                                        .bind_thread = cb_bind_thread};
+                                        .bind_thread = cb_bind_thread,
+                                        .compute_level = cb_compute_level,
+                                        .graph_begin = cb_graph_begin,
+                                        .graph_end = cb_graph_end,
+                                        .graph_launch = cb_graph_launch,
+                                        .graph_free = cb_graph_free};
 
 #endif /* KILN_HAVE_CUDA */

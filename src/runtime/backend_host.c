@@ -1,6 +1,6 @@
 /*
- * backend_host.c — the host backends (ref, cpu) and the checked buffer interface
- * (backend.h).
+ * backend_host.c — the host backends (ref, cpu), the list of backends (kiln_backend_find,
+ * with cuda in CUDA builds) and the checked buffer interface (backend.h).
  *
  * Host memory: DEVICE and STAGING are both host memory. Allocations of 1 MiB and more
  * are anonymous mmaps (MAP_NORESERVE: pages are committed on first touch, so a KV pool
@@ -16,7 +16,13 @@
 #include "base/mem.h"
 #include "kernels/ref/ref.h"
 
+#ifdef KILN_HAVE_CUDA
+#include "kernels/cuda/cuda_kernels.h"
+#include "runtime/backend_cuda.h"
+#endif
+
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -117,10 +123,38 @@ const kiln_backend kiln_backend_cpu = {.name = "cpu",
                                        .weight_dtype_ok = kiln_ref_weight_dtype_ok,
                                        HOST_MEMORY};
 
+static const kiln_backend *const all_backends[] = {&kiln_backend_ref, &kiln_backend_cpu,
+#ifdef KILN_HAVE_CUDA
+                                                   &kiln_backend_cuda
+#endif
+};
+
+/* "auto": probed once per process (initializing CUDA takes a while) */
+static const char *auto_name = "cpu";
+static pthread_once_t auto_once = PTHREAD_ONCE_INIT;
+static void probe_auto(void) {
+#ifdef KILN_HAVE_CUDA
+    if (kiln_cuda_probe(NULL, NULL, 0) > 0) auto_name = "cuda";
+#endif
+}
+
+const char *kiln_backend_auto_name(void) {
+    pthread_once(&auto_once, probe_auto);
+    return auto_name;
+}
+
+const char *kiln_backend_names(void) {
+#ifdef KILN_HAVE_CUDA
+    return "ref, cpu, cuda, auto";
+#else
+    return "ref, cpu, auto";
+#endif
+}
+
 const kiln_backend *kiln_backend_find(const char *name) {
-    static const kiln_backend *const all[] = {&kiln_backend_ref, &kiln_backend_cpu};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        if (name && strcmp(all[i]->name, name) == 0) return all[i];
+    if (name && strcmp(name, "auto") == 0) name = kiln_backend_auto_name();
+    for (size_t i = 0; i < sizeof(all_backends) / sizeof(all_backends[0]); i++)
+        if (name && strcmp(all_backends[i]->name, name) == 0) return all_backends[i];
     return NULL;
 }
 

@@ -21,7 +21,7 @@
 kiln_status kiln_bind_callsite(kiln_device *dev, const kiln_callsite *cs, kiln_kernel_fn *out,
                                uint32_t *layout, kiln_err *err) {
     /* The one place kernels are chosen: the device's selector (runtime/kselect.h). */
-    return kiln_select_callsite(dev, cs, out, layout, err);
+    return kiln_select_callsite(dev, cs, out, layout, NULL, err);
 }
 
 /* ---- plan binding ---- */
@@ -557,13 +557,7 @@ kiln_status kiln_bind_select(kiln_device *dev, const kiln_model *m, kiln_plan *p
             else if (cs->op == KILN_KOP_ATTENTION || cs->op == KILN_KOP_GLU)
                 cs->act_dtype = KILN_DTYPE_F16;
         }
-        for (int s = 0; s < bi->n_sites && !st; s++)
-            for (int b = 0; b < KILN_BUCKETS && !st; b++) {
-                bi->site[s].desc.bucket = b;
-                bi->site[s].layout[b] = KILN_WLAYOUT_PLAIN;
-                st = kiln_bind_callsite(dev, &bi->site[s].desc, &bi->site[s].fn[b],
-                                        &bi->site[s].layout[b], err);
-            }
+        for (int s = 0; s < bi->n_sites && !st; s++) st = kiln_bind_site(dev, &bi->site[s], err);
     }
     if (!st) choose_layouts(out);
     if (st) {

@@ -84,8 +84,8 @@ kiln_status kiln_engine_create_rank(const kiln_model *m, const kiln_engine_opts 
                                     kiln_err *err) {
     const kiln_backend *be = kiln_backend_find(o->backend ? o->backend : "ref");
     if (!be)
-        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "backend '%s' is not built in (ref, cpu)",
-                            o->backend);
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "backend '%s' is not built in (%s)",
+                            o->backend, kiln_backend_names());
     if (!m->family)
         return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: no model family for architecture '%s'",
                             m->path, m->cfg.arch);
@@ -101,6 +101,11 @@ kiln_status kiln_engine_create_rank(const kiln_model *m, const kiln_engine_opts 
     e->comm = comm;
     e->max_step = o->max_step_tokens > 0 ? o->max_step_tokens : 512;
     e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 64;
+    {
+        const char *g = getenv("KILN_GRAPHS"); /* step graphs: on unless "0" (A/B runs) */
+        /* dispatch counters are host-side: a replayed graph would not count */
+        e->graphs_on = !(g && strcmp(g, "0") == 0) && !o->counters && n_ranks == 1;
+    }
     for (int b = 0; b < KILN_BUCKETS; b++) e->scratch_need[b] = SIZE_MAX;
     int64_t n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
     const uint32_t kv_dtype = o->kv_f16 ? KILN_DTYPE_F16 : KILN_DTYPE_F32;
@@ -189,7 +194,8 @@ kiln_status kiln_engine_create_rank(const kiln_model *m, const kiln_engine_opts 
         e->counters = kiln_calloc(KILN_OP_LIMIT, sizeof(uint64_t));
         if (!e->counters) st = kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
     }
-    if (!st && threads != 1) st = kiln_pool_create(threads, &e->pool, err);
+    /* CPU threads for host kernels (a device backend's kernels run on its queue) */
+    if (!st && threads != 1 && be->host_memory) st = kiln_pool_create(threads, &e->pool, err);
     if (!st) st = kiln_mapguard_check(err); /* a model page faulted while binding */
     if (st) {
         kiln_engine_free(e);
@@ -211,6 +217,7 @@ void kiln_engine_free(kiln_engine *e) {
                 kiln_free(e->seqs[i].kv.blocks);
             }
     if (dev->be) {
+        kiln_graph_cache_clear(&e->graphs, dev);
         kiln_kv_pool_free(&e->kv);
         for (int m = 0; m < 2; m++) kiln_buf_free(dev, &e->mode[m].arena);
         kiln_buf_free(dev, &e->work);
@@ -554,7 +561,7 @@ static kiln_status fit_scratch(kiln_engine *e, int b, kiln_err *err) {
                 int b0 = cs.op == KILN_KOP_ATTENTION ? 0 : b;
                 for (int bb = b0; bb <= b; bb++) {
                     cs.bucket = bb;
-                    size_t w = kiln_callsite_workspace(&e->dev, &cs, bi->site[si].fn[bb]);
+                    size_t w = kiln_callsite_workspace(&e->dev, &cs, bi->site[si].kernel[bb]);
                     if (w > need) need = w;
                 }
             }
@@ -670,9 +677,17 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
     x.logits = out_logits;
     x.greedy_ids = pp->greedy && !tp_greedy ? out_ids : NULL;
     if (e->tp) {
+        /* every rank runs and syncs its part (engine_tp.c); no step graphs: a rank's graph
+         * would have to capture its collectives too */
         st = kiln_tp_run(e, &x, out_logits, err);
     } else {
-        st = kiln_exec_run(&e->bp, &x, err);
+        if (e->graphs_on && x.bucket <= 1) { /* decode buckets: gemv kernels, no cuBLAS */
+            kiln_graph_key gk;
+            kiln_graph_key_of(&x, mode, &gk);
+            st = kiln_graph_run(&e->graphs, &e->dev, &gk, &e->bp, &x, err);
+        } else {
+            st = kiln_exec_run(&e->bp, &x, err);
+        }
         if (!st) st = kiln_device_sync(&e->dev, err);
     }
     /* a model page faulted (file truncated while mapped): not the model's output */
@@ -684,6 +699,7 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
          * transient out-of-memory, bad input) leave the kernels alone */
         if (x.failed_insn >= 0 && kiln_status_is_fault(st)) {
             kiln_plan_kernel_failed(&e->bp, x.failed_insn, x.cur_site, x.cur_bucket, err, NULL);
+            kiln_graph_cache_clear(&e->graphs, &e->dev); /* their kernels changed */
             for (int b = 0; b < KILN_BUCKETS; b++) e->scratch_need[b] = SIZE_MAX;
         }
         return drop_step(e, st);

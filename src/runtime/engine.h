@@ -25,6 +25,7 @@
 
 #include "plan/tp.h"
 #include "runtime/exec.h"
+#include "runtime/graph.h"
 
 typedef struct kiln_seq_state {
     bool used;
@@ -85,6 +86,10 @@ struct kiln_engine {
     /* step scratch (host) */
     int32_t *seq_slot, *row_of_entry;
     uint64_t *counters;
+    /* replayable decode-step graphs (runtime/graph.h; device backends with graph hooks,
+     * buckets 0-1 only; KILN_GRAPHS=0 turns them off) */
+    kiln_graph_cache graphs;
+    bool graphs_on;
     /* tensor parallelism (engine_tp.c, docs/TP.md). Every rank is an engine with its own
      * device, bound plan (its shard: plan/tp.h), buffers and KV memory. Rank 0, the
      * leader, is the engine callers see: it owns the group (tp), keeps the sequences and

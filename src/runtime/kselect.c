@@ -121,6 +121,7 @@ void kiln_callsite_ctx(const kiln_backend *be, const kiln_callsite *cs, kiln_sel
     kiln_backend_id b = KILN_BACKEND_REF;
     if (be && !kiln_backend_from_name(be->name, &b)) b = KILN_BACKEND_REF;
     kiln_sel_ctx_init(c, cs->op, b);
+    if (be && be->compute_level) c->sm = be->compute_level();
     switch (cs->op) {
     case KILN_KOP_MATMUL:
         c->w_dtype = cs->w_dtype;
@@ -201,7 +202,7 @@ int kiln_callsite_bucket_index(const kiln_callsite *cs) {
 }
 
 kiln_status kiln_select_callsite(kiln_device *dev, const kiln_callsite *cs, kiln_kernel_fn *out,
-                                 uint32_t *layout, kiln_err *err) {
+                                 uint32_t *layout, const kiln_reg_kernel **kernel, kiln_err *err) {
     kiln_kselect *ks = dev->ks;
     kiln_selector *s = ks->sel;
     kiln_sel_ctx c;
@@ -224,6 +225,7 @@ kiln_status kiln_select_callsite(kiln_device *dev, const kiln_callsite *cs, kiln
         if (k && k->spec.op == c.op && !(kiln_select_check(s, k, &c) & KILN_REASONS_HARD)) {
             *out = k->spec.fn;
             if (layout) *layout = k->spec.w_layout;
+            if (kernel) *kernel = k;
             return KILN_OK;
         }
         if (!ks->baked_warned)
@@ -256,21 +258,16 @@ kiln_status kiln_select_callsite(kiln_device *dev, const kiln_callsite *cs, kiln
     }
     *out = res.chosen->spec.fn;
     if (layout) *layout = res.chosen->spec.w_layout;
+    if (kernel) *kernel = res.chosen;
     return KILN_OK;
 }
 
-size_t kiln_callsite_workspace(kiln_device *dev, const kiln_callsite *cs, kiln_kernel_fn fn) {
-    if (!fn.any) return 0;
-    const kiln_registry *reg = kiln_selector_registry(dev->ks->sel);
-    for (int i = 0; i < reg->n_kernels; i++) {
-        const kiln_kernel_spec *sp = &reg->kernels[i].spec;
-        if (sp->fn.any != fn.any || (int)sp->op != (int)cs->op) continue;
-        if (!sp->workspace) return 0;
-        kiln_sel_ctx c;
-        kiln_callsite_ctx(dev->be, cs, &c);
-        return sp->workspace(&c);
-    }
-    return 0;
+size_t kiln_callsite_workspace(kiln_device *dev, const kiln_callsite *cs,
+                               const kiln_reg_kernel *k) {
+    if (!k || !k->spec.workspace || (int)k->spec.op != (int)cs->op) return 0;
+    kiln_sel_ctx c;
+    kiln_callsite_ctx(dev->be, cs, &c);
+    return k->spec.workspace(&c);
 }
 
 kiln_status kiln_kernel_failed(kiln_device *dev, kiln_kernel_fn fn, const kiln_err *failure,
@@ -293,13 +290,14 @@ kiln_status kiln_kernel_failed(kiln_device *dev, kiln_kernel_fn fn, const kiln_e
     return KILN_OK;
 }
 
-kiln_status kiln_rebind_site(kiln_device *dev, kiln_site *site, kiln_err *err) {
+kiln_status kiln_bind_site(kiln_device *dev, kiln_site *site, kiln_err *err) {
     for (int b = 0; b < KILN_BUCKETS; b++) {
         site->desc.bucket = b;
         /* The weight stays in the layout it was bound with; adapters pass that layout
          * (w_layout) to every call and a kernel that cannot read it fails the call
          * (the reference matmul refuses any repacked layout) instead of misreading. */
-        KILN_TRY(kiln_select_callsite(dev, &site->desc, &site->fn[b], &site->layout[b], err));
+        KILN_TRY(kiln_select_callsite(dev, &site->desc, &site->fn[b], &site->layout[b],
+                                      &site->kernel[b], err));
     }
     return KILN_OK;
 }
@@ -322,7 +320,11 @@ kiln_status kiln_plan_kernel_failed(struct kiln_bound_plan *bp, int32_t insn, in
             if (!uses) continue;
             kiln_site *ks = &bp->bi[i].site[s];
             kiln_site saved = *ks;
-            KILN_TRY(kiln_rebind_site(bp->dev, ks, err));
+            kiln_status bs = kiln_bind_site(bp->dev, ks, err);
+            if (bs) {
+                *ks = saved;
+                return bs;
+            }
             /* the weight may already be repacked for the failed kernel (bind.c): a
              * replacement must read that layout (kernels of a repacked layout also read
              * plain rows, not the other way round) */
@@ -353,4 +355,50 @@ kiln_status kiln_plan_kernel_failed(struct kiln_bound_plan *bp, int32_t insn, in
                 }
         }
     return KILN_OK;
+}
+
+kiln_status kiln_bound_plan_save_dispatch(const kiln_bound_plan *bp, const char *path,
+                                          kiln_err *err) {
+    int n = 0;
+    for (int32_t i = 0; i < bp->plan.n_insns; i++) n += bp->bi[i].n_sites;
+    if (n == 0 || !bp->dev || !bp->dev->ks)
+        return kiln_err_set(err, KILN_ERR_STATE,
+                            "dispatch table %s: the plan has no bound call sites", path);
+    kiln_baked_site *rows = kiln_calloc((size_t)n, sizeof *rows);
+    if (!rows)
+        return kiln_err_set(err, KILN_ERR_NOMEM, "dispatch table %s: %d call sites", path, n);
+    int r = 0;
+    kiln_status st = KILN_OK;
+    const kiln_callsite *first = NULL;
+    for (int32_t i = 0; i < bp->plan.n_insns && !st; i++)
+        for (int s = 0; s < bp->bi[i].n_sites && !st; s++) {
+            const kiln_site *site = &bp->bi[i].site[s];
+            kiln_baked_site *row = &rows[r++];
+            if (!first) first = &site->desc;
+            row->name = site->desc.name;
+            row->op = site->desc.op;
+            row->instr = i;
+            /* the binding's bucket for a token bucket is (tb, largest context) for
+             * attention and (tb, 0) otherwise; one kernel serves every context bucket */
+            for (int tb = 0; tb < KILN_BUCKETS; tb++) {
+                if (!site->kernel[tb]) {
+                    st = kiln_err_set(err, KILN_ERR_STATE,
+                                      "dispatch table %s: call site '%s' has no kernel bound for "
+                                      "tokens %s",
+                                      path, site->desc.name, kiln_tok_bucket_name(tb));
+                    break;
+                }
+                for (int sb = 0; sb < KILN_SEQ_BUCKETS; sb++)
+                    row->k[tb * KILN_SEQ_BUCKETS + sb] = site->kernel[tb];
+            }
+        }
+    if (!st) {
+        /* the signature's device context, as the binding computes it when it opens a
+         * table (kiln_select_callsite: the first call site bound) */
+        kiln_sel_ctx dev;
+        kiln_callsite_ctx(bp->dev->be, first, &dev);
+        st = kiln_baked_save(path, bp->dev->ks->sel, &dev, rows, n, err);
+    }
+    kiln_free(rows);
+    return st;
 }

@@ -1,7 +1,9 @@
 /*
  * kselect.h — the bridge between the runtime's call sites (backend.h: kiln_callsite) and
- * the kernel selection engine (kernels/select.h). kiln_bind_callsite calls
- * kiln_select_callsite for every call site and bucket when a plan is bound.
+ * the kernel selection engine (kernels/select.h). When a plan is bound, kiln_bind_site
+ * calls kiln_select_callsite for every call site and token bucket and fills the site's
+ * row of the dispatch table (backend.h: kiln_site); kiln_bind_callsite is the same for
+ * one bucket.
  *
  * Ownership: every device (kiln_device.ks, opened per engine) owns its kiln_kselect —
  * the default kernel registry, the policy (kiln_policy_resolve: --policy / KILN_POLICY /
@@ -45,22 +47,28 @@ void kiln_callsite_ctx(const kiln_backend *be, const kiln_callsite *cs, kiln_sel
 int kiln_callsite_bucket_index(const kiln_callsite *cs);
 
 /* Chooses the kernel of cs on device dev: the baked table's entry when one is
- * configured, usable and valid for cs, else kiln_select. Warns once per call site on a
- * fallback to the ref kernel; KILN_ERR_UNSUPPORTED (with every candidate's reasons) when
- * nothing can run. */
+ * configured, usable and valid for cs, else kiln_select. *out gets its entry point,
+ * *layout (may be NULL) the weight layout it reads, *kernel (may be NULL) its registry
+ * entry. Warns once per call site on a fallback to the ref kernel;
+ * KILN_ERR_UNSUPPORTED (with every candidate's reasons) when nothing can run. */
 kiln_status kiln_select_callsite(kiln_device *dev, const kiln_callsite *cs, kiln_kernel_fn *out,
-                                 uint32_t *layout, kiln_err *err);
+                                 uint32_t *layout, const kiln_reg_kernel **kernel, kiln_err *err);
 
-/* Scratch bytes the kernel fn (bound to cs at cs->bucket) asks for: its spec's workspace
- * function on cs's selection context; 0 when fn is no registered kernel or its spec has
- * no workspace function (such kernels allocate what they need themselves). */
-size_t kiln_callsite_workspace(kiln_device *dev, const kiln_callsite *cs, kiln_kernel_fn fn);
+/* Binds every bucket of one call site (fn, layout, kernel; site->desc.bucket is left at
+ * the last bucket). The plan binding and the circuit breaker's rebind both use it. */
+kiln_status kiln_bind_site(kiln_device *dev, kiln_site *site, kiln_err *err);
+
+/* Scratch bytes kernel k (bound to cs at cs->bucket: kiln_site.kernel[bucket]) asks
+ * for: its spec's workspace function on cs's selection context; 0 for NULL, a kernel of
+ * another op, or a spec without a workspace function (such kernels allocate what they
+ * need themselves). */
+size_t kiln_callsite_workspace(kiln_device *dev, const kiln_callsite *cs, const kiln_reg_kernel *k);
 
 /* ---- circuit breaker (per device) ----
  * A kernel that faulted at run time — it returned KILN_ERR_DEVICE or KILN_ERR_INTERNAL
  * (kiln_status_is_fault; kernel.h says what each status means) — is marked unhealthy in
  * its device's selector (BACKEND_UNHEALTHY from then on; cached choices are dropped) by
- * kiln_kernel_failed, and kiln_rebind_site re-selects every bucket of a call site, so
+ * kiln_kernel_failed, and kiln_bind_site re-selects every bucket of a call site, so
  * the device's next step runs the next candidate. Other statuses (a transient
  * KILN_ERR_NOMEM, an input out of range) leave the kernel alone. The step that failed is
  * not retried here: an adapter may have updated state in place (residual adds, KV
@@ -71,7 +79,6 @@ static inline bool kiln_status_is_fault(kiln_status st) {
 }
 kiln_status kiln_kernel_failed(kiln_device *dev, kiln_kernel_fn fn, const kiln_err *failure,
                                kiln_err *err);
-kiln_status kiln_rebind_site(kiln_device *dev, kiln_site *site, kiln_err *err);
 
 struct kiln_bound_plan;
 /* The executor's side: instruction `insn` failed with `failure` while calling call site
@@ -81,5 +88,14 @@ struct kiln_bound_plan;
  * reference kernel: the failure is the input's, not the kernel's). */
 kiln_status kiln_plan_kernel_failed(struct kiln_bound_plan *bp, int32_t insn, int site, int bucket,
                                     const kiln_err *failure, kiln_err *err);
+
+/* ---- baking: the bound plan's dispatch table to a file (`kiln solve`) ----
+ * Writes every call site of bp (name, op, instruction, the kernel of each token bucket,
+ * repeated over the context buckets) with this device's signature, in the format of
+ * kernels/dispatch.h. A process that binds the same plan with `--dispatch path` on the
+ * same machine and configuration gets the same kernels. Errors: KILN_ERR_STATE for a
+ * plan with no call sites bound, else kiln_baked_save's. */
+kiln_status kiln_bound_plan_save_dispatch(const struct kiln_bound_plan *bp, const char *path,
+                                          kiln_err *err);
 
 #endif /* KILN_RUNTIME_KSELECT_H */

@@ -1,11 +1,11 @@
 /* fuzz_dispatch.c — libFuzzer target for baked dispatch tables as read back (kiln solve
- * writes them; kiln_dispatch_load and kiln_baked_open read them): the input is written
- * to a memfd and loaded for three call sites (two q4_K matmuls, one f16 attention) with a
- * selector over the ref and cpu providers, then opened as a baked lookup and queried for
- * every site and bucket. A table whose signature differs falls back to run-time
- * selection (not an error); malformed files are errors. Crashes, leaks, hangs and
- * sanitizer reports are bugs, and so is a loaded table whose entries are not kernels of
- * the registry. KILN_FUZZ_WRITE_SEED=FILE: write this process's own table (the seed). */
+ * writes them with kiln_baked_save; the binding reads them with kiln_baked_open): the
+ * input is written to a memfd, opened with a selector over the ref and cpu providers and
+ * queried for three call sites (two q4_K matmuls, one f16 attention) and every bucket;
+ * every id found is looked up and checked against the site as the binding does
+ * (runtime/kselect.c). A table whose signature differs is opened unusable (not an
+ * error); malformed files are errors. Crashes, leaks, hangs and sanitizer reports are
+ * bugs. KILN_FUZZ_WRITE_SEED=FILE: write this process's own table (the seed). */
 #include "kernels/dispatch.h"
 #include "kernels/registry.h"
 #include "kernels/select.h"
@@ -45,11 +45,21 @@ static void init(void) {
     sites[2].ctx.seq_max = 32768;
     const char *seed = getenv("KILN_FUZZ_WRITE_SEED");
     if (seed) {
-        kiln_dispatch *d;
-        if (kiln_dispatch_build(sel, sites, 3, &d, &e) != KILN_OK ||
-            kiln_dispatch_save(d, sel, seed, &e) != KILN_OK)
-            abort();
-        kiln_dispatch_free(d);
+        kiln_baked_site rows[3];
+        for (int i = 0; i < 3; i++) {
+            rows[i].name = sites[i].name;
+            rows[i].op = sites[i].ctx.op;
+            rows[i].instr = sites[i].instr;
+            for (int b = 0; b < KILN_SEL_BUCKETS; b++) {
+                kiln_sel_ctx c = sites[i].ctx;
+                kiln_sel_ctx_set_bucket(&c, b / KILN_SEQ_BUCKETS, b % KILN_SEQ_BUCKETS,
+                                        sites[i].ctx.tokens_max, sites[i].ctx.seq_max);
+                kiln_sel_result r;
+                if (kiln_select(sel, &c, 0, &r, &e) != KILN_OK) abort(); /* harness */
+                rows[i].k[b] = r.chosen;
+            }
+        }
+        if (kiln_baked_save(seed, sel, &sites[0].ctx, rows, 3, &e) != KILN_OK) abort();
     }
     fd = memfd_create("dispatch.json", 0);
     if (fd < 0) abort();
@@ -60,26 +70,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (fd < 0) init();
     if (size > 1 << 20) return 0;
     if (ftruncate(fd, 0) != 0 || pwrite(fd, data, size, 0) != (ssize_t)size) abort();
-    kiln_dispatch *d = NULL;
-    bool baked = false;
     char why[256];
     kiln_err e;
-    if (kiln_dispatch_load(sel, sites, 3, path, &d, &baked, why, sizeof why, &e) == KILN_OK) {
-        for (int i = 0; i < 3; i++)
-            for (int k = 0; k < KILN_SEL_BUCKETS; k++) {
-                const kiln_reg_kernel *rk = kiln_dispatch_get(d, i, k)->k;
-                if (rk && (rk < reg->kernels || rk >= reg->kernels + reg->n_kernels))
-                    __builtin_trap();
-            }
-        kiln_dispatch_free(d);
-    }
     kiln_baked *b = NULL;
     bool usable = false;
     if (kiln_baked_open(path, sel, &sites[0].ctx, &b, &usable, why, sizeof why, &e) == KILN_OK) {
         for (int i = 0; i < 3; i++)
             for (int k = 0; k < KILN_SEL_BUCKETS; k++) {
                 const char *id = kiln_baked_kernel(b, sites[i].name, k);
-                if (id) (void)strlen(id);
+                const kiln_reg_kernel *rk = id ? kiln_registry_find(reg, id) : NULL;
+                if (rk && rk->spec.op == sites[i].ctx.op) {
+                    kiln_sel_ctx c = sites[i].ctx;
+                    kiln_sel_ctx_set_bucket(&c, k / KILN_SEQ_BUCKETS, k % KILN_SEQ_BUCKETS,
+                                            c.tokens_max, c.seq_max);
+                    (void)kiln_select_check(sel, rk, &c);
+                }
             }
         kiln_baked_free(b);
     }

@@ -4,7 +4,7 @@
  * then the vocabulary is read from its metadata, an engine is bound (ref backend, one
  * thread, small KV) and one two-token step runs. Every failure must be a status; any
  * crash, hang, leak or sanitizer report is a bug. Seeds: kiln-gen models of every family
- * at small shapes (tests/fuzz/corpus/fuzz_model_gguf, made by make_model_seeds.sh). */
+ * at small shapes (tests/fuzz/corpus/fuzz_model_gguf, written by kiln-gen, tools/gen/). */
 #include "gguf_mutator.h"
 
 #include "base/status.h"

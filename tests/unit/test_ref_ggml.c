@@ -413,10 +413,10 @@ static void test_selection(void **state) {
                             .k = 256};
         kiln_kernel_fn fn;
         kiln_err err;
-        assert_int_equal(kiln_select_callsite(be, &cs, &fn, NULL, &err), KILN_OK);
+        assert_int_equal(kiln_select_callsite(be, &cs, &fn, NULL, NULL, &err), KILN_OK);
         assert_true(fn.matmul != kiln_ref_matmul_ggml); /* exact: never the ggml kernel */
         cs.act_dtype = kiln_ggml_vec_dot_type(cs.w_dtype);
-        assert_int_equal(kiln_select_callsite(be, &cs, &fn, NULL, &err), KILN_OK);
+        assert_int_equal(kiln_select_callsite(be, &cs, &fn, NULL, NULL, &err), KILN_OK);
         assert_true(fn.matmul == kiln_ref_matmul_ggml);
         kiln_callsite at = {.op = KILN_KOP_ATTENTION,
                             .name = "test.attn",
@@ -427,14 +427,14 @@ static void test_selection(void **state) {
                             .n = 64,
                             .features = KILN_CS_PAGED | KILN_CS_CAUSAL | KILN_CS_GQA,
                             .act_dtype = KILN_DTYPE_F16};
-        assert_int_equal(kiln_select_callsite(be, &at, &fn, NULL, &err), KILN_OK);
+        assert_int_equal(kiln_select_callsite(be, &at, &fn, NULL, NULL, &err), KILN_OK);
         assert_true(fn.attention == kiln_ref_attention_ggml);
         at.act_dtype = KILN_DTYPE_F32;
-        assert_int_equal(kiln_select_callsite(be, &at, &fn, NULL, &err), KILN_OK);
+        assert_int_equal(kiln_select_callsite(be, &at, &fn, NULL, NULL, &err), KILN_OK);
         assert_true(fn.attention != kiln_ref_attention_ggml);
         kiln_callsite gl = {
             .op = KILN_KOP_GLU, .name = "test.glu", .n = 64, .act_dtype = KILN_DTYPE_F16};
-        assert_int_equal(kiln_select_callsite(be, &gl, &fn, NULL, &err), KILN_OK);
+        assert_int_equal(kiln_select_callsite(be, &gl, &fn, NULL, NULL, &err), KILN_OK);
         assert_true(fn.glu == kiln_ref_glu_ggml);
         kiln_device_close(&dev);
     }

@@ -527,87 +527,80 @@ static void test_cache_threads(void **state) {
     kiln_selector_free(s);
 }
 
-static void test_dispatch_and_breaker(void **state) {
+/* per bucket: matmul and attention choices as the binding asks for them (attention by
+ * context); the circuit breaker's mark moves a bucket to the next candidate */
+static void test_buckets_and_breaker(void **state) {
     (void)state;
     kiln_selector *s;
     kiln_err e;
     assert_int_equal(kiln_selector_new(reg, NULL, NULL, &s, &e), KILN_OK);
-    kiln_sel_site sites[2];
-    memset(sites, 0, sizeof sites);
-    snprintf(sites[0].name, sizeof sites[0].name, "blk.0.attn.q");
-    mm_ctx(&sites[0].ctx, KILN_ISA_AVX2);
-    sites[0].ctx.tokens_max = 100; /* plan: at most 100 tokens per step */
-    snprintf(sites[1].name, sizeof sites[1].name, "blk.0.attn.core");
-    kiln_sel_ctx_init(&sites[1].ctx, KILN_KOP_ATTENTION, KILN_BACKEND_CPU);
-    sites[1].ctx.kv_dtype = KILN_DTYPE_F16;
-    sites[1].ctx.head_dim = 128;
-    sites[1].ctx.n_head = sites[1].ctx.n_kv_head = 4;
-    sites[1].ctx.features = KILN_KFEAT_CAUSAL | KILN_KFEAT_PAGED_KV;
-    sites[1].ctx.seq_max = 8192;
-    kiln_dispatch *d;
-    assert_int_equal(kiln_dispatch_build(s, sites, 2, &d, &e), KILN_OK);
-    /* matmul: every bucket -> flaky (prio 90); unreachable buckets copy bucket 3 */
-    for (int b = 0; b < KILN_SEL_BUCKETS; b++)
-        assert_string_equal(kiln_dispatch_get(d, 0, b)->k->spec.id, "fast.flaky.matmul.q4_k");
+    kiln_sel_ctx mm, at;
+    mm_ctx(&mm, KILN_ISA_AVX2);
+    kiln_sel_ctx_init(&at, KILN_KOP_ATTENTION, KILN_BACKEND_CPU);
+    at.kv_dtype = KILN_DTYPE_F16;
+    at.head_dim = 128;
+    at.n_head = at.n_kv_head = 4;
+    at.features = KILN_KFEAT_CAUSAL | KILN_KFEAT_PAGED_KV;
+    kiln_sel_result r;
+    /* matmul: every token bucket -> flaky (prio 90) */
+    for (int tb = 0; tb < KILN_TOK_BUCKETS; tb++) {
+        kiln_sel_ctx c = mm;
+        kiln_sel_ctx_set_bucket(&c, tb, 0, 100, 0);
+        assert_int_equal(kiln_select(s, &c, 0, &r, &e), KILN_OK);
+        assert_string_equal(r.chosen->spec.id, "fast.flaky.matmul.q4_k");
+    }
     /* attention: fast up to 4K context, ref beyond */
-    assert_string_equal(kiln_dispatch_get(d, 1, kiln_bucket_index(1, 100))->k->spec.id,
-                        "fast.attention");
-    assert_string_equal(kiln_dispatch_get(d, 1, kiln_bucket_index(1, 4000))->k->spec.id,
-                        "fast.attention");
-    assert_string_equal(kiln_dispatch_get(d, 1, kiln_bucket_index(1, 5000))->k->spec.id,
-                        "ref.attention");
-    assert_string_equal(kiln_dispatch_get(d, 1, kiln_bucket_index(600, 50000))->k->spec.id,
-                        "ref.attention");
-    /* run: the flaky kernel fails, the breaker rebinds, the retry succeeds */
-    int b = kiln_bucket_index(1, 0);
+    static const struct {
+        int64_t seq;
+        const char *id;
+    } want[] = {{100, "fast.attention"},
+                {4000, "fast.attention"},
+                {5000, "ref.attention"},
+                {50000, "ref.attention"}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        kiln_sel_ctx c = at;
+        kiln_sel_ctx_set_bucket(&c, 0, kiln_seq_bucket(want[i].seq), 0, 8192);
+        assert_int_equal(kiln_select(s, &c, 0, &r, &e), KILN_OK);
+        assert_string_equal(r.chosen->spec.id, want[i].id);
+    }
+    /* run: the flaky kernel fails; marked unhealthy, the next candidate takes over */
+    kiln_sel_ctx c = mm;
+    kiln_sel_ctx_set_bucket(&c, 0, 0, 100, 0);
+    assert_int_equal(kiln_select(s, &c, 0, &r, &e), KILN_OK);
     kiln_matmul_args a;
     memset(&a, 0, sizeof a);
     calls_ok = calls_bad = 0;
-    kiln_status st = kiln_dispatch_get(d, 0, b)->fn.matmul(NULL, &a);
-    assert_int_not_equal(st, KILN_OK);
-    kiln_err fail;
-    kiln_err_set(&fail, st, "simulated device error");
-    assert_int_equal(kiln_dispatch_fail(d, s, 0, b, &fail, &e), KILN_OK);
-    assert_int_equal(d->rebinds, 1);
-    assert_string_equal(kiln_dispatch_get(d, 0, b)->k->spec.id, "fast.avx2.matmul.q4_k");
-    assert_string_equal(kiln_dispatch_get(d, 0, kiln_bucket_index(8, 0))->k->spec.id,
-                        "fast.ws.matmul.q4_k");
-    assert_int_equal(kiln_dispatch_get(d, 0, b)->fn.matmul(NULL, &a), KILN_OK);
+    assert_int_not_equal(r.chosen->spec.fn.matmul(NULL, &a), KILN_OK);
+    kiln_selector_mark_unhealthy(s, r.chosen->index);
+    assert_int_equal(kiln_select(s, &c, 0, &r, &e), KILN_OK);
+    assert_string_equal(r.chosen->spec.id, "fast.avx2.matmul.q4_k");
+    kiln_sel_ctx_set_bucket(&c, kiln_tok_bucket(8), 0, 100, 0);
+    assert_int_equal(kiln_select(s, &c, 0, &r, &e), KILN_OK);
+    assert_string_equal(r.chosen->spec.id, "fast.ws.matmul.q4_k");
+    kiln_sel_ctx_set_bucket(&c, 0, 0, 100, 0);
+    assert_int_equal(kiln_select(s, &c, 0, &r, &e), KILN_OK);
+    assert_int_equal(r.chosen->spec.fn.matmul(NULL, &a), KILN_OK);
     assert_int_equal(calls_ok, 1);
     assert_int_equal(calls_bad, 1);
-    kiln_dispatch_free(d);
     kiln_selector_free(s);
 }
 
-static int fallback_warnings;
-static void count_sink(kiln_log_level l, const char *line, void *u) {
-    (void)l, (void)u;
-    if (strstr(line, "using the reference kernel")) fallback_warnings++;
-}
-
-/* a site that falls back in every bucket warns once, not once per bucket */
-static void test_fallback_warns_once(void **state) {
+/* nothing but the fallback can run: it is chosen and flagged, every bucket */
+static void test_fallback_flagged(void **state) {
     (void)state;
     kiln_selector *s;
     kiln_err e;
     assert_int_equal(kiln_selector_new(reg, NULL, NULL, &s, &e), KILN_OK);
-    kiln_sel_site site;
-    memset(&site, 0, sizeof site);
-    snprintf(site.name, sizeof site.name, "blk.0.ffn_up");
-    mm_ctx(&site.ctx, 0xffff);
-    site.ctx.graph_capture = true; /* nothing but the fallback */
-    kiln_log_set_sink(count_sink, NULL);
-    kiln_log_set_level(KILN_LOG_WARN);
-    fallback_warnings = 0;
-    kiln_dispatch *d;
-    assert_int_equal(kiln_dispatch_build(s, &site, 1, &d, &e), KILN_OK);
-    kiln_log_set_sink(NULL, NULL);
-    assert_int_equal(fallback_warnings, 1);
-    for (int b = 0; b < KILN_SEL_BUCKETS; b++) {
-        assert_string_equal(kiln_dispatch_get(d, 0, b)->k->spec.id, "ref.matmul");
-        assert_true(kiln_dispatch_get(d, 0, b)->fallback);
+    kiln_sel_ctx c;
+    mm_ctx(&c, 0xffff);
+    c.graph_capture = true; /* nothing but the fallback */
+    for (int tb = 0; tb < KILN_TOK_BUCKETS; tb++) {
+        kiln_sel_ctx_set_bucket(&c, tb, 0, 0, 0);
+        kiln_sel_result r;
+        assert_int_equal(kiln_select(s, &c, 0, &r, &e), KILN_OK);
+        assert_string_equal(r.chosen->spec.id, "ref.matmul");
+        assert_true(r.fallback);
     }
-    kiln_dispatch_free(d);
     kiln_selector_free(s);
 }
 
@@ -624,6 +617,21 @@ static void test_buckets(void **state) {
     assert_int_equal(kiln_seq_bucket(512), 0);
     assert_int_equal(kiln_seq_bucket(513), 1);
     assert_int_equal(kiln_seq_bucket(40000), 3);
+    /* one bucket function: the bounds and names tables agree with kiln_tok_bucket /
+     * kiln_seq_bucket at every edge */
+    for (int b = 0; b < KILN_TOK_BUCKETS; b++) {
+        assert_int_equal(kiln_tok_bucket(kiln_tok_bucket_max(b)), b);
+        if (b + 1 < KILN_TOK_BUCKETS)
+            assert_int_equal(kiln_tok_bucket(kiln_tok_bucket_max(b) + 1), b + 1);
+        int from_name = -1;
+        assert_true(kiln_tok_bucket_from_name(kiln_tok_bucket_name(b), &from_name));
+        assert_int_equal(from_name, b);
+    }
+    for (int b = 0; b < KILN_SEQ_BUCKETS; b++) {
+        assert_int_equal(kiln_seq_bucket(kiln_seq_bucket_max(b)), b);
+        if (b + 1 < KILN_SEQ_BUCKETS)
+            assert_int_equal(kiln_seq_bucket(kiln_seq_bucket_max(b) + 1), b + 1);
+    }
     for (int r = 0; r < KILN_REASON_COUNT; r++)
         assert_string_not_equal(kiln_reason_name((kiln_reason)r), "UNKNOWN");
 }
@@ -638,8 +646,8 @@ int main(void) {
         cmocka_unit_test(test_perf_scores),
         cmocka_unit_test(test_cache_soundness),
         cmocka_unit_test(test_cache_threads),
-        cmocka_unit_test(test_dispatch_and_breaker),
-        cmocka_unit_test(test_fallback_warns_once),
+        cmocka_unit_test(test_buckets_and_breaker),
+        cmocka_unit_test(test_fallback_flagged),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -46,4 +46,28 @@ err=$("$KILN" run -m "$model" -p "Hi" -n 1 --temp 0 --backend cpu --dispatch "$t
 grep -q "not used" <<<"$err" && fail "baked table rejected on its own machine: $err"
 err=$("$KILN" run -m "$model" -p "Hi" -n 1 --temp 0 --backend ref --dispatch "$tmp/table.json" 2>&1 >/dev/null)
 grep -q 'not used (signature differs: backend' <<<"$err" || fail "no warning for another backend: $err"
+# the table is the bound plan's own (one dispatch table): one kernel per token bucket,
+# repeated over its four context buckets, for every call site of the plan
+jq -e '[.sites[].kernels | . as $k | range(0; 20) | select($k[.] != $k[(. / 4 | floor) * 4])] | length == 0' \
+  "$tmp/table.json" >/dev/null || fail "context buckets of a token bucket differ: not the runtime's table"
+jq -e '[.sites[] | select(.name == "blk.0.attn.core")] | length == 1' "$tmp/table.json" >/dev/null ||
+  fail "no attention site in the table"
+# greedy output with the table equals the output without it (the same kernels; solved
+# with the PerfDB `kiln run` uses)
+"$KILN" solve -m "$model" -o "$tmp/default.json" >/dev/null || fail "solve (default PerfDB)"
+a=$("$KILN" run -m "$model" -p "The capital of France is" -n 8 --temp 0 --ids 2>/dev/null) || fail "run"
+b=$("$KILN" run -m "$model" -p "The capital of France is" -n 8 --temp 0 --ids --dispatch "$tmp/default.json" 2>/dev/null) ||
+  fail "run --dispatch"
+[ "$a" = "$b" ] || fail "greedy ids differ with the baked table: '$a' vs '$b'"
+# the binding takes each site's kernel from the file: a site forced to the reference
+# matmul is used silently; an unknown kernel id is reported and that site selected
+jq '(.sites[] | select(.name == "blk.0.attn.q") | .kernels) |= map("ref.matmul")' \
+  "$tmp/table.json" >"$tmp/forced.json"
+err=$("$KILN" run -m "$model" -p "Hi" -n 1 --temp 0 --dispatch "$tmp/forced.json" 2>&1 >/dev/null)
+grep -q "dispatch table" <<<"$err" && fail "forced reference kernel rejected: $err"
+jq '(.sites[] | select(.name == "blk.0.attn.q") | .kernels) |= map("no.such.kernel")' \
+  "$tmp/table.json" >"$tmp/bad.json"
+err=$("$KILN" run -m "$model" -p "Hi" -n 1 --temp 0 --dispatch "$tmp/bad.json" 2>&1 >/dev/null) ||
+  fail "a table naming an unknown kernel is fatal: $err"
+grep -q "call site 'blk.0.attn.q' names an unknown kernel" <<<"$err" || fail "unknown kernel not reported: $err"
 echo ok

@@ -1,10 +1,17 @@
 /*
- * blas.cu — the prefill matmul through cuBLAS: the weight is dequantized (f16 weights:
- * used in place) into f16 in the scratch, the activations are rounded to f16 in chunks
- * of KILN_CUDA_BLAS_CHUNK rows, and cublasGemmEx multiplies them with f32 accumulation
- * into the f32 output; f32 weights go through cublasSgemm (f32 activations), bf16 weights
- * are widened to f32 and go the same way (bf16 -> f16 could overflow). A bias is added
- * by a small kernel after each chunk.
+ * blas.cu — the prefill matmul through cuBLAS on the tensor cores, at f32 accuracy
+ * ("split f16", as kiln's exact numerics ask: docs/CUDA.md). Every f32 value v is held
+ * as two f16 halves, hi = f16(v) and lo = f16((v - hi) * 2^11) (22 significant bits
+ * together), so that
+ *     y = W x = Wh xh + 2^-11 (Wh xl + Wl xh)      (the Wl xl term is below f32 rounding)
+ * is three cublasGemmEx calls with f16 inputs and f32 accumulation (f16 x f16 products
+ * are exact in f32). Quantized weights are dequantized into hi and lo halves in the
+ * scratch; f16 weights are their own hi (lo = 0: two products); the activations are
+ * split in chunks of KILN_CUDA_BLAS_CHUNK rows. f32 weights go through cublasSgemm,
+ * bf16 weights are widened to f32 and go the same way (bf16 -> f16 could overflow). A
+ * bias is added by a small kernel after each chunk. (Rounding the activations to one f16
+ * was 3x cheaper in products but put the backend 1e-6 in KL and 0.2-0.8 % in top-1 away
+ * from the ref backend on synthetic models: device run 10.)
  *
  * The cuBLAS handle is one per device and host thread (kc_blas_handle: a thread-local
  * singleton, created on first use, never freed before exit); its stream is set per call.
@@ -31,7 +38,17 @@ static cublasHandle_t kc_blas_handle(void) {
     return h;
 }
 
-/* w (n x k of DT, plain rows) -> out (n x k of f16 or f32) */
+#define KC_SPLIT_SCALE 2048.0f /* 2^11: lo halves are stored scaled up (no subnormals) */
+
+/* the hi and (scaled) lo f16 halves of two floats */
+static __device__ __forceinline__ void kc_split2(float a, float b, __half2 *hi, __half2 *lo) {
+    *hi = __floats2half2_rn(a, b);
+    const float2 h = __half22float2(*hi);
+    *lo = __floats2half2_rn((a - h.x) * KC_SPLIT_SCALE, (b - h.y) * KC_SPLIT_SCALE);
+}
+
+/* w (n x k of DT, plain rows) -> out (n x k of f32), or with f16 OUT the hi halves in
+ * out[0, n*k) and the lo halves in out[n*k, 2*n*k) */
 template <int DT, typename OUT>
 __global__ void dequant_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n,
                                int64_t k, OUT *__restrict__ out) {
@@ -45,14 +62,15 @@ __global__ void dequant_kernel(const uint8_t *__restrict__ W, size_t row_bytes, 
     if constexpr (sizeof(OUT) == 2) {
         /* 16-byte stores, 8 halves each (with scalar 2-byte stores a quantized 8B-shaped
          * t=16 step took 104 ms: device run 3, docs/CUDA.md) */
-        uint4 *o4 = (uint4 *)o;
+        uint4 *o4 = (uint4 *)o, *l4 = (uint4 *)(o + n * k);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            __half2 h[4];
+            __half2 h[4], l[4];
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                h[j] = __floats2half2_rn(w[8 * i + 2 * j], w[8 * i + 2 * j + 1]);
+                kc_split2(w[8 * i + 2 * j], w[8 * i + 2 * j + 1], &h[j], &l[j]);
             o4[i] = *(const uint4 *)h;
+            l4[i] = *(const uint4 *)l;
         }
     } else {
         float4 *o4 = (float4 *)o;
@@ -62,12 +80,16 @@ __global__ void dequant_kernel(const uint8_t *__restrict__ W, size_t row_bytes, 
     }
 }
 
-__global__ void to_f16_kernel(const float *__restrict__ x, int64_t xs, int64_t rows, int64_t k,
-                              __half *__restrict__ out) {
+/* x (rows x k, stride xs) -> hi halves in out[0, rows*k), scaled lo in out[rows*k, ..) */
+__global__ void split_f16_kernel(const float *__restrict__ x, int64_t xs, int64_t rows, int64_t k,
+                                 __half *__restrict__ out) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * k) return;
     const int64_t r = i / k, c = i % k;
-    out[i] = __float2half_rn(x[r * xs + c]);
+    const float v = x[r * xs + c];
+    const __half h = __float2half_rn(v);
+    out[i] = h;
+    out[rows * k + i] = __float2half_rn((v - __half2float(h)) * KC_SPLIT_SCALE);
 }
 
 __global__ void bias_kernel(float *y, int64_t ys, int64_t rows, int64_t n,
@@ -78,16 +100,17 @@ __global__ void bias_kernel(float *y, int64_t ys, int64_t rows, int64_t n,
     y[r * ys + c] += b[c];
 }
 
-/* f32 weights are used in place; bf16 -> f32; everything else -> f16 (f16: in place) */
+/* f32 weights are used in place; bf16 -> f32; f16 in place (its own hi half); everything
+ * else -> hi and lo f16 halves */
 static size_t wbytes(uint32_t dt, int64_t n, int64_t k) {
     if (dt == KILN_DTYPE_F32 || dt == KILN_DTYPE_F16) return 0;
-    return (size_t)n * (size_t)k * (dt == KILN_DTYPE_BF16 ? 4 : 2);
+    return (size_t)n * (size_t)k * 4;
 }
 
 extern "C" size_t kiln_cuda_matmul_cublas_bytes(uint32_t w_dtype, int64_t n, int64_t k) {
     size_t xb = (w_dtype == KILN_DTYPE_F32 || w_dtype == KILN_DTYPE_BF16)
                     ? 0
-                    : (size_t)KILN_CUDA_BLAS_CHUNK * (size_t)k * 2;
+                    : (size_t)KILN_CUDA_BLAS_CHUNK * (size_t)k * 4;
     return ((wbytes(w_dtype, n, k) + 255) & ~(size_t)255) + xb;
 }
 
@@ -133,7 +156,7 @@ extern "C" kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_ma
         Wd = o;
     }
     KILN_TRY(kc_launched());
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f, zero = 0.0f, inv = 1.0f / KC_SPLIT_SCALE;
     __half *xh = (__half *)(scr + wpad);
     for (int64_t t0 = 0; t0 < a->t; t0 += KILN_CUDA_BLAS_CHUNK) {
         const int64_t rows = a->t - t0 < KILN_CUDA_BLAS_CHUNK ? a->t - t0 : KILN_CUDA_BLAS_CHUNK;
@@ -146,13 +169,24 @@ extern "C" kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_ma
                                      (int)a->x_stride, &zero, y, (int)a->y_stride)));
         } else {
             const int64_t tot = rows * a->k;
-            to_f16_kernel<<<(unsigned)((tot + 255) / 256), 256, 0, s>>>(
+            split_f16_kernel<<<(unsigned)((tot + 255) / 256), 256, 0, s>>>(
                 a->x + t0 * a->x_stride, a->x_stride, rows, a->k, xh);
             KILN_TRY(kc_launched());
-            KILN_TRY(blas_err(
-                cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)a->n, (int)rows, (int)a->k, &one, Wd,
-                             CUDA_R_16F, (int)a->k, xh, CUDA_R_16F, (int)a->k, &zero, y, CUDA_R_32F,
-                             (int)a->y_stride, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)));
+            const __half *xl = xh + tot;
+            const __half *Wl = dt == KILN_DTYPE_F16 ? NULL : (const __half *)Wd + a->n * a->k;
+            /* y = Wh xh, then += 2^-11 Wh xl, then += 2^-11 Wl xh (quantized weights) */
+            const struct {
+                const void *w, *x;
+                const float *alpha, *beta;
+            } terms[3] = {{Wd, xh, &one, &zero}, {Wd, xl, &inv, &one}, {Wl, xh, &inv, &one}};
+            for (int m = 0; m < 3; m++) {
+                if (!terms[m].w) continue;
+                KILN_TRY(blas_err(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)a->n, (int)rows,
+                                               (int)a->k, terms[m].alpha, terms[m].w, CUDA_R_16F,
+                                               (int)a->k, terms[m].x, CUDA_R_16F, (int)a->k,
+                                               terms[m].beta, y, CUDA_R_32F, (int)a->y_stride,
+                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)));
+            }
         }
         if (a->bias) {
             const int64_t tot = rows * a->n;
