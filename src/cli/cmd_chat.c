@@ -274,6 +274,8 @@ int kiln_cmd_chat(int argc, char **argv) {
         {"ctx-size", 'c', true, "N", "context size (default min(4096, trained))", false, NULL},
         {"threads", 't', true, "N", "threads (default: all cores)", false, NULL},
         {"backend", 0, true, "NAME", KILN_BACKEND_HELP, false, NULL},
+        {"tp", 0, true, "N",
+         "tensor parallel: split the model over N ranks (default 1; docs/TP.md)", false, NULL},
         KILN_OPT_LOAD_REPORT,
     };
     const char *pos[4];
@@ -286,13 +288,14 @@ int kiln_cmd_chat(int argc, char **argv) {
         fprintf(stderr, "kiln chat: -m MODEL is required\n");
         return 2;
     }
-    int64_t n_predict = 512, top_k = 40, seed = 0, n_ctx = 0, threads = 0;
+    int64_t n_predict = 512, top_k = 40, seed = 0, n_ctx = 0, threads = 0, tp = 1;
     double temp = 0.8, top_p = 0.95, min_p = 0.05;
     if (!kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "n-predict"), 1, 1 << 24, &n_predict) ||
         !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "top-k"), 0, 1 << 30, &top_k) ||
         !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "seed"), 0, INT64_MAX, &seed) ||
         !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "ctx-size"), 0, 1 << 24, &n_ctx) ||
         !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "threads"), 0, 1024, &threads) ||
+        !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "tp"), 1, 64, &tp) ||
         !kiln_opt_float(kiln_opt_find(opts, KILN_NOPTS(opts), "temp"), 0, 100, &temp) ||
         !kiln_opt_float(kiln_opt_find(opts, KILN_NOPTS(opts), "top-p"), 1e-6, 1, &top_p) ||
         !kiln_opt_float(kiln_opt_find(opts, KILN_NOPTS(opts), "min-p"), 0, 1, &min_p))
@@ -307,7 +310,8 @@ int kiln_cmd_chat(int argc, char **argv) {
                         .n_threads = (int32_t)threads,
                         .n_ctx = n_ctx,
                         .max_seqs = 1,
-                        .load_report = kiln_opt_find(opts, KILN_NOPTS(opts), "load-report")->seen};
+                        .load_report = kiln_opt_find(opts, KILN_NOPTS(opts), "load-report")->seen,
+                        .tp = (int32_t)tp};
     kiln_opt *o_tpl = kiln_opt_find(opts, KILN_NOPTS(opts), "chat-template");
     char *tpl = NULL;
     if (o_tpl->seen) {

@@ -36,6 +36,8 @@ int kiln_cmd_perplexity(int argc, char **argv) {
         {"threads", 't', true, "N", "threads (default: all cores)", false, NULL},
         {"backend", 0, true, "NAME", KILN_BACKEND_HELP, false, NULL},
         {"kv-f16", 0, false, NULL, "store the KV cache as f16", false, NULL},
+        {"tp", 0, true, "N",
+         "tensor parallel: split the model over N ranks (default 1; docs/TP.md)", false, NULL},
         KILN_OPT_LOAD_REPORT,
         {"numerics", 0, true, "MODE",
          "exact (default) or ggml: quantized matmuls with llama.cpp's 8-bit activations", false,
@@ -53,11 +55,12 @@ int kiln_cmd_perplexity(int argc, char **argv) {
         kiln_args_usage(&u, opts, KILN_NOPTS(opts), true);
         return 2;
     }
-    int64_t n_ctx = 512, n_batch = 0, max_chunks = -1, threads = 0;
+    int64_t n_ctx = 512, n_batch = 0, max_chunks = -1, threads = 0, tp = 1;
     if (!kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "ctx-size"), 8, 1 << 20, &n_ctx) ||
         !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "batch-size"), 1, 1 << 20, &n_batch) ||
         !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "chunks"), 1, 1 << 30, &max_chunks) ||
-        !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "threads"), 0, 1024, &threads))
+        !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "threads"), 0, 1024, &threads) ||
+        !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "tp"), 1, 64, &tp))
         return 2;
     if (n_batch == 0 || n_batch > n_ctx) n_batch = n_ctx;
     kiln_err err;
@@ -74,7 +77,8 @@ int kiln_cmd_perplexity(int argc, char **argv) {
                         .max_seqs = 1,
                         .kv_f16 = kiln_opt_find(opts, KILN_NOPTS(opts), "kv-f16")->seen,
                         .numerics = kiln_opt_find(opts, KILN_NOPTS(opts), "numerics")->value,
-                        .load_report = kiln_opt_find(opts, KILN_NOPTS(opts), "load-report")->seen};
+                        .load_report = kiln_opt_find(opts, KILN_NOPTS(opts), "load-report")->seen,
+                        .tp = (int32_t)tp};
     kiln_gen_ctx g;
     if (kiln_gen_open(&go, &g, &err)) {
         kiln_free(text);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_tp_cli.sh — `kiln run --tp N`, `kiln bench --tp N` and `kiln serve --tp N` on the cpu
+# test_tp_cli.sh — `kiln run|bench|serve|perplexity --tp N` on the cpu
 # backend (docs/TP.md): on kiln-gen models of every family, greedy ids of TP = 2 and 4
 # equal TP = 1's; --load-report shows every rank; bench names the group; a completion
 # through the server; bad --tp values fail with a message. $1 is the kiln binary;
@@ -44,6 +44,14 @@ if command -v curl >/dev/null; then
   echo "$out" | grep -q '"choices"' || fail "serve --tp 2 answered '$out'"
   kill "$SRV"; wait "$SRV" 2>/dev/null || true; SRV=
 fi
+# perplexity (teacher forcing through the CLI): within 1e-5 relative (q8_0 weights: sums in
+# another order, docs/TP.md)
+head -c 3000 "$KILN_SOURCE_DIR/tests/data/parity/text.txt" > "$T/text.txt"
+p1=$("$KILN" perplexity -m "$T/gemma3.gguf" -f "$T/text.txt" -c 64 -t 2 2>/dev/null | tail -1)
+p2=$("$KILN" perplexity -m "$T/gemma3.gguf" -f "$T/text.txt" -c 64 -t 2 --tp 2 2>/dev/null | tail -1)
+[[ "$p1" =~ ^PPL\ =\ [0-9]+\.[0-9]+$ ]] || fail "perplexity tp 1: '$p1'"
+awk -v a="${p1#PPL = }" -v b="${p2#PPL = }" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }' ||
+  fail "perplexity: tp 2 '$p2', tp 1 '$p1'"
 # errors
 set +e
 "$KILN" run -m "$T/llama.gguf" -p hi -n 1 --tp 0 >/dev/null 2>"$T/err"; rc=$?
