@@ -158,7 +158,7 @@ kiln_status kiln_engine_create_rank(const kiln_model *m, const kiln_engine_opts 
     if (st) {
         kiln_device_close(&e->dev);
         kiln_free(e);
-        return n_ranks > 1 ? kiln_err_wrap(err, st, "tensor-parallel rank %d", rank) : st;
+        return n_ranks > 1 ? kiln_err_wrap(err, st, "rank %d", rank) : st;
     }
     if (n_ranks > 1) e->bp.n_vocab = e->tp_layout.n_vocab; /* the full row, after gathering */
     /* decode buffers for up to 64 tokens, prefill buffers for max_step */
