@@ -530,7 +530,16 @@ kiln_status kiln_engine_prepare(kiln_engine *e, const kiln_batch_entry *en, int3
         for (int32_t j = kt->n_blocks; j < stride; j++) row[j] = -1;
     }
     if (!host) KILN_TRY(kiln_buf_h2d(&e->dev, &sl->dev, 0, in, ints * sizeof(int32_t), err));
-    if (e->tp) KILN_TRY(kiln_tp_prepare(e, slot, in, ints * sizeof(int32_t), err));
+    if (e->tp) {
+        kiln_status st = kiln_tp_prepare(e, slot, in, ints * sizeof(int32_t), err);
+        if (st) { /* the blocks reserved above go back (lengths never moved) */
+            for (int32_t si = 0; si < n_seqs; si++) {
+                kiln_seq_state *sj = &e->seqs[pp->step_seq[si]];
+                kiln_kv_truncate(&e->kv, &sj->kv, sj->kv.len, NULL);
+            }
+            return st;
+        }
+    }
     pp->slot = slot;
     e->next_slot = slot ^ 1;
     pp->t = n;
