@@ -25,19 +25,9 @@ if [ "$mode" = pack ]; then
     cmake --build $B -j2 --target kiln-bin kiln-gen test_cuda_e2e test_cuda_kernels \
       test_cuda_backend bench_cuda bench_sched >/dev/null || exit 1
   fi
-  rm -rf "$D" && mkdir -p "$D/bin" "$D/lib"
-  cp $B/kiln $B/kiln-gen $B/tests/test_cuda_e2e $B/tests/test_cuda_kernels \
-    $B/tests/test_cuda_backend $B/bench/bench_cuda $B/bench/bench_sched "$D/bin/" || exit 1
-  for b in "$D"/bin/*; do
-    ldd "$b" | awk '/=> \//{print $3}' | while read -r lib; do
-      case "$(basename "$lib")" in
-        libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*) ;;
-        libstdc++.so*|libcuda.so*|libcublas*|libcudart*) ;;
-        *) cp -Ln "$lib" "$D/lib/" ;;
-      esac
-    done
-  done
-  strip --strip-debug "$D"/bin/* 2>/dev/null || true
+  rm -rf "$D"
+  scripts/gpu-pack.sh --bins "$D" $B/kiln $B/kiln-gen $B/tests/test_cuda_e2e $B/tests/test_cuda_kernels \
+    $B/tests/test_cuda_backend $B/bench/bench_cuda $B/bench/bench_sched || exit 1
   cp scripts/gpu-e2e.sh "$D/"
   du -sh "$D"
   exit 0

@@ -17,17 +17,8 @@ if [ "$mode" = pack ]; then
     -DKILN_OPENBLAS=OFF -DKILN_ONEDNN=OFF -DCMAKE_C_COMPILER_LAUNCHER=ccache >/dev/null
   [ -n "${NO_BUILD:-}" ] || cmake --build $B -j2 --target bench_load kiln-gen kiln-bin test_load \
     test_load_engine >/dev/null
-  rm -rf "$D" && mkdir -p "$D/bin" "$D/lib"
-  cp $B/kiln $B/kiln-gen $B/bench/bench_load $B/tests/test_load $B/tests/test_load_engine "$D/bin/"
-  for b in "$D"/bin/*; do
-    ldd "$b" | awk '/=> \//{print $3}' | while read -r lib; do
-      case "$(basename "$lib")" in
-        libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*|libcuda.so*) ;;
-        *) cp -Ln "$lib" "$D/lib/" ;;
-      esac
-    done
-  done
-  strip --strip-debug "$D"/bin/* 2>/dev/null || true
+  rm -rf "$D"
+  scripts/gpu-pack.sh --bins "$D" $B/kiln $B/kiln-gen $B/bench/bench_load $B/tests/test_load $B/tests/test_load_engine || exit 1
   cp scripts/gpu-load.sh "$D/"
   du -sh "$D"
   exit 0

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds kiln for the lent GPU machine and packs what it needs into .carry/ (git-ignored):
 # the binaries (kiln, kiln-gen, gpu-labelled tests, benchmarks) and the shared libraries
-# they link that a bare CUDA image lacks (jansson, pcre2, ...). The GPU machine cannot
+# they link that a bare CUDA image lacks (jansson, pcre2, ...). `--bins DEST FILE...`
+# packs just those binaries the same way (scripts/gpu-e2e.sh, gpu-load.sh). The GPU machine cannot
 # fetch packages, so everything travels (limit 64 MiB): OpenBLAS and oneDNN are left out
 # of this build (CPU providers; not needed there).
 #   scripts/gpu-pack.sh && <device run with carry [".carry"]> bash scripts/gpu-check.sh
@@ -13,6 +14,30 @@
 # The packages are this machine's distribution's (Debian 12, glibc 2.36): the GPU image
 # needs a glibc at least as new.
 set -euo pipefail
+# pack_bins DEST FILE...: the binaries into DEST/bin, the shared libraries they link that a
+# bare CUDA image lacks into DEST/lib (not glibc's, not the C++ runtime, not CUDA's: the
+# image has those, and cuBLAS alone is over the 64 MiB a call carries)
+pack_bins() {
+  local dest=$1; shift
+  mkdir -p "$dest/bin" "$dest/lib"
+  cp "$@" "$dest/bin/"
+  for b in "$@"; do
+    ldd "$b" | awk '/=> \//{print $3}' | while read -r lib; do
+      case "$(basename "$lib")" in
+        libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*) ;;
+        libstdc++.so*|libcuda.so*|libcublas*|libcudart*) ;;
+        *) cp -Ln "$lib" "$dest/lib/" ;;
+      esac
+    done
+  done
+  strip --strip-debug "$dest"/bin/* 2>/dev/null || true
+}
+if [ "${1:-}" = "--bins" ]; then
+  [ $# -ge 3 ] || { echo "usage: $0 --bins DEST FILE..." >&2; exit 2; }
+  d=$2; shift 2
+  pack_bins "$d" "$@"
+  exit 0
+fi
 if [ "${1:-}" = "--source" ]; then
   [ $# -ge 2 ] || { echo "usage: $0 --source DEST [FILE...]" >&2; exit 2; }
   DEST=$2; shift 2
@@ -36,18 +61,9 @@ B=build-gpu
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_OPENBLAS=OFF \
       -DKILN_ONEDNN=OFF >/dev/null
 cmake --build $B -j"$(nproc)" >/dev/null
-rm -rf .carry && mkdir -p .carry/bin .carry/lib
-cp $B/kiln .carry/bin/
-[ -x $B/kiln-gen ] && cp $B/kiln-gen .carry/bin/
-for t in $B/tests/test_* $B/bench/bench_*; do [ -x "$t" ] && cp "$t" .carry/bin/; done
-# non-glibc shared libraries of every binary
-for b in .carry/bin/*; do
-  ldd "$b" | awk '/=> \//{print $3}' | while read -r lib; do
-    case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
-      *) cp -Ln "$lib" .carry/lib/ ;;
-    esac
-  done
-done
-strip --strip-debug .carry/bin/* 2>/dev/null || true
+rm -rf .carry
+bins=("$B/kiln")
+[ -x $B/kiln-gen ] && bins+=("$B/kiln-gen")
+for t in $B/tests/test_* $B/bench/bench_*; do [ -x "$t" ] && bins+=("$t"); done
+pack_bins .carry "${bins[@]}"
 du -sh .carry

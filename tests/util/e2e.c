@@ -223,18 +223,28 @@ static int greedy_prompts(const kt_e2e *c, kiln_model *m, const char *name) {
     return fails;
 }
 
-int kt_e2e_model(const kt_e2e *c, const char *path) {
+kiln_model *kt_e2e_load(const char *path, const char *what, int *status) {
     struct stat st;
+    *status = 0;
     if (stat(path, &st)) {
-        printf("%s: absent, skipped\n", path);
-        return 0;
+        printf("%s%s: absent, skipped\n", what, path);
+        return NULL;
     }
     kiln_model *m;
     kiln_err err;
     if (kiln_model_load(path, &m, &err)) {
         fprintf(stderr, "%s: %s\n", path, err.msg);
-        return 1;
+        *status = 1;
+        return NULL;
     }
+    return m;
+}
+
+int kt_e2e_model(const kt_e2e *c, const char *path) {
+    int status;
+    kiln_model *m = kt_e2e_load(path, "", &status);
+    if (!m) return status;
+    kiln_err err;
     const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     int n = c->tokens > 0 && c->tokens <= 512 ? c->tokens : 512, fails = 0;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);

@@ -33,6 +33,11 @@ typedef struct kt_e2e {
     bool kv_f16;
 } kt_e2e;
 
+struct kiln_model;
+/* The model at path, or NULL: absent (a message prefixed by `what`, *status 0: skipped)
+ * or failing to load (the error printed, *status 1). Free with kiln_model_free. */
+struct kiln_model *kt_e2e_load(const char *path, const char *what, int *status);
+
 /* Runs the checks on the model at path (absent: a message, skipped, 0). Returns the
  * number of failed checks. */
 int kt_e2e_model(const kt_e2e *c, const char *path);
