@@ -431,7 +431,7 @@ static kiln_status reject(kiln_sched *s, int32_t ti, kiln_rejection *rej, kiln_e
     return kiln_err_set(err, st, "%s", m);
 }
 
-static void free_req_params(ks_req *r) {
+void ks_req_free(ks_req *r) {
     if (!r) return;
     kiln_free(r->tok);
     for (int32_t i = 0; i < r->n_stops; i++) kiln_free(r->stops[i]);
@@ -479,7 +479,7 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
         if (ok) r->n_stops = i + 1;
     }
     if (!ok) {
-        free_req_params(r);
+        ks_req_free(r);
         return reject(s, -1, rej, err, KILN_REJECT_BAD_REQUEST, 400, 0, KILN_ERR_NOMEM,
                       "request: out of memory (or a NULL stop string)");
     }
@@ -496,7 +496,7 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
         size_t nb = (size_t)p->sampling.n_logit_bias;
         r->bias = kiln_malloc(nb * sizeof(*r->bias));
         if (!r->bias) {
-            free_req_params(r);
+            ks_req_free(r);
             return reject(s, -1, rej, err, KILN_REJECT_BAD_REQUEST, 400, 0, KILN_ERR_NOMEM,
                           "request: out of memory (logit_bias)");
         }
@@ -523,7 +523,7 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
     int32_t ti = -1;
     if (s->closing) {
         pthread_mutex_unlock(&s->mu);
-        free_req_params(r);
+        ks_req_free(r);
         return reject(s, -1, rej, err, KILN_REJECT_SHUTDOWN, 503, 0, KILN_ERR_STATE,
                       "the scheduler is shutting down");
     }
@@ -531,7 +531,7 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
     if (!st) ti = tenant_find(s, p->tenant ? p->tenant : "default");
     if (st || ti < 0) {
         pthread_mutex_unlock(&s->mu);
-        free_req_params(r);
+        ks_req_free(r);
         if (st) return st;
         return reject(s, -1, rej, err, KILN_REJECT_UNKNOWN_TENANT, 404, 0, KILN_ERR_NOT_FOUND,
                       "unknown tenant '%s'", p->tenant ? p->tenant : "default");
@@ -544,7 +544,7 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
     int64_t want = (int64_t)p->n_prompt + (p->max_tokens > 0 ? p->max_tokens : 1);
     if (want > ctx) {
         pthread_mutex_unlock(&s->mu);
-        free_req_params(r);
+        ks_req_free(r);
         return reject(s, ti, rej, err, KILN_REJECT_CONTEXT, 400, 0, KILN_ERR_RANGE,
                       "prompt (%d tokens) + max_tokens (%d) exceeds the context limit of %lld "
                       "tokens%s",
@@ -557,7 +557,7 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
     if (t->cfg.max_kv_blocks > 0 && r->reserve > t->cfg.max_kv_blocks) {
         pthread_mutex_unlock(&s->mu);
         int32_t need = r->reserve;
-        free_req_params(r);
+        ks_req_free(r);
         return reject(s, ti, rej, err, KILN_REJECT_KV_QUOTA, 400, 0, KILN_ERR_RANGE,
                       "request needs up to %d KV blocks (prompt + max_tokens); tenant '%s' may "
                       "hold %lld",
@@ -570,7 +570,7 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
                 se = &s->sess[i];
         if (!se || se->ti != ti) {
             pthread_mutex_unlock(&s->mu);
-            free_req_params(r);
+            ks_req_free(r);
             return reject(s, ti, rej, err, KILN_REJECT_BAD_REQUEST, 400, 0, KILN_ERR_NOT_FOUND,
                           "session %llu does not exist for tenant '%s'",
                           (unsigned long long)p->session, t->cfg.id);
@@ -582,7 +582,7 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
         int32_t q = t->n_queued_m;
         double ra = retry_estimate(s, q);
         pthread_mutex_unlock(&s->mu);
-        free_req_params(r);
+        ks_req_free(r);
         return reject(s, ti, rej, err, KILN_REJECT_QUOTA, 429, ra, KILN_ERR_CAPACITY,
                       "tenant '%s' has %d requests queued (its limit)", t->cfg.id, (int)q);
     }
@@ -592,7 +592,7 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
         if (wait > 30 && t->backlog_m > 0) {
             double ra = (double)t->backlog_m / t->cfg.prefill_tokens_per_s - 30 + 1;
             pthread_mutex_unlock(&s->mu);
-            free_req_params(r);
+            ks_req_free(r);
             return reject(s, ti, rej, err, KILN_REJECT_QUOTA, 429, ra > 1 ? ra : 1,
                           KILN_ERR_CAPACITY,
                           "tenant '%s': %.0f s of queued prompt tokens at its prefill rate of "
@@ -608,7 +608,7 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
         double ra = retry_estimate(s, s->n_queued_m);
         int32_t q = s->n_queued_m - free_slots;
         pthread_mutex_unlock(&s->mu);
-        free_req_params(r);
+        ks_req_free(r);
         return reject(s, ti, rej, err, KILN_REJECT_OVERLOADED, 503, ra, KILN_ERR_CAPACITY,
                       "overloaded: %d requests queued", (int)q);
     }

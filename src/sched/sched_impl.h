@@ -165,6 +165,8 @@ kiln_status kiln_sched_create_with(const kiln_sched_engine *eng, const kiln_voca
 
 /* step.c */
 kiln_status ks_step(kiln_sched *s, bool *worked, kiln_err *err);
+/* Frees a request and everything it owns (prompt/tokens, stops, logit_bias copy, text). */
+void ks_req_free(ks_req *r);
 void ks_shutdown_all(kiln_sched *s);
 void ks_ring_add(ks_ring *r, float v);
 kiln_pctl ks_ring_pctl(const ks_ring *r);

@@ -258,13 +258,7 @@ static void retire(kiln_sched *s, ks_req *r, kiln_finish fin) {
         snprintf(a, sizeof(a), "\"reason\":\"%s\"", kiln_finish_name(fin));
         trace_req(s, "finish", r, a);
     }
-    kiln_free(r->tok);
-    for (int32_t i = 0; i < r->n_stops; i++) kiln_free(r->stops[i]);
-    kiln_free(r->stops);
-    kiln_free(r->stop_toks);
-    kiln_free(r->ent);
-    kiln_free(r->tbuf);
-    kiln_free(r);
+    ks_req_free(r); /* with its logit_bias copy (leaked before: test_serve_lifetime, LSan) */
 }
 
 /* Moves the text held by the detokenizer and the stopper into the text buffer. */
