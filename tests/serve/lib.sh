@@ -25,7 +25,7 @@ serve_start() { # DIR NAME ARGS... -> sets SERVE_PID, SERVE_PORT
   "$KILN" serve -m "$MODEL" "${MODEL_ARGS[@]}" --port 0 --ready-file "$dir/ready.$name" "$@" \
     2>"$dir/log.$name" &
   SERVE_PID=$!
-  for _ in $(seq 300); do [ -f "$dir/ready.$name" ] && break; sleep 0.1; done
+  for _ in $(seq $((300 * ${KILN_TIME_SCALE:-1}))); do [ -f "$dir/ready.$name" ] && break; sleep 0.1; done
   [ -f "$dir/ready.$name" ] || { echo "FAIL: server $name did not start"; cat "$dir/log.$name"; return 1; }
   SERVE_PORT=$(cut -d' ' -f2 "$dir/ready.$name")
 }

@@ -53,6 +53,7 @@ try:
         return r.get("result", {}).get("value")
 
     def wait_for(expr, what, secs=60):
+        secs *= int(os.environ.get("KILN_TIME_SCALE", "1"))  # slow (sanitizer) builds
         t0 = time.time()
         while time.time() - t0 < secs:
             v = js(expr)

@@ -8,6 +8,7 @@
 # the per-tenant usage ledger, and SIGTERM draining a stream in flight, then exit 0.
 # $1 is the kiln binary; kiln-gen sits next to it.
 set -euo pipefail
+S=${KILN_TIME_SCALE:-1} # waits stretched in slow builds (sanitizers: tests/CMakeLists.txt)
 KILN=$1
 GEN="$(dirname "$1")/kiln-gen"
 [ -x "$GEN" ] || { echo "kiln-gen not found next to $1"; exit 1; }
@@ -32,7 +33,7 @@ start() {
     2>"$T/log.$name" &
   PIDS+=($!)
   eval "PID_$name=$!"
-  for _ in $(seq 200); do [ -f "$T/ready.$name" ] && break; sleep 0.1; done
+  for _ in $(seq $((200 * S))); do [ -f "$T/ready.$name" ] && break; sleep 0.1; done
   [ -f "$T/ready.$name" ] || fail "$name: server did not start"
   PORT=$(cut -d' ' -f2 "$T/ready.$name")
 }
@@ -159,7 +160,7 @@ head -c 70000 /dev/zero | tr '\0' 'a' > "$T/big"
 L='"model":"m","prompt":"a","temperature":0,"max_tokens":16000,"logit_bias":{"2":-100},"stream":true'
 for i in 1 2 3 4 5 6; do curl -sN "$U/v1/completions" -d "{$L}" > "$T/q$i" & PIDS+=($!); done
 # wait until the 4 slots run, then fill the queue (2) until the server answers 503
-for _ in $(seq 300); do
+for _ in $(seq $((300 * S))); do
   curl -s "$U/metrics" > "$T/m"
   grep -q '^kiln_requests_running 4' "$T/m" && break
   sleep 0.1
@@ -170,7 +171,7 @@ for i in 1 2 3 4; do
   PIDS+=($!)
 done
 st=
-for _ in $(seq 100); do
+for _ in $(seq $((100 * S))); do
   for i in 1 2 3 4; do grep -q 503 "$T/st$i" 2>/dev/null && { st=503; cp "$T/x$i" "$T/body"; cp "$T/h$i" "$T/hdr"; }; done
   [ "$st" = 503 ] && break
   sleep 0.1
@@ -180,7 +181,7 @@ done
 grep -qi '^Retry-After: [0-9]' "$T/hdr" || fail "503 without Retry-After"
 n=${#PIDS[@]}
 for p in "${PIDS[@]:1:10}"; do kill "$p" 2>/dev/null || true; done
-for _ in $(seq 50); do
+for _ in $(seq $((50 * S))); do
   curl -s "$U/metrics" > "$T/m"
   grep -q '^kiln_requests_running 0' "$T/m" && grep -q '^kiln_requests_waiting 0' "$T/m" && break
   sleep 0.1
