@@ -162,22 +162,9 @@ static kiln_status plan_source(const kiln_load_request *r, const kiln_load_want 
             return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s shard of a rank-%d tensor",
                                 mode == KILN_SHARD_ROWS ? "row" : "column", (int)t->rank);
         shard = k > 1;
-        if (shard && t->rank == 1) {
-            /* the elements of a vector: one contiguous part */
-            if (t->shape[0] % (k * (int64_t)di->block_size))
-                return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
-                                    "shard: %lld elements not divisible into %lld parts of "
-                                    "whole %s blocks",
-                                    (long long)t->shape[0], (long long)k, di->name);
-            it->shape[0] = t->shape[0] / k;
-            it->src_row_bytes = row_bytes / (uint64_t)k;
-            it->src_stride = it->src_row_bytes;
-            it->src_offset += (uint64_t)i * it->src_row_bytes;
-            return KILN_OK;
-        }
     }
     if (!shard) return KILN_OK;
-    if (mode == KILN_SHARD_ROWS) {
+    if (mode == KILN_SHARD_ROWS && t->rank > 1) {
         if (t->shape[1] % k)
             return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
                                 "row shard: %lld rows not divisible by %lld",
@@ -186,15 +173,21 @@ static kiln_status plan_source(const kiln_load_request *r, const kiln_load_want 
         it->n_rows = it->shape[1];
         it->src_offset += (uint64_t)(i * it->shape[1]) * row_bytes;
     } else {
+        /* columns of a matrix, or the elements of a vector: k parts of whole blocks along
+         * dimension 0 (a vector's part is one contiguous run) */
         if (t->shape[0] % (k * (int64_t)di->block_size))
             return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
-                                "column shard: row of %lld not divisible into %lld parts of "
-                                "whole %s blocks",
+                                "%s shard: %s of %lld not divisible into %lld parts of whole "
+                                "%s blocks",
+                                t->rank == 1 ? "vector" : "column", t->rank == 1 ? "length" : "row",
                                 (long long)t->shape[0], (long long)k, di->name);
         it->shape[0] = t->shape[0] / k;
         it->src_row_bytes = row_bytes / (uint64_t)k;
         it->src_offset += (uint64_t)i * it->src_row_bytes;
-        *col_shard = true;
+        if (t->rank == 1)
+            it->src_stride = it->src_row_bytes;
+        else
+            *col_shard = true;
     }
     return KILN_OK;
 }

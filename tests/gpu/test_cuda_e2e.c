@@ -44,19 +44,7 @@ int main(void) {
 #define DECODE 6
 
 static kiln_engine *engine(const kiln_model *m, int max_seqs) {
-    kiln_engine_opts o;
-    kiln_engine_opts_default(&o);
-    o.backend = "cuda";
-    o.n_ctx = 64 * NB;
-    o.max_step_tokens = 512;
-    o.max_seqs = max_seqs;
-    kiln_engine *e;
-    kiln_err err;
-    if (kiln_engine_create(m, &o, &e, &err)) {
-        fprintf(stderr, "engine: %s\n", err.msg);
-        return NULL;
-    }
-    return e;
+    return kt_e2e_engine(m, "cuda", 0, 64 * NB, 512, max_seqs, false);
 }
 
 static int32_t tok(int s, int i, int nv) {

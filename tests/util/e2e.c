@@ -18,15 +18,16 @@
 
 #define STEP 64
 
-static kiln_engine *make_engine(const kt_e2e *c, kiln_model *m, const char *backend) {
+kiln_engine *kt_e2e_engine(const kiln_model *m, const char *backend, int threads, int64_t n_ctx,
+                           int max_step, int max_seqs, bool kv_f16) {
     kiln_engine_opts o;
     kiln_engine_opts_default(&o);
     o.backend = backend;
-    o.n_threads = c->threads > 0 ? c->threads : 2;
-    o.n_ctx = 1024;
-    o.max_step_tokens = STEP;
-    o.max_seqs = 2;
-    o.kv_f16 = c->kv_f16;
+    o.n_threads = threads;
+    o.n_ctx = n_ctx;
+    o.max_step_tokens = max_step;
+    o.max_seqs = max_seqs;
+    o.kv_f16 = kv_f16;
     kiln_engine *e;
     kiln_err err;
     if (kiln_engine_create(m, &o, &e, &err)) {
@@ -34,6 +35,10 @@ static kiln_engine *make_engine(const kt_e2e *c, kiln_model *m, const char *back
         return NULL;
     }
     return e;
+}
+
+static kiln_engine *make_engine(const kt_e2e *c, kiln_model *m, const char *backend) {
+    return kt_e2e_engine(m, backend, c->threads > 0 ? c->threads : 2, 1024, STEP, 2, c->kv_f16);
 }
 
 static char *read_text(const char *path) {
@@ -125,13 +130,15 @@ static int teacher_forced(const kt_e2e *c, kiln_model *m, const char *name, cons
             } else {
                 /* a tie: the oracle's two candidates are closer than twice the largest
                  * difference between the backends' logits of this row (rounding order can
-                 * pick either; KL says how close the rows are) */
+                 * pick either), and the rows themselves agree to 1e-3 of the top logit (a
+                 * backend that is far off gets no ties: its flips count as misses) */
                 double dmax = 0;
                 for (int j = 0; j < nv; j++) {
                     double d = fabs((double)a[j] - b[j]);
                     if (d > dmax) dmax = d;
                 }
-                if ((double)a[ia] - a[ib] <= 2 * dmax) ties++;
+                const double scale = fabs((double)a[ia]) > 1 ? fabs((double)a[ia]) : 1;
+                if ((double)a[ia] - a[ib] <= 2 * dmax && dmax <= 1e-3 * scale) ties++;
             }
             double k = kl(a, b, nv);
             klsum += k;
@@ -143,7 +150,8 @@ static int teacher_forced(const kt_e2e *c, kiln_model *m, const char *name, cons
     const int decided = total - ties;
     double top1 = total ? (double)agree / total : 0, mkl = total ? klsum / total : 1;
     double top1d = decided ? (double)agree / decided : 0;
-    bool ok = !fails && total == n && top1d >= 0.999 && mkl < 1e-4;
+    /* ties are rare where the rows agree: more than 1 % of positions is not rounding */
+    bool ok = !fails && total == n && top1d >= 0.999 && mkl < 1e-4 && ties * 100 <= total;
     printf("%s: %s vs %s, teacher-forced %d tokens: top-1 agreement %.2f %% (%.2f %% of %d "
            "outside %d ties), mean KL %.3g, max KL %.3g (%s %.0f ms, %s %.0f ms) %s\n",
            name, c->backend, c->oracle, total, 100 * top1, 100 * top1d, decided, ties, mkl, klmax,

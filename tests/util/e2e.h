@@ -8,8 +8,10 @@
  *    every position: top-1 agreement >= 99.9 % over the positions that are not ties and
  *    mean KL(oracle || backend) < 1e-4 (full-vocabulary softmax in double). A tie: the
  *    backends pick different tokens whose oracle logits are closer than twice the largest
- *    difference between the two rows (either pick is within the rows' measured
- *    agreement; raw agreement and the tie count are printed too). Tokens: the first `tokens` of
+ *    difference between the two rows while the rows agree to 1e-3 of the top logit
+ *    (either pick is within the rows' measured agreement; a backend far off gets no
+ *    ties); at most 1 % of positions may be ties; raw agreement and the tie count are
+ *    printed too. Tokens: the first `tokens` of
  *    tests/data/parity/text.txt when the model has a vocabulary that tokenizes it, else
  *    pseudo-random ids (synthetic models of small vocabularies);
  *  - greedy (when greedy_file is set): the prompts of that file ("P id id ..." lines),
@@ -33,7 +35,14 @@ typedef struct kt_e2e {
     bool kv_f16;
 } kt_e2e;
 
+#include <stdint.h>
+
 struct kiln_model;
+struct kiln_engine;
+/* An engine on `backend` with these limits (threads 0: every CPU), or NULL with the
+ * error printed. */
+struct kiln_engine *kt_e2e_engine(const struct kiln_model *m, const char *backend, int threads,
+                                  int64_t n_ctx, int max_step, int max_seqs, bool kv_f16);
 /* The model at path, or NULL: absent (a message prefixed by `what`, *status 0: skipped)
  * or failing to load (the error printed, *status 1). Free with kiln_model_free. */
 struct kiln_model *kt_e2e_load(const char *path, const char *what, int *status);
