@@ -154,6 +154,9 @@ static void rows_f(void *ctx, int64_t b, int64_t e, int ith) {
 static int64_t row_grain(int64_t n, int nth) {
     int64_t g = n / ((int64_t)nth * 8);
     g = (g + 15) / 16 * 16;
+    /* big outputs (an LM head: 262,144 rows) in chunks of at most 1024 rows, so that the
+     * threads finish together (16 chunks of 16,384 rows left one thread waiting) */
+    if (g > 1024) g = 1024;
     return g < 16 ? 16 : g;
 }
 
