@@ -51,21 +51,9 @@ else
   # build here; kiln's C dependencies from carried Debian packages when missing, the
   # libraries found through the binaries' RPATH (not LD_LIBRARY_PATH: the image's own
   # tools keep their libraries)
-  DEPS=()
-  if ! pkg-config --exists jansson 2>/dev/null && [ -d .deps ]; then
-    K=/tmp/kdeps L=/tmp/kdeps/usr/lib/x86_64-linux-gnu
-    mkdir -p $K/bin
-    for f in .deps/*.deb; do dpkg -x "$f" $K; done
-    # shared linking only: private requirements (gnutls for libmicrohttpd) are not carried
-    sed -i '/^Requires.private/d' $L/pkgconfig/*.pc
-    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$L" "$K/usr/bin/pkgconf" >$K/bin/pkg-config
-    chmod +x $K/bin/pkg-config
-    export PKG_CONFIG_SYSROOT_DIR=$K PKG_CONFIG_LIBDIR=$L/pkgconfig:$K/usr/share/pkgconfig
-    DEPS=(-DPKG_CONFIG_EXECUTABLE=$K/bin/pkg-config -DCMAKE_BUILD_RPATH=$L
-      "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags -Wl,-rpath-link,$L")
-  fi
+  DEPS_DIR=.deps source scripts/gpu-env.sh
   step configure cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA_ARCHITECTURES="$ARCH" \
-    -DKILN_ONEDNN=OFF -DKILN_OPENBLAS=OFF "${DEPS[@]}"
+    -DKILN_ONEDNN=OFF -DKILN_OPENBLAS=OFF "${KILN_CMAKE_ARGS[@]}"
   step build cmake --build build -j"$JOBS"
   BIN=$PWD/build TESTS=$PWD/build/tests
   mkdir -p build/bin && cp -f build/bench/bench_* build/bin/ 2>/dev/null

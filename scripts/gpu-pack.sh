@@ -7,6 +7,8 @@
 # of this build (CPU providers; not needed there).
 #   scripts/gpu-pack.sh && <device run with carry [".carry"]> bash scripts/gpu-check.sh
 #
+# --deps DIR: only download the Debian packages kiln builds against into DIR (for a device
+# call that builds there: scripts/gpu-env.sh, gpu-round.sh).
 # --source DEST [FILE...]: instead, copy the tracked files of this checkout (and FILEs) to
 # DEST and download the Debian packages kiln builds against (headers, .pc files, shared
 # libraries, pkgconf, cmocka; ~10 MB) into DEST/.deps/: gpu-check.sh then builds on the GPU
@@ -32,6 +34,25 @@ pack_bins() {
   done
   strip --strip-debug "$dest"/bin/* 2>/dev/null || true
 }
+# download_deps DIR: the Debian packages kiln builds against (headers, .pc files, shared
+# libraries, pkgconf, cmocka; ~10 MB), for building on the GPU machine (scripts/gpu-env.sh)
+download_deps() {
+  mkdir -p "$1"
+  PKGS="libjansson-dev libjansson4 libyaml-dev libyaml-0-2 libsqlite3-dev libsqlite3-0
+    libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev
+    libutf8proc2 libedit-dev libedit2 libbsd0 libmd0 liburing-dev liburing2 libmicrohttpd-dev
+    libmicrohttpd12 libxxhash-dev libxxhash0 libcmocka-dev libcmocka0 pkgconf pkgconf-bin
+    libpkgconf3 libgnutls30 libnettle8 libhogweed6 libp11-kit0 libtasn1-6 libidn2-0
+    libunistring2 libffi8 libgmp10 libncurses-dev libtinfo6 libncursesw6 libncurses6
+    libbsd-dev libmd-dev"
+  (cd "$1" && apt-get download $PKGS >/dev/null 2>&1)
+}
+if [ "${1:-}" = "--deps" ]; then
+  [ $# -ge 2 ] || { echo "usage: $0 --deps DIR" >&2; exit 2; }
+  download_deps "$2"
+  du -sh "$2"
+  exit 0
+fi
 if [ "${1:-}" = "--bins" ]; then
   [ $# -ge 3 ] || { echo "usage: $0 --bins DEST FILE..." >&2; exit 2; }
   d=$2; shift 2
@@ -45,14 +66,7 @@ if [ "${1:-}" = "--source" ]; then
   rm -rf "$DEST" && mkdir -p "$DEST/.deps"
   git -C "$SRC" ls-files -z | (cd "$SRC" && xargs -0 cp --parents -a -t "$DEST")
   for f in "$@"; do cp -a "$f" "$DEST/"; done
-  PKGS="libjansson-dev libjansson4 libyaml-dev libyaml-0-2 libsqlite3-dev libsqlite3-0
-    libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev
-    libutf8proc2 libedit-dev libedit2 libbsd0 libmd0 liburing-dev liburing2 libmicrohttpd-dev
-    libmicrohttpd12 libxxhash-dev libxxhash0 libcmocka-dev libcmocka0 pkgconf pkgconf-bin
-    libpkgconf3 libgnutls30 libnettle8 libhogweed6 libp11-kit0 libtasn1-6 libidn2-0
-    libunistring2 libffi8 libgmp10 libncurses-dev libtinfo6 libncursesw6 libncurses6
-    libbsd-dev libmd-dev"
-  (cd "$DEST/.deps" && apt-get download $PKGS >/dev/null 2>&1)
+  download_deps "$DEST/.deps"
   echo "packed $(git -C "$SRC" rev-parse --short HEAD) into $DEST ($(du -sh "$DEST" | cut -f1))"
   exit 0
 fi

@@ -32,15 +32,19 @@ struct kiln_sel_ctx;
  * pass (more tokens: repeated passes), weights dequantized in registers. */
 #define KILN_CUDA_GEMV_MAX_T 8
 kiln_status kiln_cuda_matmul_gemv(const kiln_kctx *c, const kiln_matmul_args *a);
+/* Scratch the gemv wants (the tensor-core path's split activations: 32 k + 256 bytes);
+ * with less it runs the fma gemv. */
+size_t kiln_cuda_gemv_workspace(const struct kiln_sel_ctx *ctx);
 /* LM head + argmax (logits into scratch through a->fn or the gemv, then a row argmax). */
 kiln_status kiln_cuda_matmul_argmax(const kiln_kctx *c, const kiln_matmul_argmax_args *a);
 size_t kiln_cuda_matmul_argmax_workspace(const struct kiln_sel_ctx *ctx);
 /* The members one after another (each with its own bound kernel), then the GLU. */
 kiln_status kiln_cuda_matmul_group(const kiln_kctx *c, const kiln_matmul_group_args *a);
-/* Benchmarks / tests: which gemv runs. 1 (default) = tiled (activations shared through
- * shared memory by 8 rows, one 32-element group per lane per tile), 2 = tiled with two
- * groups per lane in flight (t <= 4), 0 = direct (each warp reads x itself). Process-wide;
- * not thread-safe against running kernels. */
+/* Benchmarks / tests: which gemv runs. 3 (default) = the tensor-core gemv for f16, q8_0
+ * and q4_0 weights (matmul.cu; other dtypes, or too little scratch: the tiled one), 1 =
+ * tiled (activations shared through shared memory by 8 rows, one 32-element group per lane
+ * per tile), 2 = tiled with two groups per lane in flight (t <= 4), 0 = direct (each warp
+ * reads x itself). Process-wide; not thread-safe against running kernels. */
 void kiln_cuda_gemv_variant(int kind);
 /* True for the weight dtypes the gemv / embed kernels read. */
 int kiln_cuda_weight_dtype_ok(uint32_t dtype);

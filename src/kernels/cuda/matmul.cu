@@ -138,17 +138,309 @@ __global__ void __launch_bounds__(TW * 32)
     }
 }
 
-/* Which gemv runs: the tiled one (default) or the direct one (A/B benchmarks and tests
- * select it with kiln_cuda_gemv_variant). */
-static int kc_gemv_kind = 1;
+/* ---- the tensor-core gemv (f16, q8_0, q4_0; kind 3, the default where it applies) ----
+ *
+ * The decode matmul is bound by memory, but dequantizing into f32 FMAs costs ~5 issue slots
+ * per weight (q4_0: 18-byte blocks read 2 bytes at a time, nibble -> float, * d, fma): at
+ * HBM speed that is more than the SM can issue, and the fma gemv reached 32 % of the
+ * bound (docs/CUDA.md). Here the weights go to the tensor cores instead, as exact f16
+ * integers: a quantized value q - 8 (q4_0) or q (q8_0) is an f16 integer made by one PRMT
+ * (the byte into the mantissa of 1024.0) and one HSUB2 per two weights; an f16 weight is
+ * itself. The activations keep f32 accuracy as kiln's numerics require (docs/CUDA.md,
+ * "split f16"): a prep kernel scales each token row by a power of two (max |x| < 2^15, so
+ * nothing overflows or goes subnormal where it matters) and splits it into hi = f16(v)
+ * and lo = f16(v - hi); both go through mma.sync m16n8k16 (f16 x f16 products are exact
+ * in f32, f32 accumulation) into the same accumulators, and the block scale d is applied
+ * once per 32-block and row: y = sum_b d_b * sum_k q_k (xh_k + xl_k), then / scale.
+ *
+ * Mapping: a CTA computes 16 rows for up to 8 tokens (the mma's n = 8 columns: lane group
+ * g = lane / 4 is token g); its 8 warps split k (warp w takes blocks w*4 .. w*4+3, then
+ * +32 ...), the 4 blocks' loads all issued before their first use, partial sums reduced
+ * through shared memory in warp order (deterministic; a token's sums never depend on the
+ * other tokens: batch invariant). Within a 32-block, lane tig = lane % 4 holds 8 of the
+ * 32 k positions for rows g and g + 8: for q8_0 / q4_0 the 4 bytes at 4 tig (elements
+ * 4 tig .. +3, and for q4_0 their high nibbles 16 + 4 tig .. +3; q8_0 the bytes at
+ * 16 + 4 tig), for f16 the 8 halves at 8 tig (one 16-byte load). The order of k inside
+ * the mma is free (a dot product), so the B fragments (x) are loaded with the same
+ * permutation. */
+#define MMA_WARPS 8
+#define MMA_U     4 /* 32-blocks per warp per iteration (loads in flight) */
+
+__device__ __forceinline__ void kc_mma16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                            uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    (void)c, (void)a, (void)b0, (void)b1;
+    __trap(); /* the spec asks for sm_80; never reached */
+#endif
+}
+
+/* bytes sel of u as two f16 integers 1024 + byte, minus bias2 (two f16): exact */
+__device__ __forceinline__ uint32_t kc_bytes_h2(uint32_t u, uint32_t sel, uint32_t bias2) {
+    uint32_t v = __byte_perm(u, 0x64646464u, sel);
+    __half2 h = __hsub2(*reinterpret_cast<__half2 *>(&v), *reinterpret_cast<__half2 *>(&bias2));
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+template <int DT> struct kc_mq; /* raw loads of one 32-block for rows g, g + 8 */
+template <> struct kc_mq<KILN_DTYPE_Q4_0> {
+    static constexpr bool SCALED = true, E8 = false;
+    uint32_t q[2];
+    uint16_t d[2];
+    __device__ __forceinline__ void load(const uint8_t *const rp[2], int64_t b, int tig) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const uint8_t *p = rp[i] + b * 18;
+            d[i] = kc_ld16(p);
+            q[i] = kc_ld32u(p + 2 + 4 * tig);
+        }
+    }
+    __device__ __forceinline__ void frag(uint32_t a0[4], uint32_t a1[4], float dd[2]) const {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const uint32_t lo = q[i] & 0x0F0F0F0Fu, hi = (q[i] >> 4) & 0x0F0F0F0Fu;
+            a0[i] = kc_bytes_h2(lo, 0x4140u, 0x64086408u); /* 1032 = 1024 + 8 */
+            a0[2 + i] = kc_bytes_h2(lo, 0x4342u, 0x64086408u);
+            a1[i] = kc_bytes_h2(hi, 0x4140u, 0x64086408u);
+            a1[2 + i] = kc_bytes_h2(hi, 0x4342u, 0x64086408u);
+            dd[i] = kc_h2f(d[i]);
+        }
+    }
+};
+template <> struct kc_mq<KILN_DTYPE_Q8_0> {
+    static constexpr bool SCALED = true, E8 = false;
+    uint32_t q[2][2];
+    uint16_t d[2];
+    __device__ __forceinline__ void load(const uint8_t *const rp[2], int64_t b, int tig) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const uint8_t *p = rp[i] + b * 34;
+            d[i] = kc_ld16(p);
+            q[i][0] = kc_ld32u(p + 2 + 4 * tig);
+            q[i][1] = kc_ld32u(p + 18 + 4 * tig);
+        }
+    }
+    __device__ __forceinline__ void frag(uint32_t a0[4], uint32_t a1[4], float dd[2]) const {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const uint32_t u0 = q[i][0] ^ 0x80808080u, u1 = q[i][1] ^ 0x80808080u;
+            a0[i] = kc_bytes_h2(u0, 0x4140u, 0x64806480u); /* 1152 = 1024 + 128 */
+            a0[2 + i] = kc_bytes_h2(u0, 0x4342u, 0x64806480u);
+            a1[i] = kc_bytes_h2(u1, 0x4140u, 0x64806480u);
+            a1[2 + i] = kc_bytes_h2(u1, 0x4342u, 0x64806480u);
+            dd[i] = kc_h2f(d[i]);
+        }
+    }
+};
+template <> struct kc_mq<KILN_DTYPE_F16> {
+    static constexpr bool SCALED = false, E8 = true;
+    uint4 v[2];
+    __device__ __forceinline__ void load(const uint8_t *const rp[2], int64_t b, int tig) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) v[i] = *(const uint4 *)(rp[i] + b * 64 + 16 * tig);
+    }
+    __device__ __forceinline__ void frag(uint32_t a0[4], uint32_t a1[4], float dd[2]) const {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            a0[i] = v[i].x, a0[2 + i] = v[i].y, a1[i] = v[i].z, a1[2 + i] = v[i].w;
+            dd[i] = 1.0f;
+        }
+    }
+};
+
+/* x rows (T <= 8, stride xs) -> scratch: hi halves [8][k], lo halves [8][k], then the 8
+ * inverse scales. One block per token. */
+__global__ void xsplit_kernel(const float *__restrict__ x, int64_t xs, int64_t k,
+                              __half *__restrict__ xh, __half *__restrict__ xl,
+                              float *__restrict__ inv) {
+    const int t = blockIdx.x;
+    const float4 *xr = (const float4 *)(x + t * xs);
+    const int64_t k4 = k / 4;
+    float m = 0.0f;
+    for (int64_t i = threadIdx.x; i < k4; i += blockDim.x) {
+        const float4 v = xr[i];
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    __shared__ float wm[32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) wm[w] = m;
+    __syncthreads();
+    m = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, wm[i]);
+    /* s = 2^(15 - e) with m < 2^e: every |v * s| < 2^15 (f16 max 65504); a zero, inf or
+     * NaN row keeps s = 1 (inf / NaN propagate as in f32) */
+    float s = 1.0f;
+    if (m > 0.0f && isfinite(m)) {
+        int e;
+        frexpf(m, &e);
+        int p = 15 - e;
+        p = p > 126 ? 126 : p < -126 ? -126 : p;
+        s = ldexpf(1.0f, p);
+    }
+    uint2 *h2 = (uint2 *)(xh + t * k), *l2 = (uint2 *)(xl + t * k);
+    for (int64_t i = threadIdx.x; i < k4; i += blockDim.x) {
+        const float4 v = xr[i];
+        const float a[4] = {v.x * s, v.y * s, v.z * s, v.w * s};
+        __half2 h[2], l[2];
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            h[j] = __floats2half2_rn(a[2 * j], a[2 * j + 1]);
+            const float2 hf = __half22float2(h[j]);
+            l[j] = __floats2half2_rn(a[2 * j] - hf.x, a[2 * j + 1] - hf.y);
+        }
+        h2[i] = *(const uint2 *)h;
+        l2[i] = *(const uint2 *)l;
+    }
+    if (threadIdx.x == 0) inv[t] = 1.0f / s;
+}
+
+template <int DT>
+__global__ void __launch_bounds__(MMA_WARPS * 32)
+    gemv_mma_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t k,
+                    const __half *__restrict__ xh, const __half *__restrict__ xl,
+                    const float *__restrict__ inv, int T, float *__restrict__ y, int64_t ys,
+                    const float *__restrict__ bias) {
+    using MQ = kc_mq<DT>;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
+    const int64_t r0 = (int64_t)blockIdx.x * 16;
+    const int64_t ra = r0 + g < n ? r0 + g : n - 1, rb = r0 + g + 8 < n ? r0 + g + 8 : n - 1;
+    const uint8_t *const rp[2] = {W + (size_t)ra * row_bytes, W + (size_t)rb * row_bytes};
+    const bool xlive = g < T;
+    const __half *xhr = xh + (xlive ? g : 0) * k, *xlr = xl + (xlive ? g : 0) * k;
+    const int64_t nb = k / 32;
+    float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t b0 = (int64_t)w * MMA_U; b0 < nb; b0 += MMA_WARPS * MMA_U) {
+        MQ raw[MMA_U];
+        uint32_t bh[MMA_U][4], bl[MMA_U][4];
+#pragma unroll
+        for (int u = 0; u < MMA_U; u++) {
+            if (b0 + u >= nb) break;
+            raw[u].load(rp, b0 + u, tig);
+            if (!xlive) {
+#pragma unroll
+                for (int j = 0; j < 4; j++) bh[u][j] = bl[u][j] = 0u;
+            } else if constexpr (MQ::E8) {
+                const uint4 h = *(const uint4 *)(xhr + (b0 + u) * 32 + 8 * tig);
+                const uint4 l = *(const uint4 *)(xlr + (b0 + u) * 32 + 8 * tig);
+                bh[u][0] = h.x, bh[u][1] = h.y, bh[u][2] = h.z, bh[u][3] = h.w;
+                bl[u][0] = l.x, bl[u][1] = l.y, bl[u][2] = l.z, bl[u][3] = l.w;
+            } else {
+                const __half *hp = xhr + (b0 + u) * 32 + 4 * tig, *lp = xlr + (b0 + u) * 32 + 4 * tig;
+                const uint2 h0 = *(const uint2 *)hp, h1 = *(const uint2 *)(hp + 16);
+                const uint2 l0 = *(const uint2 *)lp, l1 = *(const uint2 *)(lp + 16);
+                bh[u][0] = h0.x, bh[u][1] = h0.y, bh[u][2] = h1.x, bh[u][3] = h1.y;
+                bl[u][0] = l0.x, bl[u][1] = l0.y, bl[u][2] = l1.x, bl[u][3] = l1.y;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < MMA_U; u++) {
+            if (b0 + u >= nb) break;
+            uint32_t a0[4], a1[4];
+            float dd[2];
+            raw[u].frag(a0, a1, dd);
+            if constexpr (MQ::SCALED) {
+                float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                kc_mma16816(acc, a0, bh[u][0], bh[u][1]);
+                kc_mma16816(acc, a1, bh[u][2], bh[u][3]);
+                kc_mma16816(acc, a0, bl[u][0], bl[u][1]);
+                kc_mma16816(acc, a1, bl[u][2], bl[u][3]);
+                tot[0] = fmaf(dd[0], acc[0], tot[0]);
+                tot[1] = fmaf(dd[0], acc[1], tot[1]);
+                tot[2] = fmaf(dd[1], acc[2], tot[2]);
+                tot[3] = fmaf(dd[1], acc[3], tot[3]);
+            } else {
+                kc_mma16816(tot, a0, bh[u][0], bh[u][1]);
+                kc_mma16816(tot, a1, bh[u][2], bh[u][3]);
+                kc_mma16816(tot, a0, bl[u][0], bl[u][1]);
+                kc_mma16816(tot, a1, bl[u][2], bl[u][3]);
+            }
+        }
+    }
+    __shared__ float red[MMA_WARPS][32][4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) red[w][lane][j] = tot[j];
+    __syncthreads();
+    if (w != 0) return;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float v = red[0][lane][j];
+#pragma unroll
+        for (int ww = 1; ww < MMA_WARPS; ww++) v += red[ww][lane][j];
+        /* c0, c1: row g, tokens 2 tig, 2 tig + 1; c2, c3: row g + 8 */
+        const int64_t row = r0 + g + (j >= 2 ? 8 : 0);
+        const int tok = 2 * tig + (j & 1);
+        if (row < n && tok < T) y[tok * ys + row] = v * inv[tok] + (bias ? bias[row] : 0.0f);
+    }
+}
+
+/* Scratch the tensor-core gemv needs for k columns (one pass of up to 8 tokens). */
+static size_t kc_gemv_mma_bytes(int64_t k) {
+    return (size_t)KILN_CUDA_GEMV_MAX_T * (size_t)k * 2 * sizeof(__half) + 256;
+}
+
+extern "C" size_t kiln_cuda_gemv_workspace(const struct kiln_sel_ctx *ctx) {
+    return ctx->k > 0 ? kc_gemv_mma_bytes(ctx->k) : 0;
+}
+
+/* The current device's compute capability x10 (cached per host thread and device). */
+static int kc_device_sm(void) {
+    static __thread int dev_cached = -1, sm_cached = 0;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (dev != dev_cached) {
+        int ma = 0, mi = 0;
+        if (cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+            return 0;
+        dev_cached = dev, sm_cached = ma * 10 + mi;
+    }
+    return sm_cached;
+}
+
+static bool kc_mma_dtype(uint32_t dt) {
+    return dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_Q8_0 || dt == KILN_DTYPE_Q4_0;
+}
+
+/* The tensor-core gemv for tokens [t0, t0 + T) when it applies (dtype, scratch, alignment,
+ * a device of sm_80+); false: the caller runs the fma gemv. */
+static bool kc_mma_ok(const kiln_kctx *c, const kiln_matmul_args *a) {
+    if (!kc_mma_dtype(a->w_dtype) || !c || !c->scratch) return false;
+    if (c->scratch_size < kc_gemv_mma_bytes(a->k) || ((uintptr_t)c->scratch & 15)) return false;
+    if (a->w_dtype == KILN_DTYPE_F16 && (((uintptr_t)a->w & 15) || (a->w_row_bytes & 15)))
+        return false;
+    if (((uintptr_t)a->w & 1) || (a->w_row_bytes & 1)) return false;
+    return kc_device_sm() >= 80;
+}
+
+template <int DT>
+static void launch_gemv_mma(const kiln_kctx *c, const kiln_matmul_args *a, int64_t t0, int T) {
+    cudaStream_t s = KC_STREAM(c);
+    __half *xh = (__half *)c->scratch, *xl = xh + (size_t)KILN_CUDA_GEMV_MAX_T * (size_t)a->k;
+    float *inv = (float *)(xl + (size_t)KILN_CUDA_GEMV_MAX_T * (size_t)a->k);
+    xsplit_kernel<<<T, 256, 0, s>>>(a->x + t0 * a->x_stride, a->x_stride, a->k, xh, xl, inv);
+    gemv_mma_kernel<DT><<<(unsigned)((a->n + 15) / 16), MMA_WARPS * 32, 0, s>>>(
+        (const uint8_t *)a->w, a->w_row_bytes, a->n, a->k, xh, xl, inv, T,
+        a->y + t0 * a->y_stride, a->y_stride, a->bias);
+}
+
+/* Which gemv runs: 3 (default) the tensor-core one where it applies, else the tiled fma
+ * one; 1 the tiled, 0 the direct, 2 the tiled with two groups per lane (A/B benchmarks
+ * and tests select it with kiln_cuda_gemv_variant). */
+static int kc_gemv_kind = 3;
 
 extern "C" void kiln_cuda_gemv_variant(int kind) {
-    kc_gemv_kind = kind >= 0 && kind <= 2 ? kind : 1;
+    kc_gemv_kind = kind >= 0 && kind <= 3 ? kind : 3;
 }
 
 template <int DT>
 static void launch_gemv(cudaStream_t s, const kiln_matmul_args *a, int64_t t0, int T) {
-    const int kind = kc_gemv_kind;
+    const int kind = kc_gemv_kind == 3 ? 1 : kc_gemv_kind;
     const bool tiled = kind != 0;
     dim3 grid((unsigned)((a->n + (tiled ? TW : GEMV_WARPS) - 1) / (tiled ? TW : GEMV_WARPS)));
     dim3 block((tiled ? TW : GEMV_WARPS) * 32);
@@ -208,8 +500,18 @@ extern "C" kiln_status kiln_cuda_matmul_gemv(const kiln_kctx *c, const kiln_matm
     if (!be || a->k % be || a->k % 32 || a->w_layout != 0) return KILN_ERR_INVALID_ARG;
     if (((uintptr_t)a->x & 15) || (a->x_stride & 3)) return KILN_ERR_INVALID_ARG;
     cudaStream_t s = KC_STREAM(c);
+    const bool mma = kc_gemv_kind == 3 && kc_mma_ok(c, a);
     for (int64_t t0 = 0; t0 < a->t; t0 += KILN_CUDA_GEMV_MAX_T) {
         int T = (int)(a->t - t0 < KILN_CUDA_GEMV_MAX_T ? a->t - t0 : KILN_CUDA_GEMV_MAX_T);
+        if (mma) {
+            if (a->w_dtype == KILN_DTYPE_F16)
+                launch_gemv_mma<KILN_DTYPE_F16>(c, a, t0, T);
+            else if (a->w_dtype == KILN_DTYPE_Q8_0)
+                launch_gemv_mma<KILN_DTYPE_Q8_0>(c, a, t0, T);
+            else
+                launch_gemv_mma<KILN_DTYPE_Q4_0>(c, a, t0, T);
+            continue;
+        }
         KC_DTYPE_SWITCH(a->w_dtype, GEMV_CASE, s, a, t0, T);
     }
     return kc_launched();
@@ -270,7 +572,8 @@ extern "C" size_t kiln_cuda_matmul_argmax_workspace(const struct kiln_sel_ctx *c
     size_t blas = ctx->tokens_max > KILN_CUDA_GEMV_MAX_T
                       ? kiln_cuda_matmul_cublas_bytes(ctx->w_dtype, ctx->n, ctx->k)
                       : 0;
-    return ((logits + 255) & ~(size_t)255) + blas;
+    size_t gemv = kiln_cuda_gemv_workspace(ctx);
+    return ((logits + 255) & ~(size_t)255) + (blas > gemv ? blas : gemv);
 }
 
 /* Logits of up to 64 rows at a time into scratch, then the argmax of each row. */

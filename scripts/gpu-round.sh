@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# gpu-round.sh — one device call's worth of GPU work, built there from source: kiln (CUDA
+# sm_90 + NCCL, only the targets the steps need) with the Debian packages carried in
+# .carry/deps (scripts/gpu-pack.sh --deps .carry/deps; scripts/gpu-env.sh), then the named
+# steps, most important first; logs in $OUT (else /tmp/kiln-gpu-out), a table last.
+#
+#   bash scripts/gpu-round.sh STEP...        (device run with carry [".carry"])
+#
+# Steps:
+#   kernels   test_cuda_kernels (every CUDA kernel vs ref) and bench_cuda (decode matmuls
+#             of an 8B shape vs the bandwidth bound, each gemv variant)
+#   e2e       scripts/gpu-e2e.sh's checks (every family x type vs ref, batch invariance)
+#   side8b    Llama-3-8B-shaped models ($KILN_8B_TYPES, default "q4_0 q8_0 f16"):
+#             kiln bench --backend cuda -p 512 -n 128, and llama-bench -ngl 99 -fa 1 on the
+#             same file when $LLAMA_BIN holds llama.cpp's binaries (built in the same call)
+#   batched   8B q4_0: bench_sched (1/4/16/64 sequences through the engine) and
+#             llama-batched-bench on the same file
+#   tp        test_tp_nccl (NCCL collectives, TP 2 logits vs TP 1), then 8B q4_0 kiln bench
+#             --tp 1 / --tp 2, llama-bench -sm layer / row on the GPUs
+#   tp70b     a Llama-3-70B-shaped q4_0 (38 GiB) over 2 GPUs: kiln bench --tp 2, llama-bench
+#             -sm layer / row
+# Exit status 0 when every step that ran passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/kiln-gpu-out}; mkdir -p "$OUT"
+M=/tmp/models; mkdir -p $M
+export KILN_NO_PROGRESS=1 KILN_SOURCE_DIR=$PWD
+ROWS=() rc=0
+step() { # name, timeout, command... (output in $OUT/name.log)
+  local name=$1 to=$2; shift 2
+  local t0=$SECONDS
+  timeout "$to" "$@" >"$OUT/$name.log" 2>&1
+  local r=$?
+  ROWS+=("$(printf '%-24s %-8s %4ss' "$name" "$([ $r = 0 ] && echo ok || echo "FAIL:$r")" \
+    "$((SECONDS - t0))")")
+  [ $r = 0 ] || rc=1
+  return $r
+}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+NGPU=$(nvidia-smi -L | wc -l)
+source scripts/gpu-env.sh
+B=build-gpu
+TG="kiln-bin kiln-gen"
+for s in "$@"; do
+  case $s in
+    kernels) TG="$TG test_cuda_kernels bench_cuda" ;;
+    e2e) TG="$TG test_cuda_e2e test_cuda_kernels test_cuda_backend bench_cuda bench_sched" ;;
+    batched) TG="$TG bench_sched" ;;
+    tp) TG="$TG test_tp_nccl" ;;
+  esac
+done
+if [ ! -f $B/CMakeCache.txt ]; then
+  step configure 600 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON \
+    -DKILN_CUDA_ARCHITECTURES=90 -DKILN_OPENBLAS=OFF -DKILN_ONEDNN=OFF "${KILN_CMAKE_ARGS[@]}"
+fi
+step build 900 cmake --build $B -j"$(nproc)" --target $TG || { cat "$OUT/build.log" | grep -E "error" | head; }
+export PATH=$PWD/$B:$PWD/$B/bench:$PWD/$B/tests:$PATH
+gen() { # preset type -> path (generated once)
+  local f=$M/$1-$2.gguf
+  [ -f "$f" ] || kiln-gen -q -p "$1" -t "$2" -o "$f" >&2
+  echo "$f"
+}
+LB=${LLAMA_BIN:-}
+llama() { [ -n "$LB" ] && [ -x "$LB/$1" ]; }
+for s in "$@"; do
+  case $s in
+    kernels)
+      step test_cuda_kernels 600 test_cuda_kernels
+      step bench_cuda 300 bench_cuda --dtypes f16,q8_0,q4_0,q4_k ;;
+    e2e)
+      D=/tmp/kd; rm -rf $D; mkdir -p $D/bin $D/lib
+      for b in kiln kiln-gen test_cuda_e2e test_cuda_kernels test_cuda_backend bench_cuda \
+        bench_sched; do ln -sf "$(command -v $b)" $D/bin/$b; done
+      cp scripts/gpu-e2e.sh $D/
+      step e2e 900 bash $D/gpu-e2e.sh run . ;;
+    side8b)
+      for t in ${KILN_8B_TYPES:-q4_0 q8_0 f16}; do
+        f=$(gen llama3-8b $t)
+        step "kiln-8b-$t" 300 kiln bench -m "$f" --backend cuda -p 512 -n 128 -r 3
+        llama llama-bench && step "llama-8b-$t" 300 "$LB/llama-bench" -m "$f" -ngl 99 -fa 1 \
+          -p 512 -n 128 -r 3
+      done ;;
+    batched)
+      f=$(gen llama3-8b q4_0)
+      step kiln-batched 400 bench_sched -m "$f" -b cuda --mode decode --npl 1,4,16,64 --pp 128 \
+        --tg 128
+      llama llama-batched-bench && step llama-batched 400 "$LB/llama-batched-bench" -m "$f" \
+        -ngl 99 -fa 1 -c 33792 -b 2048 -ub 512 -npp 128 -ntg 128 -npl 1,4,16,64 ;;
+    tp)
+      step test_tp_nccl 600 env KILN_BINARY_DIR=$PWD/$B test_tp_nccl
+      f=$(gen llama3-8b q4_0)
+      step kiln-8b-tp1 300 kiln bench -m "$f" --backend cuda -p 512 -n 128 -r 3
+      [ "$NGPU" -ge 2 ] && step kiln-8b-tp2 300 kiln bench -m "$f" --backend cuda --tp 2 -p 512 \
+        -n 128 -r 3
+      if llama llama-bench && [ "$NGPU" -ge 2 ]; then
+        step llama-8b-layer 300 "$LB/llama-bench" -m "$f" -ngl 99 -fa 1 -sm layer -p 512 -n 128 -r 3
+        step llama-8b-row 300 "$LB/llama-bench" -m "$f" -ngl 99 -fa 1 -sm row -p 512 -n 128 -r 3
+      fi ;;
+    tp70b)
+      [ "$NGPU" -ge 2 ] || { echo "tp70b: needs 2 GPUs"; continue; }
+      df -h /tmp | tail -1
+      f=$M/llama3-70b-q4_0.gguf
+      [ -f "$f" ] || step gen70b 600 kiln-gen -q -p llama3-70b -t q4_0 -o "$f"
+      step kiln-70b-tp2 600 kiln bench -m "$f" --backend cuda --tp 2 -p 512 -n 64 -r 2
+      if llama llama-bench; then
+        step llama-70b-layer 600 "$LB/llama-bench" -m "$f" -ngl 99 -fa 1 -sm layer -p 512 -n 64 -r 2
+        step llama-70b-row 600 "$LB/llama-bench" -m "$f" -ngl 99 -fa 1 -sm row -p 512 -n 64 -r 2
+      fi ;;
+    *) echo "unknown step $s"; rc=1 ;;
+  esac
+done
+echo
+grep -h "FAILED\|PASSED\|SKIP" "$OUT"/test_*.log 2>/dev/null | tail -8
+[ -f "$OUT/bench_cuda.log" ] && sed -n '/^bandwidth/p;/^Llama-3-8B/,$p' "$OUT/bench_cuda.log"
+for f in "$OUT"/kiln-*.log "$OUT"/llama-*.log; do
+  [ -f "$f" ] || continue
+  echo "== $(basename "$f" .log)"; grep -E "^\|.*(pp|tg)[0-9]|t/s|tok/s|S_TG|^\| *[0-9]" "$f" | tail -8
+done
+printf '%s\n' "${ROWS[@]}"
+exit $rc
