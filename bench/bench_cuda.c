@@ -181,10 +181,11 @@ int main(int argc, char **argv) {
     kiln_kctx kc = {.stream = st, .scratch = scratch, .scratch_size = scratch_size};
 
     char out[4096];
-    int outn = snprintf(out, sizeof out,
-                        "| type | GB/token | t=1 ms | %% of bound | tiled fma ms | direct fma ms | t=4 "
-                        "tok/s | t=16 tok/s | t=64 "
-                        "tok/s | pp512 tok/s |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    int outn =
+        snprintf(out, sizeof out,
+                 "| type | GB/token | t=1 ms | %% of bound | tiled fma ms | direct fma ms | t=4 "
+                 "tok/s | t=16 tok/s | t=64 "
+                 "tok/s | pp512 tok/s |\n|---|---|---|---|---|---|---|---|---|---|\n");
     char list[256];
     snprintf(list, sizeof list, "%s", dts);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {

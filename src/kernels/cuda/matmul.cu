@@ -331,7 +331,8 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
                 bh[u][0] = h.x, bh[u][1] = h.y, bh[u][2] = h.z, bh[u][3] = h.w;
                 bl[u][0] = l.x, bl[u][1] = l.y, bl[u][2] = l.z, bl[u][3] = l.w;
             } else {
-                const __half *hp = xhr + (b0 + u) * 32 + 4 * tig, *lp = xlr + (b0 + u) * 32 + 4 * tig;
+                const __half *hp = xhr + (b0 + u) * 32 + 4 * tig,
+                             *lp = xlr + (b0 + u) * 32 + 4 * tig;
                 const uint2 h0 = *(const uint2 *)hp, h1 = *(const uint2 *)(hp + 16);
                 const uint2 l0 = *(const uint2 *)lp, l1 = *(const uint2 *)(lp + 16);
                 bh[u][0] = h0.x, bh[u][1] = h0.y, bh[u][2] = h1.x, bh[u][3] = h1.y;
@@ -425,8 +426,8 @@ static void launch_gemv_mma(const kiln_kctx *c, const kiln_matmul_args *a, int64
     float *inv = (float *)(xl + (size_t)KILN_CUDA_GEMV_MAX_T * (size_t)a->k);
     xsplit_kernel<<<T, 256, 0, s>>>(a->x + t0 * a->x_stride, a->x_stride, a->k, xh, xl, inv);
     gemv_mma_kernel<DT><<<(unsigned)((a->n + 15) / 16), MMA_WARPS * 32, 0, s>>>(
-        (const uint8_t *)a->w, a->w_row_bytes, a->n, a->k, xh, xl, inv, T,
-        a->y + t0 * a->y_stride, a->y_stride, a->bias);
+        (const uint8_t *)a->w, a->w_row_bytes, a->n, a->k, xh, xl, inv, T, a->y + t0 * a->y_stride,
+        a->y_stride, a->bias);
 }
 
 /* Which gemv runs: 3 (default) the tensor-core one where it applies, else the tiled fma
