@@ -151,14 +151,15 @@ static void test_matmul_gemv(void **state) {
     static const mm_case cs[] = {{1, 256, 1},   {37, 256, 1},  {300, 512, 2},  {129, 768, 3},
                                  {64, 1280, 4}, {33, 256, 5},  {257, 512, 7},  {1000, 1024, 8},
                                  {71, 512, 11}, {96, 2816, 1}, {4096, 256, 1}, {5, 4096, 8}};
-    for (int kind = 0; kind < 4; kind++) {
+    for (int kind = 0; kind < 5; kind++) {
         kiln_cuda_gemv_variant(kind);
         for (int d = 0; d < N_DT; d++)
             for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
                 one_matmul(all_dt[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, false);
     }
-    /* the tensor-core gemv (kind 3) scales each token row by a power of two before its f16
-     * split: activations far above the f16 range (|x| ~ 1e5) and far below it (1e-6) */
+    /* the tensor-core gemv (kind 3) scales each 32-block of a token row by a power of two
+     * before its f16 split: activations far above the f16 range (|x| ~ 1e5) and far below
+     * it (1e-6) */
     static const float sig[] = {3e4f, 1e-6f};
     static const uint32_t mma_dt[] = {KILN_DTYPE_F16, KILN_DTYPE_Q8_0, KILN_DTYPE_Q4_0};
     for (size_t si = 0; si < 2; si++) {
@@ -168,6 +169,7 @@ static void test_matmul_gemv(void **state) {
                 one_matmul(mma_dt[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, false);
     }
     x_sigma = 1.0f;
+    kiln_cuda_gemv_variant(3);
 }
 
 static void test_matmul_cublas(void **state) {

@@ -32,7 +32,7 @@ struct kiln_sel_ctx;
  * pass (more tokens: repeated passes), weights dequantized in registers. */
 #define KILN_CUDA_GEMV_MAX_T 8
 kiln_status kiln_cuda_matmul_gemv(const kiln_kctx *c, const kiln_matmul_args *a);
-/* Scratch the gemv wants (the tensor-core path's split activations: 32 k + 256 bytes);
+/* Scratch the gemv wants (the tensor-core path's split activations: 33 k + 256 bytes);
  * with less it runs the fma gemv. */
 size_t kiln_cuda_gemv_workspace(const struct kiln_sel_ctx *ctx);
 /* LM head + argmax (logits into scratch through a->fn or the gemv, then a row argmax). */
@@ -41,7 +41,8 @@ size_t kiln_cuda_matmul_argmax_workspace(const struct kiln_sel_ctx *ctx);
 /* The members one after another (each with its own bound kernel), then the GLU. */
 kiln_status kiln_cuda_matmul_group(const kiln_kctx *c, const kiln_matmul_group_args *a);
 /* Benchmarks / tests: which gemv runs. 3 (default) = the tensor-core gemv for f16, q8_0
- * and q4_0 weights (matmul.cu; other dtypes, or too little scratch: the tiled one), 1 =
+ * and q4_0 weights (matmul.cu; other dtypes, or too little scratch: the tiled one), 4 = the
+ * same without staging q8_0 / q4_0 rows through shared memory, 1 =
  * tiled (activations shared through shared memory by 8 rows, one 32-element group per lane
  * per tile), 2 = tiled with two groups per lane in flight (t <= 4), 0 = direct (each warp
  * reads x itself). Process-wide; not thread-safe against running kernels. */

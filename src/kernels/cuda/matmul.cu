@@ -147,24 +147,27 @@ __global__ void __launch_bounds__(TW * 32)
  * integers: a quantized value q - 8 (q4_0) or q (q8_0) is an f16 integer made by one PRMT
  * (the byte into the mantissa of 1024.0) and one HSUB2 per two weights; an f16 weight is
  * itself. The activations keep f32 accuracy as kiln's numerics require (docs/CUDA.md,
- * "split f16"): a prep kernel scales each token row by a power of two (max |x| < 2^15, so
- * nothing overflows or goes subnormal where it matters) and splits it into hi = f16(v)
- * and lo = f16(v - hi); both go through mma.sync m16n8k16 (f16 x f16 products are exact
- * in f32, f32 accumulation) into the same accumulators, and the block scale d is applied
- * once per 32-block and row: y = sum_b d_b * sum_k q_k (xh_k + xl_k), then / scale.
+ * "split f16"): a prep kernel scales each 32-block of each token row by a power of two (its
+ * max |x| < 2^15: nothing overflows or goes subnormal where it matters) and splits it into
+ * hi = f16(v) and lo = f16(v - hi); both go through mma.sync m16n8k16 (f16 x f16 products
+ * are exact in f32, f32 accumulation) into the same fresh accumulators, and per 32-block
+ * and row y += d * inv_scale * acc (inv_scale a power of two: exact).
  *
  * Mapping: a CTA computes 16 rows for up to 8 tokens (the mma's n = 8 columns: lane group
- * g = lane / 4 is token g); its 8 warps split k (warp w takes blocks w*4 .. w*4+3, then
- * +32 ...), the 4 blocks' loads all issued before their first use, partial sums reduced
- * through shared memory in warp order (deterministic; a token's sums never depend on the
- * other tokens: batch invariant). Within a 32-block, lane tig = lane % 4 holds 8 of the
- * 32 k positions for rows g and g + 8: for q8_0 / q4_0 the 4 bytes at 4 tig (elements
- * 4 tig .. +3, and for q4_0 their high nibbles 16 + 4 tig .. +3; q8_0 the bytes at
- * 16 + 4 tig), for f16 the 8 halves at 8 tig (one 16-byte load). The order of k inside
- * the mma is free (a dot product), so the B fragments (x) are loaded with the same
- * permutation. */
+ * g = lane / 4 is token g); its warps split k, partial sums reduced through shared memory
+ * in warp order (deterministic; a token's sums never depend on the other tokens: batch
+ * invariant). Within a 32-block, lane tig = lane % 4 holds 8 of the 32 k positions for
+ * rows g and g + 8: for q8_0 / q4_0 the 4 bytes at 4 tig (elements 4 tig .. +3, and for
+ * q4_0 their high nibbles 16 + 4 tig .. +3; q8_0 the bytes at 16 + 4 tig), for f16 the 8
+ * halves at 8 tig (one 16-byte load). The order of k inside the mma is free (a dot
+ * product), so the B fragments (x) are loaded with the same permutation. f16 rows are read
+ * straight from global memory (8 warps, 4 blocks per warp in flight); q8_0 / q4_0 rows go
+ * through shared memory (gemv_mma_staged_kernel below). */
 #define MMA_WARPS 8
 #define MMA_U     4 /* 32-blocks per warp per iteration (loads in flight) */
+
+/* false: q8_0 / q4_0 read straight from global memory (variant 4, for A/B) */
+static bool kc_gemv_staged = true;
 
 __device__ __forceinline__ void kc_mma16816(float c[4], const uint32_t a[4], uint32_t b0,
                                             uint32_t b1) {
@@ -188,7 +191,7 @@ __device__ __forceinline__ uint32_t kc_bytes_h2(uint32_t u, uint32_t sel, uint32
 
 template <int DT> struct kc_mq; /* raw loads of one 32-block for rows g, g + 8 */
 template <> struct kc_mq<KILN_DTYPE_Q4_0> {
-    static constexpr bool SCALED = true, E8 = false;
+    static constexpr bool E8 = false;
     uint32_t q[2];
     uint16_t d[2];
     __device__ __forceinline__ void load(const uint8_t *const rp[2], int64_t b, int tig) {
@@ -212,7 +215,7 @@ template <> struct kc_mq<KILN_DTYPE_Q4_0> {
     }
 };
 template <> struct kc_mq<KILN_DTYPE_Q8_0> {
-    static constexpr bool SCALED = true, E8 = false;
+    static constexpr bool E8 = false;
     uint32_t q[2][2];
     uint16_t d[2];
     __device__ __forceinline__ void load(const uint8_t *const rp[2], int64_t b, int tig) {
@@ -237,7 +240,7 @@ template <> struct kc_mq<KILN_DTYPE_Q8_0> {
     }
 };
 template <> struct kc_mq<KILN_DTYPE_F16> {
-    static constexpr bool SCALED = false, E8 = true;
+    static constexpr bool E8 = true;
     uint4 v[2];
     __device__ __forceinline__ void load(const uint8_t *const rp[2], int64_t b, int tig) {
 #pragma unroll
@@ -252,54 +255,116 @@ template <> struct kc_mq<KILN_DTYPE_F16> {
     }
 };
 
-/* x rows (T <= 8, stride xs) -> scratch: hi halves [8][k], lo halves [8][k], then the 8
- * inverse scales. One block per token. */
-__global__ void xsplit_kernel(const float *__restrict__ x, int64_t xs, int64_t k,
+/* x rows (T <= 8, stride xs) -> scratch: hi halves [8][k], lo halves [8][k], then the
+ * inverse scales [k / 32][8] (one per 32-block and token). Each 32-block of a token row is
+ * scaled by its own power of two s = 2^(15 - e) (block max < 2^e, so every |v s| < 2^15:
+ * no f16 overflow, and lo = f16(v s - hi) stays out of the subnormals except for values
+ * 2^-25 below the block's largest, whose share of the block's dot product is below f32
+ * rounding). A zero, inf or NaN block keeps s = 1 (inf / NaN propagate as in f32). One
+ * thread per 4 values, 8 threads per block; fully parallel (grid over T * k / 4). */
+__global__ void xsplit_kernel(const float *__restrict__ x, int64_t xs, int64_t k, int T,
                               __half *__restrict__ xh, __half *__restrict__ xl,
                               float *__restrict__ inv) {
-    const int t = blockIdx.x;
-    const float4 *xr = (const float4 *)(x + t * xs);
     const int64_t k4 = k / 4;
-    float m = 0.0f;
-    for (int64_t i = threadIdx.x; i < k4; i += blockDim.x) {
-        const float4 v = xr[i];
-        m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    __shared__ float wm[32];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    if (lane == 0) wm[w] = m;
-    __syncthreads();
-    m = 0.0f;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, wm[i]);
-    /* s = 2^(15 - e) with m < 2^e: every |v * s| < 2^15 (f16 max 65504); a zero, inf or
-     * NaN row keeps s = 1 (inf / NaN propagate as in f32) */
-    float s = 1.0f;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)T * k4) return; /* whole 8-thread groups leave together (k % 32 == 0) */
+    const int lane = threadIdx.x & 31;
+    const unsigned gmask = 0xFFu << (lane & ~7);
+    const int t = (int)(i / k4);
+    const int64_t j = i % k4;
+    const float4 v = ((const float4 *)(x + t * xs))[j];
+    float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    m = fmaxf(m, __shfl_xor_sync(gmask, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(gmask, m, 2));
+    m = fmaxf(m, __shfl_xor_sync(gmask, m, 4));
+    float sc = 1.0f;
     if (m > 0.0f && isfinite(m)) {
         int e;
         frexpf(m, &e);
         int p = 15 - e;
         p = p > 126 ? 126 : p < -126 ? -126 : p;
-        s = ldexpf(1.0f, p);
+        sc = ldexpf(1.0f, p);
     }
-    uint2 *h2 = (uint2 *)(xh + t * k), *l2 = (uint2 *)(xl + t * k);
-    for (int64_t i = threadIdx.x; i < k4; i += blockDim.x) {
-        const float4 v = xr[i];
-        const float a[4] = {v.x * s, v.y * s, v.z * s, v.w * s};
-        __half2 h[2], l[2];
+    const float a[4] = {v.x * sc, v.y * sc, v.z * sc, v.w * sc};
+    __half2 h[2], l[2];
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            h[j] = __floats2half2_rn(a[2 * j], a[2 * j + 1]);
-            const float2 hf = __half22float2(h[j]);
-            l[j] = __floats2half2_rn(a[2 * j] - hf.x, a[2 * j + 1] - hf.y);
-        }
-        h2[i] = *(const uint2 *)h;
-        l2[i] = *(const uint2 *)l;
+    for (int q = 0; q < 2; q++) {
+        h[q] = __floats2half2_rn(a[2 * q], a[2 * q + 1]);
+        const float2 hf = __half22float2(h[q]);
+        l[q] = __floats2half2_rn(a[2 * q] - hf.x, a[2 * q + 1] - hf.y);
     }
-    if (threadIdx.x == 0) inv[t] = 1.0f / s;
+    ((uint2 *)(xh + t * k))[j] = *(const uint2 *)h;
+    ((uint2 *)(xl + t * k))[j] = *(const uint2 *)l;
+    if ((lane & 7) == 0) inv[(j / 8) * 8 + t] = 1.0f / sc;
 }
 
+/* The B fragments (hi, lo: mma 0's two registers then mma 1's) and the two inverse scales
+ * (tokens 2 tig, 2 tig + 1) of 32-block b; zeros for a lane whose token g is not live. */
+template <bool E8>
+__device__ __forceinline__ void kc_bfrag(const __half *xhr, const __half *xlr, const float *inv,
+                                         int64_t b, int tig, bool live, uint32_t bh[4],
+                                         uint32_t bl[4], float2 *iv) {
+    *iv = *(const float2 *)(inv + b * 8 + 2 * tig);
+    if (!live) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) bh[j] = bl[j] = 0u;
+    } else if constexpr (E8) {
+        const uint4 h = *(const uint4 *)(xhr + b * 32 + 8 * tig);
+        const uint4 l = *(const uint4 *)(xlr + b * 32 + 8 * tig);
+        bh[0] = h.x, bh[1] = h.y, bh[2] = h.z, bh[3] = h.w;
+        bl[0] = l.x, bl[1] = l.y, bl[2] = l.z, bl[3] = l.w;
+    } else {
+        const __half *hp = xhr + b * 32 + 4 * tig, *lp = xlr + b * 32 + 4 * tig;
+        const uint2 h0 = *(const uint2 *)hp, h1 = *(const uint2 *)(hp + 16);
+        const uint2 l0 = *(const uint2 *)lp, l1 = *(const uint2 *)(lp + 16);
+        bh[0] = h0.x, bh[1] = h0.y, bh[2] = h1.x, bh[3] = h1.y;
+        bl[0] = l0.x, bl[1] = l0.y, bl[2] = l1.x, bl[3] = l1.y;
+    }
+}
+
+/* One 32-block: four mma (A = the block's exact f16 integers, B = hi then lo) into fresh
+ * accumulators, then tot += d_row * acc * inv_token. */
+template <typename MQ>
+__device__ __forceinline__ void kc_mma_block(const MQ &raw, const uint32_t bh[4],
+                                             const uint32_t bl[4], float2 iv, float tot[4]) {
+    uint32_t a0[4], a1[4];
+    float dd[2];
+    raw.frag(a0, a1, dd);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    kc_mma16816(acc, a0, bh[0], bh[1]);
+    kc_mma16816(acc, a1, bh[2], bh[3]);
+    kc_mma16816(acc, a0, bl[0], bl[1]);
+    kc_mma16816(acc, a1, bl[2], bl[3]);
+    /* c0, c1: row g, tokens 2 tig, 2 tig + 1; c2, c3: row g + 8 */
+    tot[0] = fmaf(dd[0] * iv.x, acc[0], tot[0]);
+    tot[1] = fmaf(dd[0] * iv.y, acc[1], tot[1]);
+    tot[2] = fmaf(dd[1] * iv.x, acc[2], tot[2]);
+    tot[3] = fmaf(dd[1] * iv.y, acc[3], tot[3]);
+}
+
+/* The CTA's partial sums (one set per warp) -> y, summed in warp order. */
+template <int NW>
+__device__ __forceinline__ void
+kc_mma_store(float (*red)[32][4], const float tot[4], int w, int lane, int64_t r0, int64_t n, int T,
+             float *__restrict__ y, int64_t ys, const float *__restrict__ bias) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) red[w][lane][j] = tot[j];
+    __syncthreads();
+    if (w != 0) return;
+    const int g = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float v = red[0][lane][j];
+#pragma unroll
+        for (int ww = 1; ww < NW; ww++) v += red[ww][lane][j];
+        const int64_t row = r0 + g + (j >= 2 ? 8 : 0);
+        const int tok = 2 * tig + (j & 1);
+        if (row < n && tok < T) y[tok * ys + row] = v + (bias ? bias[row] : 0.0f);
+    }
+}
+
+/* Weights read straight from global memory (f16: one 16-byte load per row and block; the
+ * quantized types when their rows cannot be staged). */
 template <int DT>
 __global__ void __launch_bounds__(MMA_WARPS * 32)
     gemv_mma_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t k,
@@ -311,78 +376,120 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
     const int64_t r0 = (int64_t)blockIdx.x * 16;
     const int64_t ra = r0 + g < n ? r0 + g : n - 1, rb = r0 + g + 8 < n ? r0 + g + 8 : n - 1;
     const uint8_t *const rp[2] = {W + (size_t)ra * row_bytes, W + (size_t)rb * row_bytes};
-    const bool xlive = g < T;
-    const __half *xhr = xh + (xlive ? g : 0) * k, *xlr = xl + (xlive ? g : 0) * k;
+    const bool live = g < T;
+    const __half *xhr = xh + (live ? g : 0) * k, *xlr = xl + (live ? g : 0) * k;
     const int64_t nb = k / 32;
     float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t b0 = (int64_t)w * MMA_U; b0 < nb; b0 += MMA_WARPS * MMA_U) {
         MQ raw[MMA_U];
         uint32_t bh[MMA_U][4], bl[MMA_U][4];
+        float2 iv[MMA_U];
 #pragma unroll
         for (int u = 0; u < MMA_U; u++) {
             if (b0 + u >= nb) break;
             raw[u].load(rp, b0 + u, tig);
-            if (!xlive) {
-#pragma unroll
-                for (int j = 0; j < 4; j++) bh[u][j] = bl[u][j] = 0u;
-            } else if constexpr (MQ::E8) {
-                const uint4 h = *(const uint4 *)(xhr + (b0 + u) * 32 + 8 * tig);
-                const uint4 l = *(const uint4 *)(xlr + (b0 + u) * 32 + 8 * tig);
-                bh[u][0] = h.x, bh[u][1] = h.y, bh[u][2] = h.z, bh[u][3] = h.w;
-                bl[u][0] = l.x, bl[u][1] = l.y, bl[u][2] = l.z, bl[u][3] = l.w;
-            } else {
-                const __half *hp = xhr + (b0 + u) * 32 + 4 * tig,
-                             *lp = xlr + (b0 + u) * 32 + 4 * tig;
-                const uint2 h0 = *(const uint2 *)hp, h1 = *(const uint2 *)(hp + 16);
-                const uint2 l0 = *(const uint2 *)lp, l1 = *(const uint2 *)(lp + 16);
-                bh[u][0] = h0.x, bh[u][1] = h0.y, bh[u][2] = h1.x, bh[u][3] = h1.y;
-                bl[u][0] = l0.x, bl[u][1] = l0.y, bl[u][2] = l1.x, bl[u][3] = l1.y;
-            }
+            kc_bfrag<MQ::E8>(xhr, xlr, inv, b0 + u, tig, live, bh[u], bl[u], &iv[u]);
         }
 #pragma unroll
         for (int u = 0; u < MMA_U; u++) {
             if (b0 + u >= nb) break;
-            uint32_t a0[4], a1[4];
-            float dd[2];
-            raw[u].frag(a0, a1, dd);
-            if constexpr (MQ::SCALED) {
-                float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                kc_mma16816(acc, a0, bh[u][0], bh[u][1]);
-                kc_mma16816(acc, a1, bh[u][2], bh[u][3]);
-                kc_mma16816(acc, a0, bl[u][0], bl[u][1]);
-                kc_mma16816(acc, a1, bl[u][2], bl[u][3]);
-                tot[0] = fmaf(dd[0], acc[0], tot[0]);
-                tot[1] = fmaf(dd[0], acc[1], tot[1]);
-                tot[2] = fmaf(dd[1], acc[2], tot[2]);
-                tot[3] = fmaf(dd[1], acc[3], tot[3]);
-            } else {
-                kc_mma16816(tot, a0, bh[u][0], bh[u][1]);
-                kc_mma16816(tot, a1, bh[u][2], bh[u][3]);
-                kc_mma16816(tot, a0, bl[u][0], bl[u][1]);
-                kc_mma16816(tot, a1, bl[u][2], bl[u][3]);
-            }
+            kc_mma_block(raw[u], bh[u], bl[u], iv[u], tot);
         }
     }
     __shared__ float red[MMA_WARPS][32][4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) red[w][lane][j] = tot[j];
-    __syncthreads();
-    if (w != 0) return;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        float v = red[0][lane][j];
-#pragma unroll
-        for (int ww = 1; ww < MMA_WARPS; ww++) v += red[ww][lane][j];
-        /* c0, c1: row g, tokens 2 tig, 2 tig + 1; c2, c3: row g + 8 */
-        const int64_t row = r0 + g + (j >= 2 ? 8 : 0);
-        const int tok = 2 * tig + (j & 1);
-        if (row < n && tok < T) y[tok * ys + row] = v * inv[tok] + (bias ? bias[row] : 0.0f);
-    }
+    kc_mma_store<MMA_WARPS>(red, tot, w, lane, r0, n, T, y, ys, bias);
 }
 
-/* Scratch the tensor-core gemv needs for k columns (one pass of up to 8 tokens). */
+/* q8_0 / q4_0 rows staged through shared memory: 2-byte aligned blocks read 2 bytes at a
+ * time straight from global memory cost a load instruction (and an L1 wavefront per row
+ * touched) per 4 weights, which capped the gemvs at ~30 % of the bandwidth bound (device
+ * run 14). Here each warp copies stages of 8 blocks x 16 rows (8 blocks are a multiple of
+ * 16 bytes: 144 / 272 bytes per row) with 16-byte cp.async, double-buffered, and reads the
+ * fragments from shared memory (row pitch 36 / 68 words: the lanes' 2-byte reads of rows
+ * g = 0..7 at 4 tig fall in 32 distinct banks). Needs k % 256 == 0 and 16-byte aligned
+ * rows. */
+#define MMA_SW 4 /* warps per CTA (split k) */
+__device__ __forceinline__ void kc_cp16(void *smem, const void *gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem));
+#else
+    (void)smem, (void)gmem;
+#endif
+}
+__device__ __forceinline__ void kc_cp_commit(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N> __device__ __forceinline__ void kc_cp_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+template <int DT>
+__global__ void __launch_bounds__(MMA_SW * 32)
+    gemv_mma_staged_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t k,
+                           const __half *__restrict__ xh, const __half *__restrict__ xl,
+                           const float *__restrict__ inv, int T, float *__restrict__ y, int64_t ys,
+                           const float *__restrict__ bias) {
+    using MQ = kc_mq<DT>;
+    constexpr int SB = 8 * kc_dt<DT>::BYTES; /* stage bytes per row */
+    constexpr int C = SB / 16;               /* 16-byte chunks per row */
+    static_assert(SB % 16 == 0, "a stage of 8 blocks must be whole 16-byte chunks");
+    __shared__ __align__(16) uint8_t buf[MMA_SW][2][16 * SB];
+    __shared__ float red[MMA_SW][32][4];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
+    const int64_t r0 = (int64_t)blockIdx.x * 16;
+    const bool live = g < T;
+    const __half *xhr = xh + (live ? g : 0) * k, *xlr = xl + (live ? g : 0) * k;
+    const int64_t nst = k / 256;
+    /* this lane's chunks: i = lane + 32 j over 16 rows x C chunks */
+    auto issue = [&](int64_t st, int q) {
+        for (int i = lane; i < 16 * C; i += 32) {
+            const int row = i / C, c = i % C;
+            const int64_t r = r0 + row < n ? r0 + row : n - 1;
+            kc_cp16(&buf[w][q][row * SB + c * 16], W + (size_t)r * row_bytes + st * SB + c * 16);
+        }
+        kc_cp_commit();
+    };
+    float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int q = 0;
+    if (w < nst) issue(w, 0);
+    for (int64_t st = w; st < nst; st += MMA_SW, q ^= 1) {
+        if (st + MMA_SW < nst) {
+            issue(st + MMA_SW, q ^ 1);
+            kc_cp_wait<1>();
+        } else {
+            kc_cp_wait<0>();
+        }
+        __syncwarp();
+        const uint8_t *const rp[2] = {&buf[w][q][g * SB], &buf[w][q][(g + 8) * SB]};
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            MQ raw[4];
+            uint32_t bh[4][4], bl[4][4];
+            float2 iv[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                raw[u].load(rp, 4 * h + u, tig);
+                kc_bfrag<MQ::E8>(xhr, xlr, inv, st * 8 + 4 * h + u, tig, live, bh[u], bl[u],
+                                 &iv[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) kc_mma_block(raw[u], bh[u], bl[u], iv[u], tot);
+        }
+        __syncwarp(); /* every lane done with buf[q] before it is refilled */
+    }
+    kc_mma_store<MMA_SW>(red, tot, w, lane, r0, n, T, y, ys, bias);
+}
+
+/* Scratch the tensor-core gemv needs for k columns (one pass of up to 8 tokens): the hi and
+ * lo halves and the per-block inverse scales. */
 static size_t kc_gemv_mma_bytes(int64_t k) {
-    return (size_t)KILN_CUDA_GEMV_MAX_T * (size_t)k * 2 * sizeof(__half) + 256;
+    return (size_t)KILN_CUDA_GEMV_MAX_T * (size_t)k * 2 * sizeof(__half) +
+           (size_t)(k / 32) * KILN_CUDA_GEMV_MAX_T * sizeof(float) + 256;
 }
 
 extern "C" size_t kiln_cuda_gemv_workspace(const struct kiln_sel_ctx *ctx) {
@@ -408,8 +515,8 @@ static bool kc_mma_dtype(uint32_t dt) {
     return dt == KILN_DTYPE_F16 || dt == KILN_DTYPE_Q8_0 || dt == KILN_DTYPE_Q4_0;
 }
 
-/* The tensor-core gemv for tokens [t0, t0 + T) when it applies (dtype, scratch, alignment,
- * a device of sm_80+); false: the caller runs the fma gemv. */
+/* The tensor-core gemv when it applies (dtype, scratch, alignment, a device of sm_80+);
+ * false: the caller runs the fma gemv. */
 static bool kc_mma_ok(const kiln_kctx *c, const kiln_matmul_args *a) {
     if (!kc_mma_dtype(a->w_dtype) || !c || !c->scratch) return false;
     if (c->scratch_size < kc_gemv_mma_bytes(a->k) || ((uintptr_t)c->scratch & 15)) return false;
@@ -422,21 +529,37 @@ static bool kc_mma_ok(const kiln_kctx *c, const kiln_matmul_args *a) {
 template <int DT>
 static void launch_gemv_mma(const kiln_kctx *c, const kiln_matmul_args *a, int64_t t0, int T) {
     cudaStream_t s = KC_STREAM(c);
-    __half *xh = (__half *)c->scratch, *xl = xh + (size_t)KILN_CUDA_GEMV_MAX_T * (size_t)a->k;
-    float *inv = (float *)(xl + (size_t)KILN_CUDA_GEMV_MAX_T * (size_t)a->k);
-    xsplit_kernel<<<T, 256, 0, s>>>(a->x + t0 * a->x_stride, a->x_stride, a->k, xh, xl, inv);
-    gemv_mma_kernel<DT><<<(unsigned)((a->n + 15) / 16), MMA_WARPS * 32, 0, s>>>(
-        (const uint8_t *)a->w, a->w_row_bytes, a->n, a->k, xh, xl, inv, T, a->y + t0 * a->y_stride,
-        a->y_stride, a->bias);
+    const size_t xk = (size_t)KILN_CUDA_GEMV_MAX_T * (size_t)a->k;
+    __half *xh = (__half *)c->scratch, *xl = xh + xk;
+    float *inv = (float *)(xl + xk);
+    const int64_t thr = (int64_t)T * (a->k / 4);
+    xsplit_kernel<<<(unsigned)((thr + 255) / 256), 256, 0, s>>>(a->x + t0 * a->x_stride,
+                                                                a->x_stride, a->k, T, xh, xl, inv);
+    const unsigned grid = (unsigned)((a->n + 15) / 16);
+    float *y = a->y + t0 * a->y_stride;
+    if constexpr (DT != KILN_DTYPE_F16) {
+        if (a->k % 256 == 0 && ((uintptr_t)a->w & 15) == 0 && (a->w_row_bytes & 15) == 0 &&
+            kc_gemv_staged) {
+            gemv_mma_staged_kernel<DT>
+                <<<grid, MMA_SW * 32, 0, s>>>((const uint8_t *)a->w, a->w_row_bytes, a->n, a->k, xh,
+                                              xl, inv, T, y, a->y_stride, a->bias);
+            return;
+        }
+    }
+    gemv_mma_kernel<DT><<<grid, MMA_WARPS * 32, 0, s>>>(
+        (const uint8_t *)a->w, a->w_row_bytes, a->n, a->k, xh, xl, inv, T, y, a->y_stride, a->bias);
 }
 
 /* Which gemv runs: 3 (default) the tensor-core one where it applies, else the tiled fma
- * one; 1 the tiled, 0 the direct, 2 the tiled with two groups per lane (A/B benchmarks
- * and tests select it with kiln_cuda_gemv_variant). */
+ * one; 4 the same without the shared-memory staging of q8_0 / q4_0; 1 the tiled, 0 the
+ * direct, 2 the tiled with two groups per lane (A/B benchmarks and tests select it with
+ * kiln_cuda_gemv_variant). */
 static int kc_gemv_kind = 3;
 
 extern "C" void kiln_cuda_gemv_variant(int kind) {
-    kc_gemv_kind = kind >= 0 && kind <= 3 ? kind : 3;
+    kc_gemv_kind = kind >= 0 && kind <= 4 ? kind : 3;
+    kc_gemv_staged = kc_gemv_kind != 4;
+    if (kc_gemv_kind == 4) kc_gemv_kind = 3;
 }
 
 template <int DT>
