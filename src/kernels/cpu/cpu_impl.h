@@ -126,7 +126,9 @@ static inline size_t kiln_r16_gbytes(uint32_t dt, int64_t k) {
  * panel: kiln_cpu_r16_panel_bytes(k) of scratch, used when t > 1: the group's units
  * unpacked (kiln_r16 unit: 16 x 64 bytes u, 4 x 16 floats s, 4 x 16 floats o). */
 static inline size_t kiln_cpu_r16_panel_bytes(int64_t k) {
-    return (size_t)((k + 63) / 64) * 24 * 64 + 64;
+    size_t unpacked = (size_t)((k + 63) / 64) * 24 * 64;
+    size_t w16 = 8 * (2048 + 512) + 24 * 64; /* the AVX2 GEMM's k block (matmul_r16_avx2.c) */
+    return (unpacked > w16 ? unpacked : w16) + 64;
 }
 void kiln_cpu_mmr16_avx512(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);
 void kiln_cpu_mmr16_avx2(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel);

@@ -229,6 +229,7 @@ void kiln_cpu_q8act_avx2(const float *x, int64_t k, uint8_t *dst) {
     const int64_t kc = kiln_q8act_chunks(k), nb = k / 32;
     int8_t *qs = (int8_t *)dst, *qs2 = (int8_t *)(dst + kc * 64);
     float *dl = (float *)(dst + kc * 128), *gs = (float *)(dst + kc * 192);
+    int16_t *a16 = (int16_t *)(dst + kc * 208);
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int64_t b = 0; b < nb; b++) {
         __m256 v[4];
@@ -250,8 +251,15 @@ void kiln_cpu_q8act_avx2(const float *x, int64_t k, uint8_t *dst) {
         pack32(q1, qs + 32 * b);
         pack32(q2, qs2 + 32 * b);
         _mm256_storeu_ps(dl + 8 * b, _mm256_set1_ps(d2));
+        for (int h = 0; h < 2; h++) { /* 256 q1 + q2 fits int16: packs does not saturate */
+            __m256i lo = _mm256_add_epi32(_mm256_slli_epi32(q1[2 * h], 8), q2[2 * h]);
+            __m256i hi = _mm256_add_epi32(_mm256_slli_epi32(q1[2 * h + 1], 8), q2[2 * h + 1]);
+            __m256i pk = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+            _mm256_storeu_si256((__m256i *)(a16 + 32 * b + 16 * h), pk);
+        }
     }
     if (nb & 1) {
+        memset(a16 + 32 * nb, 0, 64);
         memset(qs + 32 * nb, 0, 32);
         memset(qs2 + 32 * nb, 0, 32);
         _mm256_storeu_ps(dl + 8 * nb, _mm256_setzero_ps());

@@ -502,14 +502,162 @@ INLINE void gemm_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *pa
     }
 }
 
+/* ---- prefill: int16 register-blocked GEMM ----
+ * A group's units are unpacked (unpack() above) and widened to int16 ("w16" units: for
+ * each pair of elements p and half hh, 8 rows x 2 weights at 32 (2p + hh), then the
+ * unit's s and o floats as in the u8 panel), and the activations are the q8 row's a16 =
+ * 256 q1 + q2 (qblocks.h). One vpmaddwd then does 16 multiply-adds of both levels at
+ * once: u * (256 q1 + q2) summed in int32 is exactly 256 dot(u, q1) + dot(u, q2), the
+ * integer unit_dot() and unit_dots() compute (|u| <= 255, 32 elements: < 2^28), and the
+ * float steps are unit_dot()'s in its order, so rows stay bitwise equal to decode.
+ * Why int16 and not vpmaddubsw: a maddubs does 32 products of one level and needs its
+ * own 16-bit add (plus the flushes, and q8_0's sign trick at L = 1), a maddwd 16 of both
+ * levels: the same multiplies per useful product for the 4-bit types, half for q8_0, and
+ * no overflow groups. The micro-kernel is 16 rows (two ymm halves) x T tokens: per pair
+ * of elements 2 weight loads and T activation broadcasts feed 2T maddwd into 2T int32
+ * accumulators, with 2T float accumulators (T = 3: 15 ymm registers).
+ * Loop order (per work item): k in blocks of KB units, then the item's groups, then
+ * token tiles; the float accumulators live in y between k blocks (loaded and stored in
+ * the same order, so the sums are unchanged), the block's w16 panel stays in L1 and the
+ * block's activations of every token in L2 across the item's groups. */
+
+#define W16_BYTES (2048 + 512) /* int16 weights of a unit, then s[4][16], o[4][16] */
+#define KB        8            /* units per k block */
+#define TT        3            /* tokens per tile */
+
+/* The u8 unit U (unpack()) widened into the w16 unit W. */
+INLINE void widen16(uint32_t dt, const uint8_t *U, uint8_t *W) {
+    const __m256i shuf = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0,
+                                          1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++)
+        for (int hh = 0; hh < 2; hh++) {
+            /* 8 rows x 4 elements -> [rows 0-3 pair 0 | rows 4-7 pair 0 | ... pair 1] */
+            __m256i v = _mm256_load_si256((const __m256i *)(U + 64 * j + 32 * hh));
+            v = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, shuf), 0xD8);
+            __m128i a = _mm256_castsi256_si128(v), b = _mm256_extracti128_si256(v, 1);
+            __m256i wa = dt == KILN_DTYPE_Q8_0 ? _mm256_cvtepi8_epi16(a) : _mm256_cvtepu8_epi16(a);
+            __m256i wb = dt == KILN_DTYPE_Q8_0 ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
+            _mm256_store_si256((__m256i *)(W + 32 * (2 * (2 * j) + hh)), wa);
+            _mm256_store_si256((__m256i *)(W + 32 * (2 * (2 * j + 1) + hh)), wb);
+        }
+    memcpy(W + 2048, U + 1024, 512);
+}
+
+typedef struct tok_act {
+    const int16_t *a16;
+    const float *dl, *gs;
+} tok_act;
+
+INLINE __m256i bcast16x2(const int16_t *a) {
+    int32_t v;
+    memcpy(&v, a, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* acc[hh][t] (rows 8hh..8hh+7, token t) += w16 unit W x unit c of T tokens' activations. */
+INLINE void tile_unit(uint32_t dt, int T, const uint8_t *W, const tok_act *A, int64_t c,
+                      __m256 acc[2][TT]) {
+    const int G = per32(dt) ? 2 : 4, PP = 32 / G;
+#pragma GCC unroll 4
+    for (int q = 0; q < G; q++) {
+        __m256i d[2][TT];
+#pragma GCC unroll 3
+        for (int t = 0; t < T; t++) d[0][t] = d[1][t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int pp = 0; pp < PP; pp++) {
+            const int pr = q * PP + pp;
+            __m256i w0 = _mm256_load_si256((const __m256i *)(W + 32 * (2 * pr)));
+            __m256i w1 = _mm256_load_si256((const __m256i *)(W + 32 * (2 * pr + 1)));
+#pragma GCC unroll 3
+            for (int t = 0; t < T; t++) {
+                __m256i a = bcast16x2(A[t].a16 + 64 * c + 2 * pr);
+                d[0][t] = _mm256_add_epi32(d[0][t], _mm256_madd_epi16(w0, a));
+                d[1][t] = _mm256_add_epi32(d[1][t], _mm256_madd_epi16(w1, a));
+            }
+        }
+        const int sq = per32(dt) ? 2 * q : q;
+#pragma GCC unroll 3
+        for (int t = 0; t < T; t++) {
+            const float *dl = A[t].dl + 16 * c, *gs = A[t].gs + 4 * c;
+            const float gsum = per32(dt) ? gs[2 * q] + gs[2 * q + 1] : gs[q];
+            const __m256 dlv = _mm256_set1_ps(dl[8 * (sq >> 1)]), gv = _mm256_set1_ps(gsum);
+#pragma GCC unroll 2
+            for (int hh = 0; hh < 2; hh++) {
+                const float *s = (const float *)(W + 2048 + 64 * sq) + 8 * hh;
+                const float *o = (const float *)(W + 2304 + 64 * sq) + 8 * hh;
+                __m256 sc = _mm256_mul_ps(_mm256_load_ps(s), dlv);
+                acc[hh][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[hh][t]), sc, acc[hh][t]);
+                acc[hh][t] = _mm256_fmadd_ps(_mm256_load_ps(o), gv, acc[hh][t]);
+            }
+        }
+    }
+}
+
+/* Tokens [t0, t0 + T) of a full group (16 rows at y0) over the w16 units of k block
+ * [c0, c1); first: the block starts the sums (else they continue from y); last: add
+ * the bias and leave the result. */
+INLINE void tile(uint32_t dt, int T, const kiln_cpu_mm *p, const uint8_t *Wp, int64_t c0,
+                 int64_t c1, int64_t t0, float *y0, const float *bias, bool first, bool last) {
+    const int64_t k = p->k;
+    tok_act A[TT];
+    __m256 acc[2][TT];
+#pragma GCC unroll 3
+    for (int t = 0; t < T; t++) {
+        const uint8_t *a = p->act + (t0 + t) * p->act_stride;
+        A[t] = (tok_act){kiln_q8act_a16(a, k), kiln_q8act_dl(a, k), kiln_q8act_gs(a, k)};
+        float *y = y0 + (t0 + t) * p->y_stride;
+        acc[0][t] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y);
+        acc[1][t] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + 8);
+    }
+    for (int64_t c = c0; c < c1; c++)
+        tile_unit(dt, T, Wp + (size_t)(c - c0) * W16_BYTES, A, c, acc);
+#pragma GCC unroll 3
+    for (int t = 0; t < T; t++) {
+        float *y = y0 + (t0 + t) * p->y_stride;
+        if (last && bias) {
+            acc[0][t] = _mm256_add_ps(acc[0][t], _mm256_loadu_ps(bias));
+            acc[1][t] = _mm256_add_ps(acc[1][t], _mm256_loadu_ps(bias + 8));
+        }
+        _mm256_storeu_ps(y, acc[0][t]);
+        _mm256_storeu_ps(y + 8, acc[1][t]);
+    }
+}
+
+/* Prefill of rows [r0, r1): the full groups by the int16 GEMM, a partial last group
+ * (n % 16 rows) by gemm_group(). */
+INLINE void gemm_rows(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel) {
+    const int64_t k = p->k, kc = kiln_q8act_chunks(k);
+    const bool odd = (k % 64) != 0;
+    const int64_t g0 = r0 / 16, g1 = (r1 + 15) / 16, gf = g1 < p->n / 16 ? g1 : p->n / 16;
+    const size_t gb = kiln_r16_gbytes(dt, k);
+    uint8_t *Wp = panel, *U = panel + KB * W16_BYTES;
+    for (int64_t c0 = 0; c0 < kc; c0 += KB) {
+        const int64_t c1 = c0 + KB < kc ? c0 + KB : kc;
+        const bool first = c0 == 0, last = c1 == kc;
+        for (int64_t g = g0; g < gf; g++) {
+            const uint8_t *gp = p->w + (size_t)g * gb;
+            for (int64_t c = c0; c < c1; c++) {
+                unpack(dt, gp, c, !(odd && c == kc - 1), U);
+                widen16(dt, U, Wp + (size_t)(c - c0) * W16_BYTES);
+            }
+            float *y0 = p->y + 16 * g;
+            const float *bias = p->bias ? p->bias + 16 * g : NULL;
+            int64_t t0 = 0;
+            for (; t0 + TT <= p->t; t0 += TT)
+                tile(dt, TT, p, Wp, c0, c1, t0, y0, bias, first, last);
+            for (; t0 < p->t; t0++) tile(dt, 1, p, Wp, c0, c1, t0, y0, bias, first, last);
+        }
+    }
+    for (int64_t g = gf; g < g1; g++) gemm_group(dt, p, g, panel);
+}
+
 #define R16_CASE(DT)                                                                               \
     case DT:                                                                                       \
-        for (int64_t g = g0; g < g1; g++) {                                                        \
-            if (p->t == 1)                                                                         \
-                gemv_group(DT, p, g, buf);                                                         \
-            else                                                                                   \
-                gemm_group(DT, p, g, panel);                                                       \
-        }                                                                                          \
+        if (p->t == 1)                                                                             \
+            for (int64_t g = g0; g < g1; g++) gemv_group(DT, p, g, buf);                           \
+        else                                                                                       \
+            gemm_rows(DT, p, r0, r1, panel);                                                       \
         break
 
 void kiln_cpu_mmr16_avx2(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t *panel) {

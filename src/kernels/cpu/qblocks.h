@@ -41,6 +41,8 @@
  *   qs2   int8 [kc * 64]     q2, zero padded
  *   dl    float[kc * 16]     d2 of each 4-element lane (repeated 8 times per 32)
  *   gs    float[kc * 4]      sum of d1 q1 + d2 q2 over each 16 elements
+ *   a16   int16[kc * 64]     256 q1 + q2 (|.| <= 32639), zero padded; written by the
+ *                            AVX2 quantizer only (the AVX2 R16 GEMM's int16 dot products)
  * kiln_q8act_row_bytes(k) bytes per token (rounded up to a multiple of 64, so rows and
  * their arrays stay 64-byte aligned in a 64-byte aligned buffer).
  */
@@ -64,7 +66,7 @@ static inline int64_t kiln_q8act_chunks(int64_t k) {
     return (k + 63) / 64;
 }
 static inline size_t kiln_q8act_row_bytes(int64_t k) {
-    return ((size_t)kiln_q8act_chunks(k) * (64 + 64 + 64 + 16) + 63) & ~(size_t)63;
+    return ((size_t)kiln_q8act_chunks(k) * (64 + 64 + 64 + 16 + 128) + 63) & ~(size_t)63;
 }
 static inline const int8_t *kiln_q8act_qs(const uint8_t *row, int64_t k) {
     (void)k;
@@ -78,6 +80,10 @@ static inline const float *kiln_q8act_dl(const uint8_t *row, int64_t k) {
 }
 static inline const float *kiln_q8act_gs(const uint8_t *row, int64_t k) {
     return (const float *)(row + kiln_q8act_chunks(k) * 192);
+}
+
+static inline const int16_t *kiln_q8act_a16(const uint8_t *row, int64_t k) {
+    return (const int16_t *)(row + kiln_q8act_chunks(k) * 208);
 }
 
 /* Unpacked weight panel rows (GEMM, plain layout): u[kc * 64] | s[kc * 16] | o[kc * 4]. */
