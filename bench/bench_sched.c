@@ -3,7 +3,7 @@
  *
  *   bench_sched -m MODEL [-b cpu|ref] [-t THREADS] [--mode all|overhead|decode|ttft|starve]
  *               [--npl 1,4,16,64] [--pp 128] [--tg 128] [--step-tokens N] [--reps N]
- *               [--latency-tokens N] [--trace FILE]
+ *               [--latency-tokens N] [--trace FILE] [--tp N]
  *
  * overhead  64 concurrent requests decoding: host time per step outside the engine step
  *           (admission, planning, sampling, detokenizing, streaming, ledger), per step:
@@ -53,7 +53,7 @@ static kiln_sink_result sink(void *user, const kiln_token_event *ev) {
 
 static kiln_model *M;
 static const char *BACKEND = "cpu";
-static int THREADS = 2, STEP_TOKENS = 0, REPS = 5, LATENCY_TOKENS = 0;
+static int THREADS = 2, STEP_TOKENS = 0, REPS = 5, LATENCY_TOKENS = 0, TP = 1;
 static const char *TRACE = NULL;
 static uint64_t rng_s = 88172645463325252ull;
 
@@ -70,6 +70,7 @@ static kiln_engine *mk_engine(int32_t max_seqs, int64_t n_ctx) {
     o.n_ctx = n_ctx;
     o.max_seqs = max_seqs;
     o.max_step_tokens = 512;
+    o.tp = TP;
     kiln_engine *e = NULL;
     kiln_err err;
     if (kiln_engine_create(M, &o, &e, &err)) {
@@ -374,6 +375,8 @@ int main(int argc, char **argv) {
             LATENCY_TOKENS = atoi(v);
         else if (!strcmp(a, "--reps"))
             REPS = atoi(v);
+        else if (!strcmp(a, "--tp"))
+            TP = atoi(v);
         else if (!strcmp(a, "--trace"))
             TRACE = v;
         else {

@@ -17,8 +17,9 @@
 #             llama-batched-bench on the same file
 #   tp        test_tp_nccl (NCCL collectives, TP 2 logits vs TP 1), then 8B q4_0 kiln bench
 #             --tp 1 / --tp 2, llama-bench -sm layer / row on the GPUs
-#   tp70b     a Llama-3-70B-shaped q4_0 (38 GiB) over 2 GPUs: kiln bench --tp 2, llama-bench
-#             -sm layer / row
+#   tp70b     a Llama-3-70B-shaped q4_0 (38 GiB; fits one H100 too): kiln bench and
+#             bench_sched (1 and 64 sequences) at --tp 2 and 1, llama-bench -sm layer / row
+#             and on one GPU, llama-batched-bench -sm layer
 # Exit status 0 when every step that ran passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +48,7 @@ for s in "$@"; do
     e2e) TG="$TG test_cuda_e2e test_cuda_kernels test_cuda_backend bench_cuda bench_sched" ;;
     batched) TG="$TG bench_sched" ;;
     tp) TG="$TG test_tp_nccl" ;;
+    tp70b) TG="$TG bench_sched" ;;
   esac
 done
 if [ ! -f $B/CMakeCache.txt ]; then
@@ -98,14 +100,23 @@ for s in "$@"; do
       fi ;;
     tp70b)
       [ "$NGPU" -ge 2 ] || { echo "tp70b: needs 2 GPUs"; continue; }
-      df -h /tmp | tail -1
       f=$M/llama3-70b-q4_0.gguf
       [ -f "$f" ] || step gen70b 600 kiln-gen -q -p llama3-70b -t q4_0 -o "$f"
-      step kiln-70b-tp2 600 kiln bench -m "$f" --backend cuda --tp 2 -p 512 -n 64 -r 2
+      df -h $M | tail -1
+      step kiln-70b-tp2 300 kiln bench -m "$f" --backend cuda --tp 2 -p 512 -n 64 -r 2
+      step kiln-70b-tp1 300 kiln bench -m "$f" --backend cuda -p 512 -n 64 -r 2
+      step kiln-70b-sched-tp2 300 bench_sched -m "$f" -b cuda --tp 2 --mode decode --npl 1,64 \
+        --pp 128 --tg 64
+      step kiln-70b-sched-tp1 300 bench_sched -m "$f" -b cuda --mode decode --npl 1,64 --pp 128 \
+        --tg 64
       if llama llama-bench; then
-        step llama-70b-layer 600 "$LB/llama-bench" -m "$f" -ngl 99 -fa 1 -sm layer -p 512 -n 64 -r 2
-        step llama-70b-row 600 "$LB/llama-bench" -m "$f" -ngl 99 -fa 1 -sm row -p 512 -n 64 -r 2
-      fi ;;
+        step llama-70b-layer 300 "$LB/llama-bench" -m "$f" -ngl 99 -fa 1 -sm layer -p 512 -n 64 -r 2
+        step llama-70b-row 300 "$LB/llama-bench" -m "$f" -ngl 99 -fa 1 -sm row -p 512 -n 64 -r 2
+        step llama-70b-one 300 env CUDA_VISIBLE_DEVICES=0 "$LB/llama-bench" -m "$f" -ngl 99 -fa 1 \
+          -p 512 -n 64 -r 2
+      fi
+      llama llama-batched-bench && step llama-70b-batched 300 "$LB/llama-batched-bench" -m "$f" \
+        -ngl 99 -fa 1 -sm layer -c 16384 -b 2048 -ub 512 -npp 128 -ntg 64 -npl 1,64 ;;
     *) echo "unknown step $s"; rc=1 ;;
   esac
 done
@@ -117,4 +128,5 @@ for f in "$OUT"/kiln-*.log "$OUT"/llama-*.log; do
   echo "== $(basename "$f" .log)"; grep -E "^\|.*(pp|tg)[0-9]|t/s|tok/s|S_TG|^\| *[0-9]" "$f" | tail -8
 done
 printf '%s\n' "${ROWS[@]}"
+tar czf "$OUT/logs-$(date +%H%M%S).tgz" -C "$OUT" --exclude='*.tgz' . 2>/dev/null
 exit $rc

@@ -102,6 +102,7 @@ typedef struct mm_case {
 } mm_case;
 
 static float x_sigma = 1.0f; /* activation scale (the tensor-core gemv scales rows by 2^e) */
+static bool gemv_inv;        /* the batch-invariant gemv entry */
 
 static void one_matmul(uint32_t dt, int64_t n, int64_t k, int64_t t, bool bias, bool blas) {
     const kiln_dtype_info *info = kiln_dtype_get(dt);
@@ -132,7 +133,9 @@ static void one_matmul(uint32_t dt, int64_t n, int64_t k, int64_t t, bool bias, 
     a.x = dup_dev(x, sizeof(float) * (size_t)(t * xs));
     a.y = poisoned(sizeof(float) * (size_t)(t * ys));
     a.bias = bias ? dup_dev(b, sizeof(float) * (size_t)n) : NULL;
-    kiln_status st = blas ? kiln_cuda_matmul_cublas(&kc, &a) : kiln_cuda_matmul_gemv(&kc, &a);
+    kiln_status st = blas       ? kiln_cuda_matmul_cublas(&kc, &a)
+                     : gemv_inv ? kiln_cuda_matmul_gemv_inv(&kc, &a)
+                                : kiln_cuda_matmul_gemv(&kc, &a);
     if (st)
         fail_msg("%s %s n=%lld k=%lld t=%lld: status %d", blas ? "cublas" : "gemv", info->name,
                  (long long)n, (long long)k, (long long)t, (int)st);
@@ -162,6 +165,12 @@ static void test_matmul_gemv(void **state) {
      * it (1e-6) */
     static const float sig[] = {3e4f, 1e-6f};
     static const uint32_t mma_dt[] = {KILN_DTYPE_F16, KILN_DTYPE_Q8_0, KILN_DTYPE_Q4_0};
+    /* the batch-invariant entry: the tensor-core gemv at every t (the default one runs the
+     * fma gemv for single tokens) */
+    gemv_inv = true;
+    for (int d = 0; d < N_DT; d++)
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+            one_matmul(all_dt[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, false);
     for (size_t si = 0; si < 2; si++) {
         x_sigma = sig[si];
         for (size_t d = 0; d < 3; d++)
@@ -169,6 +178,7 @@ static void test_matmul_gemv(void **state) {
                 one_matmul(mma_dt[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, false);
     }
     x_sigma = 1.0f;
+    gemv_inv = false;
     kiln_cuda_gemv_variant(3);
 }
 

@@ -32,6 +32,9 @@ struct kiln_sel_ctx;
  * pass (more tokens: repeated passes), weights dequantized in registers. */
 #define KILN_CUDA_GEMV_MAX_T 8
 kiln_status kiln_cuda_matmul_gemv(const kiln_kctx *c, const kiln_matmul_args *a);
+/* The same, batch invariant: one kernel at every token count (the tensor-core one for
+ * f16/q8_0/q4_0, which the default entry uses only for 2..8 tokens per pass). */
+kiln_status kiln_cuda_matmul_gemv_inv(const kiln_kctx *c, const kiln_matmul_args *a);
 /* Scratch the gemv wants (the tensor-core path's split activations: 33 k + 256 bytes);
  * with less it runs the fma gemv. */
 size_t kiln_cuda_gemv_workspace(const struct kiln_sel_ctx *ctx);

@@ -618,7 +618,11 @@ int kiln_cuda_weight_dtype_ok(uint32_t dtype) {
 
 #define GEMV_CASE(DT, s, a, t0, T) launch_gemv<DT>(s, a, t0, T)
 
-extern "C" kiln_status kiln_cuda_matmul_gemv(const kiln_kctx *c, const kiln_matmul_args *a) {
+/* inv: the batch-invariant entry (one kernel at every token count); else the tensor-core
+ * gemv runs passes of 2..8 tokens and the fma gemv single tokens (on the H100 the fma gemv
+ * is faster at t = 1: 4.15 vs 4.95 ms for an 8B q4_0's matmuls, the tensor-core one ~2x
+ * faster at t = 4: device run 15, docs/CUDA.md). */
+static kiln_status gemv_entry(const kiln_kctx *c, const kiln_matmul_args *a, bool inv) {
     if (a->t <= 0 || a->n <= 0) return KILN_OK;
     const int be = kc_block_elems(a->w_dtype);
     if (!be || a->k % be || a->k % 32 || a->w_layout != 0) return KILN_ERR_INVALID_ARG;
@@ -627,7 +631,7 @@ extern "C" kiln_status kiln_cuda_matmul_gemv(const kiln_kctx *c, const kiln_matm
     const bool mma = kc_gemv_kind == 3 && kc_mma_ok(c, a);
     for (int64_t t0 = 0; t0 < a->t; t0 += KILN_CUDA_GEMV_MAX_T) {
         int T = (int)(a->t - t0 < KILN_CUDA_GEMV_MAX_T ? a->t - t0 : KILN_CUDA_GEMV_MAX_T);
-        if (mma) {
+        if (mma && (inv || T >= 2)) {
             if (a->w_dtype == KILN_DTYPE_F16)
                 launch_gemv_mma<KILN_DTYPE_F16>(c, a, t0, T);
             else if (a->w_dtype == KILN_DTYPE_Q8_0)
@@ -639,6 +643,14 @@ extern "C" kiln_status kiln_cuda_matmul_gemv(const kiln_kctx *c, const kiln_matm
         KC_DTYPE_SWITCH(a->w_dtype, GEMV_CASE, s, a, t0, T);
     }
     return kc_launched();
+}
+
+extern "C" kiln_status kiln_cuda_matmul_gemv(const kiln_kctx *c, const kiln_matmul_args *a) {
+    return gemv_entry(c, a, false);
+}
+
+extern "C" kiln_status kiln_cuda_matmul_gemv_inv(const kiln_kctx *c, const kiln_matmul_args *a) {
+    return gemv_entry(c, a, true);
 }
 
 /* ---- argmax over logits rows (lowest index among equal maxima; NaN, -inf skipped) ---- */

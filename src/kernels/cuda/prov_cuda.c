@@ -8,9 +8,10 @@
  * unavailable with the runtime's reason, never an error.
  *
  * Matmul selection: cuda.gemv.matmul (priority 80) serves buckets 1 and 2-8
- * (max_tokens 8); cuda.cublas.matmul (70) the larger ones; cuda.gemv_any.matmul (30,
- * the same gemv in passes of 8 tokens) is the batch-invariant choice for every bucket,
- * for deterministic policies (cuBLAS tiles depend on t).
+ * (max_tokens 8; 1 token: the fma gemv, 2-8: the tensor-core gemv for f16/q8_0/q4_0);
+ * cuda.cublas.matmul (70) the larger ones; cuda.gemv_any.matmul (30, one gemv in passes of
+ * 8 tokens) is the batch-invariant choice for every bucket, for deterministic policies
+ * (cuBLAS tiles depend on t).
  */
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/registry.h"
@@ -42,7 +43,8 @@ static const kiln_kernel_spec cuda_specs[] = {
      .k_multiple = 32,
      .max_tokens = KILN_CUDA_GEMV_MAX_T,
      .features = KILN_KFEAT_BIAS,
-     .props = ALL_PROPS,
+     /* not batch invariant: 1 token runs the fma gemv, 2-8 the tensor-core one */
+     .props = KILN_KPROP_DETERMINISTIC | KILN_KPROP_GRAPH_SAFE,
      .workspace = kiln_cuda_gemv_workspace,
      .priority = 80,
      .fn.matmul = kiln_cuda_matmul_gemv,
@@ -71,7 +73,7 @@ static const kiln_kernel_spec cuda_specs[] = {
      .props = ALL_PROPS,
      .workspace = kiln_cuda_gemv_workspace,
      .priority = 30,
-     .fn.matmul = kiln_cuda_matmul_gemv,
+     .fn.matmul = kiln_cuda_matmul_gemv_inv,
      .summary = "the gemv in passes of 8 tokens (batch invariant at any size)"},
     {.id = "cuda.embed",
      .op = KILN_KOP_EMBED,
