@@ -205,7 +205,8 @@ static kiln_status matmul(const isa_impl *isa, const kiln_kctx *c, const kiln_ma
         else
             kiln_pool_for(pool, a->t, 1, quant_range, &j);
     }
-    if (!quant && a->t > 1 && !j.mm.bf16) {
+    /* the AVX2 float GEMM broadcasts x itself (matmul_f_avx2.c): no transposed copy */
+    if (!quant && a->t > 1 && !j.mm.bf16 && isa == &impl_avx512) {
         j.mm.xt = (const float *)ws;
         j.mm.xt_stride = kiln_cpu_xt_stride(a->t);
         act_bytes = kiln_cpu_xt_bytes(a->k, a->t);

@@ -1,8 +1,9 @@
 /*
  * matmul_f_avx2.c — float-weight matmul (f32, f16, bf16 weights; f32 activations) for
- * AVX2 + FMA + F16C. Same structure as matmul_f_avx512.c, 8 floats per register; the
- * prefill micro-kernel is 4 rows x 24 tokens on the transposed activations (12 ymm
- * accumulators), or 2 rows x 4 tokens of dot products when the caller gives none.
+ * AVX2 + FMA + F16C. Weights are widened to f32 exactly; decode is one row at a time
+ * (two accumulators); prefill is a 16-row x 6-token micro-kernel on a transposed panel
+ * of widened weights (below), which needs no transposed activations (kiln_cpu_mm.xt is
+ * ignored here).
  */
 #include "format/dtype.h"
 #include "kernels/cpu/cpu_impl.h"
@@ -63,110 +64,6 @@ INLINE float gemv_row(uint32_t dt, const uint8_t *row, int64_t k, const float *x
     return s;
 }
 
-INLINE void widen_row(uint32_t dt, const uint8_t *row, int64_t k, float *p) {
-    int64_t i = 0;
-    for (; i + 8 <= k; i += 8) _mm256_store_ps(p + i, wload8(dt, row, i));
-    for (; i < k; i++) p[i] = wload1(dt, row, i);
-    for (; i % 8; i++) p[i] = 0.0f;
-}
-
-INLINE void micro(int R, int T, const float *panel, int64_t pstride, int64_t k, const float *x,
-                  int64_t xs, float *out) {
-    __m256 acc[2][4];
-#pragma GCC unroll 16
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 16
-        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= k; i += 8) {
-        __m256 w[2];
-#pragma GCC unroll 16
-        for (int r = 0; r < R; r++) w[r] = _mm256_load_ps(panel + r * pstride + i);
-#pragma GCC unroll 16
-        for (int t = 0; t < T; t++) {
-            __m256 xv = _mm256_loadu_ps(x + t * xs + i);
-#pragma GCC unroll 16
-            for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(w[r], xv, acc[r][t]);
-        }
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 16
-        for (int t = 0; t < T; t++) {
-            float s = hsum8(acc[r][t]);
-            for (int64_t j = i; j < k; j++) s += panel[r * pstride + j] * x[t * xs + j];
-            out[r * 4 + t] = s;
-        }
-}
-
-static void micro_dispatch(int R, int T, const float *panel, int64_t pstride, int64_t k,
-                           const float *x, int64_t xs, float *out) {
-    if (R == 2) {
-        switch (T) {
-        case 4:
-            micro(2, 4, panel, pstride, k, x, xs, out);
-            return;
-        case 3:
-            micro(2, 3, panel, pstride, k, x, xs, out);
-            return;
-        case 2:
-            micro(2, 2, panel, pstride, k, x, xs, out);
-            return;
-        default:
-            micro(2, 1, panel, pstride, k, x, xs, out);
-            return;
-        }
-    }
-    switch (T) {
-    case 4:
-        micro(1, 4, panel, pstride, k, x, xs, out);
-        return;
-    case 3:
-        micro(1, 3, panel, pstride, k, x, xs, out);
-        return;
-    case 2:
-        micro(1, 2, panel, pstride, k, x, xs, out);
-        return;
-    default:
-        micro(1, 1, panel, pstride, k, x, xs, out);
-        return;
-    }
-}
-
-static void widen_dispatch(uint32_t dt, const uint8_t *row, int64_t k, float *p) {
-    switch (dt) {
-    case KILN_DTYPE_F32:
-        widen_row(KILN_DTYPE_F32, row, k, p);
-        break;
-    case KILN_DTYPE_F16:
-        widen_row(KILN_DTYPE_F16, row, k, p);
-        break;
-    default:
-        widen_row(KILN_DTYPE_BF16, row, k, p);
-        break;
-    }
-}
-
-static void gemm(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel_bytes) {
-    float *panel = (float *)panel_bytes;
-    const int64_t pstride = (p->k + 15) / 16 * 16;
-    float out[16];
-    for (int64_t r = r0; r < r1;) {
-        int R = r1 - r >= 2 ? 2 : 1;
-        for (int i = 0; i < R; i++)
-            widen_dispatch(p->dtype, p->w + (r + i) * p->w_row_bytes, p->k, panel + i * pstride);
-        for (int64_t t = 0; t < p->t; t += 4) {
-            int T = p->t - t >= 4 ? 4 : (int)(p->t - t);
-            micro_dispatch(R, T, panel, pstride, p->k, p->x + t * p->x_stride, p->x_stride, out);
-            for (int i = 0; i < R; i++)
-                for (int j = 0; j < T; j++)
-                    p->y[(t + j) * p->y_stride + r + i] =
-                        out[i * 4 + j] + (p->bias ? p->bias[r + i] : 0.0f);
-        }
-        r += R;
-    }
-}
-
 #define GEMV_CASE(DT)                                                                              \
     case DT:                                                                                       \
         for (int64_t r = r0; r < r1; r++)                                                          \
@@ -174,80 +71,135 @@ static void gemm(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel_by
                 gemv_row(DT, p->w + r * p->w_row_bytes, p->k, p->x) + (p->bias ? p->bias[r] : 0);  \
         break
 
-/* ---- prefill on transposed activations (p->xt; as matmul_f_avx512.c) ----
- * R (<= 4) widened rows x TV (<= 3) vectors of 8 tokens: 12 accumulators, per element
- * 3 token-vector loads and 4 weight broadcasts for 12 FMAs. */
-INLINE void micro_xt(int R, int TV, const float *panel, int64_t pstride, int64_t k, const float *xt,
-                     int64_t ts, __m256 out[4][3]) {
-    __m256 acc[4][3];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 3
-        for (int v = 0; v < TV; v++) acc[r][v] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < k; i++) {
-        __m256 xv[3];
-#pragma GCC unroll 3
-        for (int v = 0; v < TV; v++) xv[v] = _mm256_load_ps(xt + i * ts + 8 * v);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            __m256 w = _mm256_broadcast_ss(panel + r * pstride + i);
-#pragma GCC unroll 3
-            for (int v = 0; v < TV; v++) acc[r][v] = _mm256_fmadd_ps(w, xv[v], acc[r][v]);
+/* ---- prefill, row-vectorized (the default for t > 1 since session 4) ----
+ * 16 weight rows are widened FKB elements at a time into a transposed panel (for each
+ * element, the 16 rows' f32 weights side by side: two ymm), and a 16-row x 6-token
+ * micro-kernel broadcasts each token's activation x[t][i] (no transposed activations)
+ * over the two weight vectors: 12 accumulators, per element 2 vector loads, 6 broadcasts,
+ * 12 FMAs. The accumulators are 8 consecutive rows of one token, so they live in y
+ * between k blocks (contiguous loads and stores), and the result needs no scatter. Each
+ * (row, token) sum is the FMA chain over k in order, the same bits as micro_xt().
+ * Loop order: k block, then the item's row groups, then token tiles: the block's
+ * activations of all tokens (t x FKB floats) stay in L2 across the groups, the group's
+ * panel (16 KB) in L1 across the tokens. */
+#define FKB 256
+#define FTT 6
+
+/* 8 rows x 8 floats (v[r] = row r) -> v[e] = element e of the 8 rows. */
+INLINE void tr8(__m256 v[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+        v[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+    }
+}
+
+/* Rows [r, r + nr) (nr <= 16), elements [k0, k0 + kb), widened into wp[i][16]; rows past
+ * nr are zero. */
+INLINE void widen_t16(uint32_t dt, const kiln_cpu_mm *p, int64_t r, int nr, int64_t k0, int64_t kb,
+                      float *wp) {
+    int64_t i = 0;
+    if (nr == 16)
+        for (; i + 8 <= kb; i += 8)
+            for (int h = 0; h < 2; h++) {
+                __m256 v[8];
+                for (int j = 0; j < 8; j++)
+                    v[j] = wload8(dt, p->w + (r + 8 * h + j) * p->w_row_bytes, k0 + i);
+                tr8(v);
+                for (int e = 0; e < 8; e++) _mm256_store_ps(wp + (i + e) * 16 + 8 * h, v[e]);
+            }
+    for (; i < kb; i++)
+        for (int j = 0; j < 16; j++)
+            wp[i * 16 + j] = j < nr ? wload1(dt, p->w + (r + j) * p->w_row_bytes, k0 + i) : 0.0f;
+}
+
+/* Tokens [t0, t0 + T) x 16 rows at column r of y over elements [k0, k0 + kb); nr valid
+ * rows (masked loads and stores below 16). */
+INLINE void micro_rv(int T, const kiln_cpu_mm *p, const float *wp, int64_t k0, int64_t kb,
+                     int64_t t0, int64_t r, int nr, bool first, bool last) {
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), iota);
+    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr - 8), iota);
+    __m256 acc[2][FTT];
+    const float *x[FTT];
+#pragma GCC unroll 6
+    for (int t = 0; t < T; t++) {
+        x[t] = p->x + (t0 + t) * p->x_stride + k0;
+        float *y = p->y + (t0 + t) * p->y_stride + r;
+        if (first) {
+            acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+        } else if (nr == 16) {
+            acc[0][t] = _mm256_loadu_ps(y);
+            acc[1][t] = _mm256_loadu_ps(y + 8);
+        } else {
+            acc[0][t] = _mm256_maskload_ps(y, m0);
+            acc[1][t] = _mm256_maskload_ps(y + 8, m1);
         }
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 3
-        for (int v = 0; v < TV; v++) out[r][v] = acc[r][v];
-}
-
-#define MICRO_XT_TV(R)                                                                             \
-    case R:                                                                                        \
-        if (TV == 3)                                                                               \
-            micro_xt(R, 3, panel, pstride, k, xt, ts, out);                                        \
-        else if (TV == 2)                                                                          \
-            micro_xt(R, 2, panel, pstride, k, xt, ts, out);                                        \
-        else                                                                                       \
-            micro_xt(R, 1, panel, pstride, k, xt, ts, out);                                        \
-        break
-
-static void micro_xt_dispatch(int R, int TV, const float *panel, int64_t pstride, int64_t k,
-                              const float *xt, int64_t ts, __m256 out[4][3]) {
-    switch (R) {
-        MICRO_XT_TV(4);
-        MICRO_XT_TV(3);
-        MICRO_XT_TV(2);
-    default:
-        if (TV == 3)
-            micro_xt(1, 3, panel, pstride, k, xt, ts, out);
-        else if (TV == 2)
-            micro_xt(1, 2, panel, pstride, k, xt, ts, out);
-        else
-            micro_xt(1, 1, panel, pstride, k, xt, ts, out);
-        break;
+    for (int64_t i = 0; i < kb; i++) {
+        const __m256 w0 = _mm256_load_ps(wp + 16 * i), w1 = _mm256_load_ps(wp + 16 * i + 8);
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) {
+            const __m256 xv = _mm256_broadcast_ss(x[t] + i);
+            acc[0][t] = _mm256_fmadd_ps(w0, xv, acc[0][t]);
+            acc[1][t] = _mm256_fmadd_ps(w1, xv, acc[1][t]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int t = 0; t < T; t++) {
+        float *y = p->y + (t0 + t) * p->y_stride + r;
+        if (last && p->bias) {
+            acc[0][t] = _mm256_add_ps(acc[0][t], _mm256_maskload_ps(p->bias + r, m0));
+            acc[1][t] = _mm256_add_ps(acc[1][t], _mm256_maskload_ps(p->bias + r + 8, m1));
+        }
+        if (nr == 16) {
+            _mm256_storeu_ps(y, acc[0][t]);
+            _mm256_storeu_ps(y + 8, acc[1][t]);
+        } else {
+            _mm256_maskstore_ps(y, m0, acc[0][t]);
+            _mm256_maskstore_ps(y + 8, m1, acc[1][t]);
+        }
     }
 }
 
-static void gemm_xt(const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel_bytes) {
-    float *panel = (float *)panel_bytes;
-    const int64_t pstride = (p->k + 15) / 16 * 16, ts = p->xt_stride;
-    __m256 out[4][3];
-    _Alignas(32) float tmp[8];
-    for (int64_t r = r0; r < r1; r += 4) {
-        const int R = r1 - r >= 4 ? 4 : (int)(r1 - r);
-        for (int i = 0; i < R; i++)
-            widen_dispatch(p->dtype, p->w + (r + i) * p->w_row_bytes, p->k, panel + i * pstride);
-        for (int64_t t0 = 0; t0 < p->t; t0 += 24) {
-            const int64_t nt = p->t - t0 < 24 ? p->t - t0 : 24;
-            const int TV = (int)((nt + 7) / 8);
-            micro_xt_dispatch(R, TV, panel, pstride, p->k, p->xt + t0, ts, out);
-            for (int i = 0; i < R; i++) {
-                const float b = p->bias ? p->bias[r + i] : 0.0f;
-                for (int v = 0; v < TV; v++) {
-                    _mm256_store_ps(tmp, out[i][v]);
-                    for (int j = 0; j < 8 && 8 * v + j < nt; j++)
-                        p->y[(t0 + 8 * v + j) * p->y_stride + r + i] = tmp[j] + b;
-                }
+INLINE void gemm_rv(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1, float *wp) {
+    for (int64_t k0 = 0; k0 < p->k; k0 += FKB) {
+        const int64_t kb = p->k - k0 < FKB ? p->k - k0 : FKB;
+        const bool first = k0 == 0, last = k0 + kb == p->k;
+        for (int64_t r = r0; r < r1; r += 16) {
+            const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
+            widen_t16(dt, p, r, nr, k0, kb, wp);
+            int64_t t0 = 0;
+            for (; t0 + FTT <= p->t; t0 += FTT)
+                micro_rv(FTT, p, wp, k0, kb, t0, r, nr, first, last);
+            switch (p->t - t0) { /* the last tokens in one tile: a 1-token tile is latency bound */
+            case 5:
+                micro_rv(5, p, wp, k0, kb, t0, r, nr, first, last);
+                break;
+            case 4:
+                micro_rv(4, p, wp, k0, kb, t0, r, nr, first, last);
+                break;
+            case 3:
+                micro_rv(3, p, wp, k0, kb, t0, r, nr, first, last);
+                break;
+            case 2:
+                micro_rv(2, p, wp, k0, kb, t0, r, nr, first, last);
+                break;
+            case 1:
+                micro_rv(1, p, wp, k0, kb, t0, r, nr, first, last);
+                break;
+            default:
+                break;
             }
         }
     }
@@ -258,10 +210,17 @@ void kiln_cpu_mmf_avx2(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t *p
      * stores would otherwise force reloads of it (false sharing between threads) */
     const kiln_cpu_mm m = *pp, *p = &m;
     if (p->t > 1) {
-        if (p->xt)
-            gemm_xt(p, r0, r1, panel); /* matmul.c transposed the activations */
-        else
-            gemm(p, r0, r1, panel);
+        switch (p->dtype) {
+        case KILN_DTYPE_F32:
+            gemm_rv(KILN_DTYPE_F32, p, r0, r1, (float *)panel);
+            break;
+        case KILN_DTYPE_F16:
+            gemm_rv(KILN_DTYPE_F16, p, r0, r1, (float *)panel);
+            break;
+        default:
+            gemm_rv(KILN_DTYPE_BF16, p, r0, r1, (float *)panel);
+            break;
+        }
         return;
     }
     switch (p->dtype) {

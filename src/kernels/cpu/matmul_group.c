@@ -219,8 +219,8 @@ static kiln_status matmul_group(const isa_impl *isa, const kiln_kctx *c,
         const size_t act_stride = kiln_q8act_row_bytes(k);
         const size_t act_bytes = any_quant ? (((size_t)t * act_stride + 63) & ~(size_t)63) : 0;
         const size_t per_thread = t > 1 ? pb : 0;
-        /* float members, t > 1: the transposed activations, as matmul.c */
-        const bool xt = any_float && t > 1;
+        /* float members, t > 1: the transposed activations, as matmul.c (AVX-512 only) */
+        const bool xt = any_float && t > 1 && isa == &impl_avx512;
         const size_t xt_bytes = xt ? kiln_cpu_xt_bytes(k, t) : 0;
         scratch s;
         KILN_TRY(scratch_get(c, act_bytes + xt_bytes + (size_t)nth * per_thread + 64, &s));
@@ -366,8 +366,8 @@ static kiln_status matmul_argmax(const isa_impl *isa, const kiln_kctx *c,
     size_t area = panel + (size_t)t * ARGMAX_ROWS * sizeof(float) + (size_t)t * sizeof(best);
     area = (area + 63) & ~(size_t)63;
     scratch s;
-    /* float weights, t > 1: the transposed activations, as matmul.c */
-    const bool xt = !quant && t > 1;
+    /* float weights, t > 1: the transposed activations, as matmul.c (AVX-512 only) */
+    const bool xt = !quant && t > 1 && isa == &impl_avx512;
     const size_t xt_bytes = xt ? kiln_cpu_xt_bytes(m->k, t) : 0;
     KILN_TRY(scratch_get(c, act_bytes + xt_bytes + (size_t)nth * area + 64, &s));
     if (quant) quantize(isa, pool, m->x, m->x_stride, m->k, t, s.ws);
