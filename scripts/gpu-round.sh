@@ -23,21 +23,22 @@
 # Exit status 0 when every step that ran passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/kiln-gpu-out}; mkdir -p "$OUT"
+OUT=${OUT:-/tmp/kiln-gpu-out}
+LOG=$OUT/logs; mkdir -p "$LOG" # a device call returns at most 8 files: logs go in a tarball
 M=/tmp/models; mkdir -p $M
 export KILN_NO_PROGRESS=1 KILN_SOURCE_DIR=$PWD
 ROWS=() rc=0
 step() { # name, timeout, command... (output in $OUT/name.log)
   local name=$1 to=$2; shift 2
   local t0=$SECONDS
-  timeout "$to" "$@" >"$OUT/$name.log" 2>&1
+  timeout "$to" "$@" >"$LOG/$name.log" 2>&1
   local r=$?
   ROWS+=("$(printf '%-24s %-8s %4ss' "$name" "$([ $r = 0 ] && echo ok || echo "FAIL:$r")" \
     "$((SECONDS - t0))")")
   [ $r = 0 ] || rc=1
   return $r
 }
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$LOG/gpu.txt"
 NGPU=$(nvidia-smi -L | wc -l)
 source scripts/gpu-env.sh
 B=build-gpu
@@ -55,7 +56,7 @@ if [ ! -f $B/CMakeCache.txt ]; then
   step configure 600 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON \
     -DKILN_CUDA_ARCHITECTURES=90 -DKILN_OPENBLAS=OFF -DKILN_ONEDNN=OFF "${KILN_CMAKE_ARGS[@]}"
 fi
-step build 900 cmake --build $B -j"$(nproc)" --target $TG || { cat "$OUT/build.log" | grep -E "error" | head; }
+step build 900 cmake --build $B -j"$(nproc)" --target $TG || grep -E "error" "$LOG/build.log" | head
 export PATH=$PWD/$B:$PWD/$B/bench:$PWD/$B/tests:$PATH
 gen() { # preset type -> path (generated once)
   local f=$M/$1-$2.gguf
@@ -74,7 +75,7 @@ for s in "$@"; do
       for b in kiln kiln-gen test_cuda_e2e test_cuda_kernels test_cuda_backend bench_cuda \
         bench_sched; do ln -sf "$(command -v $b)" $D/bin/$b; done
       cp scripts/gpu-e2e.sh $D/
-      step e2e 900 bash $D/gpu-e2e.sh run . ;;
+      step e2e 900 env OUT=$LOG/e2e bash $D/gpu-e2e.sh run . ;;
     side8b)
       for t in ${KILN_8B_TYPES:-q4_0 q8_0 f16}; do
         f=$(gen llama3-8b $t)
@@ -121,12 +122,12 @@ for s in "$@"; do
   esac
 done
 echo
-grep -h "FAILED\|PASSED\|SKIP" "$OUT"/test_*.log 2>/dev/null | tail -8
-[ -f "$OUT/bench_cuda.log" ] && sed -n '/^bandwidth/p;/^Llama-3-8B/,$p' "$OUT/bench_cuda.log"
-for f in "$OUT"/kiln-*.log "$OUT"/llama-*.log; do
+grep -h "FAILED\|PASSED\|SKIP" "$LOG"/test_*.log 2>/dev/null | tail -8
+[ -f "$LOG/bench_cuda.log" ] && sed -n '/^bandwidth/p;/^Llama-3-8B/,$p' "$LOG/bench_cuda.log"
+for f in "$LOG"/kiln-*.log "$LOG"/llama-*.log; do
   [ -f "$f" ] || continue
   echo "== $(basename "$f" .log)"; grep -E "^\|.*(pp|tg)[0-9]|t/s|tok/s|S_TG|^\| *[0-9]" "$f" | tail -8
 done
 printf '%s\n' "${ROWS[@]}"
-tar czf "$OUT/logs-$(date +%H%M%S).tgz" -C "$OUT" --exclude='*.tgz' . 2>/dev/null
+tar czf "$OUT/logs-$(date +%H%M%S).tgz" -C "$LOG" . 2>/dev/null
 exit $rc

@@ -9,7 +9,9 @@
  *
  * Matmul selection: cuda.gemv.matmul (priority 80) serves buckets 1 and 2-8
  * (max_tokens 8; 1 token: the fma gemv, 2-8: the tensor-core gemv for f16/q8_0/q4_0);
- * cuda.cublas.matmul (70) the larger ones; cuda.gemv_any.matmul (30, one gemv in passes of
+ * for f16/q8_0/q4_0 cuda.gemv_tc.matmul (85) the same gemv up to 64 tokens (passes of 8:
+ * bench_cuda, device run 15: 8B q4_0 matmuls at t = 4 ran 771 tok/s, cuBLAS at t = 16
+ * 303); cuda.cublas.matmul (70) the larger ones; cuda.gemv_any.matmul (30, one gemv in passes of
  * 8 tokens) is the batch-invariant choice for every bucket, for deterministic policies
  * (cuBLAS tiles depend on t).
  */
@@ -50,6 +52,21 @@ static const kiln_kernel_spec cuda_specs[] = {
      .fn.matmul = kiln_cuda_matmul_gemv,
      .summary = "f16/q8_0/q4_0: tensor cores on exact f16 integers, split-f16 x; others: warp "
                 "per row, fma; 1-8 tokens per weight pass"},
+    {.id = "cuda.gemv_tc.matmul",
+     .op = KILN_KOP_MATMUL,
+     CUDA_SPEC,
+     .w_dtypes = KILN_DT(KILN_DTYPE_F16) | KILN_DT(KILN_DTYPE_Q8_0) | KILN_DT(KILN_DTYPE_Q4_0),
+     .act_dtypes = F32,
+     .k_multiple = 32,
+     .max_tokens = 64,
+     .features = KILN_KFEAT_BIAS,
+     .props = KILN_KPROP_DETERMINISTIC | KILN_KPROP_GRAPH_SAFE,
+     .workspace = kiln_cuda_gemv_workspace,
+     .priority = 85,
+     .fn.matmul = kiln_cuda_matmul_gemv,
+     .summary = "the gemv up to 64 tokens in passes of 8 (tensor cores: 8 tokens cost about "
+                "what 1 does): above cuBLAS's split-f16 path, which dequantizes the whole "
+                "weight per call, for 9-64 tokens"},
     {.id = "cuda.cublas.matmul",
      .op = KILN_KOP_MATMUL,
      CUDA_SPEC,
