@@ -2,7 +2,7 @@
 # gpu-round.sh — one device call's worth of GPU work, built there from source: kiln (CUDA
 # sm_90 + NCCL, only the targets the steps need) with the Debian packages carried in
 # .carry/deps (scripts/gpu-pack.sh --deps .carry/deps; scripts/gpu-env.sh), then the named
-# steps, most important first; logs in $OUT (else /tmp/kiln-gpu-out), a table last.
+# steps, most important first; logs in a tarball in $OUT (else /tmp/kiln-gpu-out), a table last.
 #
 #   bash scripts/gpu-round.sh STEP...        (device run with carry [".carry"])
 #
@@ -28,7 +28,7 @@ LOG=$OUT/logs; mkdir -p "$LOG" # a device call returns at most 8 files: logs go 
 M=/tmp/models; mkdir -p $M
 export KILN_NO_PROGRESS=1 KILN_SOURCE_DIR=$PWD
 ROWS=() rc=0
-step() { # name, timeout, command... (output in $OUT/name.log)
+step() { # name, timeout, command... (output in $LOG/name.log)
   local name=$1 to=$2; shift 2
   local t0=$SECONDS
   timeout "$to" "$@" >"$LOG/$name.log" 2>&1
