@@ -154,7 +154,7 @@ static void test_matmul_gemv(void **state) {
     static const mm_case cs[] = {{1, 256, 1},   {37, 256, 1},  {300, 512, 2},  {129, 768, 3},
                                  {64, 1280, 4}, {33, 256, 5},  {257, 512, 7},  {1000, 1024, 8},
                                  {71, 512, 11}, {96, 2816, 1}, {4096, 256, 1}, {5, 4096, 8}};
-    for (int kind = 0; kind < 5; kind++) {
+    for (int kind = 0; kind < 6; kind++) {
         kiln_cuda_gemv_variant(kind);
         for (int d = 0; d < N_DT; d++)
             for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
@@ -168,9 +168,13 @@ static void test_matmul_gemv(void **state) {
     /* the batch-invariant entry: the tensor-core gemv at every t (the default one runs the
      * fma gemv for single tokens) */
     gemv_inv = true;
-    for (int d = 0; d < N_DT; d++)
-        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
-            one_matmul(all_dt[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, false);
+    for (int kind = 3; kind < 6; kind++) {
+        kiln_cuda_gemv_variant(kind);
+        for (int d = 0; d < N_DT; d++)
+            for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+                one_matmul(all_dt[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, false);
+    }
+    kiln_cuda_gemv_variant(3);
     for (size_t si = 0; si < 2; si++) {
         x_sigma = sig[si];
         for (size_t d = 0; d < 3; d++)
