@@ -622,12 +622,14 @@ static void launch_gemv_mma(const kiln_kctx *c, const kiln_matmul_args *a, int64
         if (a->k % 256 == 0 && ((uintptr_t)a->w & 15) == 0 && (a->w_row_bytes & 15) == 0 &&
             kc_gemv_staged == 2) {
             const int smem = MMA_SW * 2 * kc_stage_bytes<DT>(T);
-            static bool attr_set = false; /* once per instantiation (idempotent if raced) */
-            if (!attr_set) {
+            /* the opt-in above 48 KB, once per device and instantiation (idempotent) */
+            static bool attr_set[64];
+            int dev = 0;
+            if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 && !attr_set[dev]) {
                 cudaFuncSetAttribute(gemv_mma_staged2_kernel<DT>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      MMA_SW * 2 * kc_stage_bytes<DT>(KILN_CUDA_GEMV_MAX_T));
-                attr_set = true;
+                attr_set[dev] = true;
             }
             gemv_mma_staged2_kernel<DT>
                 <<<grid, MMA_SW * 32, smem, s>>>((const uint8_t *)a->w, a->w_row_bytes, a->n, a->k,
