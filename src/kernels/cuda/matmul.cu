@@ -16,6 +16,8 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define GEMV_WARPS 4
 
@@ -721,6 +723,17 @@ int kiln_cuda_weight_dtype_ok(uint32_t dtype) {
  * gemv runs passes of 2..8 tokens and the fma gemv single tokens (on the H100 the fma gemv
  * is faster at t = 1: 4.15 vs 4.95 ms for an 8B q4_0's matmuls, the tensor-core one ~2x
  * faster at t = 4: device run 15, docs/CUDA.md). */
+/* KILN_CUDA_GEMV1=mma: the tensor-core gemv for single tokens too (A/B in benchmarks; read
+ * once per process) */
+static bool kc_gemv1_mma(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("KILN_CUDA_GEMV1");
+        v = e && strcmp(e, "mma") == 0;
+    }
+    return v == 1;
+}
+
 static kiln_status gemv_entry(const kiln_kctx *c, const kiln_matmul_args *a, bool inv) {
     if (a->t <= 0 || a->n <= 0) return KILN_OK;
     const int be = kc_block_elems(a->w_dtype);
@@ -730,7 +743,7 @@ static kiln_status gemv_entry(const kiln_kctx *c, const kiln_matmul_args *a, boo
     const bool mma = kc_gemv_kind == 3 && kc_mma_ok(c, a);
     for (int64_t t0 = 0; t0 < a->t; t0 += KILN_CUDA_GEMV_MAX_T) {
         int T = (int)(a->t - t0 < KILN_CUDA_GEMV_MAX_T ? a->t - t0 : KILN_CUDA_GEMV_MAX_T);
-        if (mma && (inv || T >= 2)) {
+        if (mma && (inv || T >= 2 || kc_gemv1_mma())) {
             if (a->w_dtype == KILN_DTYPE_F16)
                 launch_gemv_mma<KILN_DTYPE_F16>(c, a, t0, T);
             else if (a->w_dtype == KILN_DTYPE_Q8_0)
