@@ -720,18 +720,20 @@ int kiln_cuda_weight_dtype_ok(uint32_t dtype) {
 #define GEMV_CASE(DT, s, a, t0, T) launch_gemv<DT>(s, a, t0, T)
 
 /* inv: the batch-invariant entry (one kernel at every token count); else the tensor-core
- * gemv runs passes of 2..8 tokens and the fma gemv single tokens (on the H100 the fma gemv
- * is faster at t = 1: 4.15 vs 4.95 ms for an 8B q4_0's matmuls, the tensor-core one ~2x
- * faster at t = 4: device run 15, docs/CUDA.md). */
-/* KILN_CUDA_GEMV1=mma: the tensor-core gemv for single tokens too (A/B in benchmarks; read
- * once per process) */
-static bool kc_gemv1_mma(void) {
+ * gemv runs passes of 2..8 tokens (~2x the fma gemv at t = 4: device run 16, docs/CUDA.md)
+ * and single tokens as kc_gemv1_mma says. */
+/* Which gemv a single token gets: KILN_CUDA_GEMV1=mma / fma forces one (A/B in
+ * benchmarks; read once per process); by default the tensor-core one for q8_0 / q4_0 (with
+ * activations staged it beat the fma gemv at t = 1: 8B q4_0 decode 181 -> 192 tok/s, q8_0
+ * 161 -> 164 on an H200, device run 19) and the fma one for f16 (5.26 vs 5.54 ms for the
+ * 8B's matmuls, same run). */
+static bool kc_gemv1_mma(uint32_t dtype) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("KILN_CUDA_GEMV1");
-        v = e && strcmp(e, "mma") == 0;
+        v = !e ? 2 : strcmp(e, "mma") == 0 ? 1 : strcmp(e, "fma") == 0 ? 0 : 2;
     }
-    return v == 1;
+    return v == 2 ? dtype != KILN_DTYPE_F16 : v == 1;
 }
 
 static kiln_status gemv_entry(const kiln_kctx *c, const kiln_matmul_args *a, bool inv) {
@@ -743,7 +745,7 @@ static kiln_status gemv_entry(const kiln_kctx *c, const kiln_matmul_args *a, boo
     const bool mma = kc_gemv_kind == 3 && kc_mma_ok(c, a);
     for (int64_t t0 = 0; t0 < a->t; t0 += KILN_CUDA_GEMV_MAX_T) {
         int T = (int)(a->t - t0 < KILN_CUDA_GEMV_MAX_T ? a->t - t0 : KILN_CUDA_GEMV_MAX_T);
-        if (mma && (inv || T >= 2 || kc_gemv1_mma())) {
+        if (mma && (inv || T >= 2 || kc_gemv1_mma(a->w_dtype))) {
             if (a->w_dtype == KILN_DTYPE_F16)
                 launch_gemv_mma<KILN_DTYPE_F16>(c, a, t0, T);
             else if (a->w_dtype == KILN_DTYPE_Q8_0)

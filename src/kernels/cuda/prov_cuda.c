@@ -8,7 +8,8 @@
  * unavailable with the runtime's reason, never an error.
  *
  * Matmul selection: cuda.gemv.matmul (priority 80) serves buckets 1 and 2-8
- * (max_tokens 8; 1 token: the fma gemv, 2-8: the tensor-core gemv for f16/q8_0/q4_0);
+ * (max_tokens 8; the tensor-core gemv for q8_0/q4_0, and for f16 at 2-8 tokens; the fma
+ * gemv otherwise);
  * for f16/q8_0/q4_0 cuda.gemv_tc.matmul (85) the same gemv up to 64 tokens (passes of 8:
  * bench_cuda, device run 15: 8B q4_0 matmuls at t = 4 ran 771 tok/s, cuBLAS at t = 16
  * 303); cuda.cublas.matmul (70) the larger ones; cuda.gemv_any.matmul (30, one gemv in passes of
@@ -45,7 +46,7 @@ static const kiln_kernel_spec cuda_specs[] = {
      .k_multiple = 32,
      .max_tokens = KILN_CUDA_GEMV_MAX_T,
      .features = KILN_KFEAT_BIAS,
-     /* not batch invariant: 1 token runs the fma gemv, 2-8 the tensor-core one */
+     /* not batch invariant: f16 runs the fma gemv for 1 token, the tensor-core one for 2-8 */
      .props = KILN_KPROP_DETERMINISTIC | KILN_KPROP_GRAPH_SAFE,
      .workspace = kiln_cuda_gemv_workspace,
      .priority = 80,
