@@ -523,7 +523,7 @@ INLINE void gemm_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *pa
 
 #define W16_BYTES (2048 + 512) /* int16 weights of a unit, then s[4][16], o[4][16] */
 #define KB        8            /* units per k block */
-#define TT 4                   /* tokens per tile */
+#define TT        3            /* tokens per tile */
 
 /* The u8 unit U (unpack()) widened into the w16 unit W. */
 INLINE void widen16(uint32_t dt, const uint8_t *U, uint8_t *W) {
