@@ -17,6 +17,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <xmmintrin.h>
 
 typedef struct isa_impl {
     void (*q8act)(const float *x, int64_t k, uint8_t *dst);
@@ -295,8 +296,25 @@ typedef struct best {
     int32_t id;
 } best;
 
-/* The scan of kiln_argmax_row, continued over consecutive chunks (ids rising). */
+/* The largest non-NaN value of v[0..n) (-inf if none): maxps returns its second operand
+ * when the first is NaN. SSE2, the baseline ISA of this file. */
+static float chunk_max(const float *v, int64_t n) {
+    __m128 m = _mm_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) m = _mm_max_ps(_mm_loadu_ps(v + i), m);
+    m = _mm_max_ps(_mm_movehl_ps(m, m), m);
+    m = _mm_max_ss(_mm_shuffle_ps(m, m, 1), m);
+    float r = _mm_cvtss_f32(m);
+    for (; i < n; i++)
+        if (v[i] > r) r = v[i];
+    return r;
+}
+
+/* The scan of kiln_argmax_row, continued over consecutive chunks (ids rising). Once a
+ * best exists only x > raw can replace it, so a chunk whose largest value is not above
+ * raw is skipped after a vector max (most of an LM head's chunks). */
 static void argmax_update(best *b, const float *v, int64_t n, int64_t base, float softcap) {
+    if (b->id >= 0 && !(chunk_max(v, n) > b->raw)) return;
     for (int64_t i = 0; i < n; i++) {
         float x = v[i];
         if (isnan(x) || (b->id >= 0 && !(x > b->raw))) continue;
