@@ -30,7 +30,11 @@ typedef struct kiln_serve_opts {
     int32_t max_step;          /* tokens per engine step (default 512) */
     int64_t n_ctx;             /* context per sequence */
     int64_t max_body;          /* request body limit in bytes (default 8 MiB) */
-    int32_t max_connections;   /* default 1024 */
+    int32_t max_connections;   /* open connections (default 4096; the open-file limit is
+                                  raised to fit, or the count lowered to it, with a warning) */
+    int32_t header_timeout_s;  /* a connection silent this long before its request is
+                                  complete is closed (default 15: half-open "slowloris"
+                                  clients); once a request is in, 600 s of silence */
     int32_t drain_seconds;     /* longest drain on SIGINT/SIGTERM (default 120) */
     const char *ready_file;    /* when set, "host port\n" is written there once listening */
     bool deterministic;        /* greedy output independent of the batch (default on) */

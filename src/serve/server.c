@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -663,6 +664,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     server *s = cls;
     conn *cx = *con_cls;
     if (!cx) {
+        /* the request's headers are in: from now on only long silences close it (the
+         * daemon-wide timeout is the short header timeout, against half-open clients) */
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)600);
         cx = kiln_calloc(1, sizeof(*cx));
         if (!cx) return MHD_NO;
         cx->s = s;
@@ -752,7 +756,8 @@ void kiln_serve_opts_default(kiln_serve_opts *o) {
     o->max_step = 512;
     o->n_ctx = 4096;
     o->max_body = 8 << 20;
-    o->max_connections = 1024;
+    o->max_connections = 4096;
+    o->header_timeout_s = 15;
     o->drain_seconds = 120;
     o->deterministic = true;
 }
@@ -822,14 +827,32 @@ kiln_status kiln_serve_run(const kiln_serve_opts *o, const kiln_model *m, kiln_e
         st = kiln_err_set(err, KILN_ERR_INVALID_ARG, "--host %s is not an IPv4 address", o->host);
         goto done;
     }
+    /* one descriptor per connection (poll(), not select(): descriptors past FD_SETSIZE =
+     * 1024 are refused by select; plus the model, logs, the listening socket): raise
+     * the soft open-file limit to fit, else serve fewer connections */
+    unsigned max_conn = o->max_connections > 0 ? (unsigned)o->max_connections : 4096u;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)max_conn + 128) {
+        rlim_t want = (rlim_t)max_conn + 128;
+        if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max) want = rl.rlim_max;
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0)
+            rl.rlim_cur = 1024;
+        if (rl.rlim_cur < (rlim_t)max_conn + 128) {
+            unsigned fit = rl.rlim_cur > 256 ? (unsigned)(rl.rlim_cur - 128) : 128u;
+            KILN_WARN("serve: the open-file limit (%llu) allows %u connections, not %u",
+                      (unsigned long long)rl.rlim_cur, fit, max_conn);
+            max_conn = fit;
+        }
+    }
+    const unsigned hdr_to = o->header_timeout_s > 0 ? (unsigned)o->header_timeout_s : 15u;
     d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                             MHD_USE_ITC | MHD_USE_ERROR_LOG,
+                             MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG,
                          (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &addr,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned)o->max_connections, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                         (size_t)(64 * 1024), MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
-                         MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1 << 20),
-                         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                         max_conn, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                         MHD_OPTION_CONNECTION_TIMEOUT, hdr_to, MHD_OPTION_THREAD_STACK_SIZE,
+                         (size_t)(1 << 20), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                          MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
     if (!d) {
         st = kiln_err_set(err, KILN_ERR_IO, "cannot listen on %s:%d (in use, or not allowed)",

@@ -2,7 +2,7 @@
 # test_serve_abuse.sh (label slow) — `kiln serve` on a kiln-gen model under abuse
 # (tests/slow/serve_abuse.py): every malformed request of issue #14 answered 4xx (bad
 # JSON, wrong types, huge numbers, invalid UTF-8, 10 MB body, 5000 stop strings, n=10^6,
-# max_tokens=10^9, negative temperature, NaN, deep nesting, out-of-range ids), 200
+# max_tokens=10^9, negative temperature, NaN, deep nesting, out-of-range ids), 1100
 # half-open (slowloris) connections not blocking /health, then concurrent streams with
 # client disconnects and slow readers (KILN_ABUSE_STREAMS, default 32, for
 # KILN_ABUSE_SECONDS, default 60): no errors, RSS after the warm-up half within 20% at
@@ -24,5 +24,5 @@ TPL=$SHARED/testdata/templates/Qwen-Qwen2.5-7B-Instruct.jinja
 PID=$!
 for _ in $(seq 200); do [ -f "$T/ready" ] && break; sleep 0.1; done
 [ -f "$T/ready" ] || { echo "FAIL: server did not start"; cat "$T/log"; exit 1; }
-python3 "$(dirname "$0")/serve_abuse.py" "$(cut -d' ' -f2 "$T/ready")" "$PID" 200 \
+python3 "$(dirname "$0")/serve_abuse.py" "$(cut -d' ' -f2 "$T/ready")" "$PID" 1100 \
   "${KILN_ABUSE_STREAMS:-32}" "${KILN_ABUSE_SECONDS:-60}"
