@@ -63,6 +63,7 @@ typedef struct conn {
     size_t sent_text[KILN_OAI_MAX_N], sent_lp[KILN_OAI_MAX_N];
     bool sent_finish[KILN_OAI_MAX_N];
     bool role_sent, usage_sent, done_sent, end;
+    bool rejected; /* the scheduler refused it (503/429): counted as such, not as a cancel */
     char *out;
     size_t out_len, out_off, out_cap;
     uint64_t t_last_tok;
@@ -458,7 +459,7 @@ static void conn_free(server *s, conn *cx) {
         int64_t in = (int64_t)cx->r->n_prompt, out = completion_tokens(cx->r);
         uint64_t ts = cx->r->t_submit, tf = cx->r->t_first, td = cx->r->t_done;
         kiln_srv_unlock(s->loop);
-        if (cancelled) {
+        if (cancelled && !cx->rejected) {
             kiln_srv_cancel(s->loop, cx->r);
             kiln_srv_count_cancel(&s->tenants, cx->tenant);
         }
@@ -540,6 +541,7 @@ static enum MHD_Result start_generation(server *s, conn *cx, struct MHD_Connecti
     snprintf(cx->r->tenant, sizeof(cx->r->tenant), "%s", cx->tenant->id);
     int http = 0, retry_after = 0;
     if ((st = kiln_srv_submit(s->loop, cx->r, &http, &retry_after, &err))) {
+        cx->rejected = true;
         const char *type = http == 429   ? "rate_limit_exceeded"
                            : http >= 500 ? "server_error"
                                          : "invalid_request_error";

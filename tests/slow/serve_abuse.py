@@ -99,35 +99,77 @@ if not h:
 for s in socks:
     s.close()
 
+# greedy answers of a fixed prompt set, each alone (one request at a time): every stream
+# below that completes must give the same text (the server's deterministic default)
+N_PROMPTS, SOLO_TOKENS = 16, 12
+def content_of(data):
+    return json.loads(data)["choices"][0]["message"]["content"]
+solo = []
+for p in range(N_PROMPTS):
+    st, data = req("POST", "/v1/chat/completions", chat(max_tokens=SOLO_TOKENS, messages=[{"role": "user", "content": "tell me %d" % p}]).encode(), timeout=120)
+    solo.append(content_of(data) if st == 200 else None)
+    if st != 200:
+        bad.append(f"solo request {p}: HTTP {st}")
+
+def sse_text(raw):
+    out = []
+    for line in raw.split(b"\n"):
+        if line.startswith(b"data: ") and line[6:].strip() != b"[DONE]":
+            try:
+                d = json.loads(line[6:])
+                out.append(d["choices"][0]["delta"].get("content") or "")
+            except Exception:
+                return None
+    return "".join(out)
+
+def counters():
+    # the server's own books: HTTP answers by status (/metrics) and the tenant's ledger
+    st, m = req("GET", "/metrics")
+    by = {}
+    for line in m.decode().splitlines():
+        if line.startswith("kiln_http_requests_total{status="):
+            by[line.split('"')[1]] = int(float(line.split()[-1]))
+    st, u = req("GET", "/v1/tenants/default/usage")
+    return by, json.loads(u)
+
 # concurrent streams with random cancels and slow readers: a warm-up phase, then a
 # measured phase of the same length; RSS after each
-stats = {"done": 0, "cancelled": 0, "errors": 0, "503": 0}
+stats = {"done": 0, "cancelled": 0, "errors": 0, "503": 0, "429": 0, "mismatch": 0}
 lock = threading.Lock()
+err_kinds = {}
 def worker(i, stop_at):
     rnd = random.Random(i * 7919 + int(stop_at))
     while time.time() < stop_at:
-        body = chat(stream=True, max_tokens=rnd.randint(1, 16), messages=[{"role": "user", "content": "tell me %d" % rnd.randint(0, 99)}])
+        p = rnd.randrange(N_PROMPTS)
+        body = chat(stream=True, max_tokens=SOLO_TOKENS, messages=[{"role": "user", "content": "tell me %d" % p}])
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
             c.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
             r = c.getresponse()
-            if r.status == 503:
-                r.read(); k = "503"
+            if r.status in (503, 429):
+                r.read(); k = str(r.status)   # queue full / the tenant's queue limit: retry
             elif r.status != 200:
-                r.read(); k = "errors"
+                msg = r.read()[:80]; k = "errors"
+                with lock:
+                    key = "HTTP %d %s" % (r.status, msg)
+                    err_kinds[key] = err_kinds.get(key, 0) + 1
             elif rnd.random() < 0.2:
                 r.read(10); c.sock.close(); k = "cancelled"   # client disconnect mid-stream
             else:
+                raw = b""
                 while True:
                     chunk = r.read(64)
                     if not chunk:
                         break
+                    raw += chunk
                     if rnd.random() < 0.05:
                         time.sleep(0.2)                          # slow reader
-                k = "done"
+                k = "done" if sse_text(raw) == solo[p] else "mismatch"
             c.close()
-        except Exception:
+        except Exception as e:
             k = "errors"
+            with lock:
+                err_kinds[type(e).__name__ + ": " + str(e)[:60]] = err_kinds.get(type(e).__name__ + ": " + str(e)[:60], 0) + 1
         with lock:
             stats[k] += 1
 def phase():
@@ -135,13 +177,36 @@ def phase():
     threads = [threading.Thread(target=worker, args=(i, stop_at)) for i in range(n_streams)]
     for t in threads: t.start()
     for t in threads: t.join()
+by0, u0 = counters()
 phase()
 rss0 = rss_kb()
 phase()
 rss1 = rss_kb()
+by1, u1 = counters()
 print(f"streams: {n_streams} concurrent for {seconds:.0f}s: {stats}; RSS after warm-up {rss0} kB, at the end {rss1} kB")
 if stats["errors"]:
-    bad.append(f"{stats['errors']} stream errors")
+    bad.append(f"{stats['errors']} stream errors: {err_kinds}")
+if stats["mismatch"]:
+    bad.append(f"{stats['mismatch']} completed greedy streams differ from their solo answer")
+# the books: between the two snapshots the clients got done + cancelled + mismatch 200s
+# and the 503s; the tenant ledger counts the same requests. The snapshots themselves: a
+# /metrics answer counts itself before it is written, a usage answer after, so the first
+# usage read and the second /metrics read fall between them (the tenant ledger sees the
+# usage read only: /metrics has no tenant)
+d200 = by1.get("200", 0) - by0.get("200", 0)
+d503 = by1.get("503", 0) - by0.get("503", 0)
+d429 = by1.get("429", 0) - by0.get("429", 0)
+chats = stats["done"] + stats["cancelled"] + stats["mismatch"]
+ok200 = chats + 2
+dreq = u1["requests"] - u0["requests"]
+sent = chats + stats["503"] + stats["429"] + stats["errors"] + 1
+print(f"books: HTTP 200 +{d200} (clients {ok200}), 503 +{d503} (clients {stats['503']}), 429 +{d429} (clients {stats['429']}), tenant requests +{dreq} (clients {sent}), rejected_busy +{u1['rejected_busy'] - u0['rejected_busy']}, rejected_quota +{u1['rejected_quota'] - u0['rejected_quota']}, cancelled +{u1['cancelled'] - u0['cancelled']} (clients {stats['cancelled']}, some finish before the disconnect is seen)")
+if d200 != ok200 or d503 != stats["503"] or d429 != stats["429"] or dreq != sent or \
+        u1["rejected_busy"] - u0["rejected_busy"] != stats["503"] or \
+        u1["rejected_quota"] - u0["rejected_quota"] != stats["429"]:
+    bad.append("metrics / ledger do not add up to the requests sent")
+if u1["cancelled"] - u0["cancelled"] > stats["cancelled"]:
+    bad.append("more cancels in the ledger than clients cancelled")
 if rss0 > 0 and rss1 > rss0 * 1.2:
     bad.append(f"RSS grew {rss0} -> {rss1} kB after warm-up")
 h = health()
