@@ -242,6 +242,8 @@ static void bench_dtype(mm_fn fn, kiln_pool *pool, uint32_t dt, double bw, int r
     }
     double gflops = 2.0 * (double)m[0].n * (double)m[0].k * (double)T / pbest * 1e-9;
     double gcpu = 2.0 * (double)m[0].n * (double)m[0].k * (double)T / pcpu * 1e-9;
+    if (!do_decode) best = gbs = 0; /* printed as 0, not as the 1e30 s placeholder */
+    if (!do_prefill) gflops = gcpu = 0;
     printf("| %-5s%s | %7.1f MB | %6.2f ms | %6.1f GB/s | %5.1f %% | %7.1f | %7.1f |\n",
            kiln_dtype_name(dt), layout ? " R16" : "    ", (double)total * 1e-6, best * 1e3, gbs,
            bw > 0 ? 100.0 * gbs / bw : 0.0, gflops, gcpu);
