@@ -147,6 +147,9 @@ INLINE void micro_rv(int T, const kiln_cpu_mm *p, const float *wp, int64_t k0, i
         }
     }
     for (int64_t i = 0; i < kb; i++) {
+        if ((i & 15) == 0) /* the T activation rows come from L2: the next line of each */
+#pragma GCC unroll 6
+            for (int t = 0; t < T; t++) _mm_prefetch((const char *)(x[t] + i + 32), _MM_HINT_T0);
         const __m256 w0 = _mm256_load_ps(wp + 16 * i), w1 = _mm256_load_ps(wp + 16 * i + 8);
 #pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
