@@ -45,8 +45,7 @@ size_t kiln_cuda_matmul_argmax_workspace(const struct kiln_sel_ctx *ctx);
 kiln_status kiln_cuda_matmul_group(const kiln_kctx *c, const kiln_matmul_group_args *a);
 /* Benchmarks / tests: which gemv runs. 3 (default) = the tensor-core gemv for f16, q8_0
  * and q4_0 weights (matmul.cu; other dtypes, or too little scratch: the tiled one), 4 = the
- * same without staging q8_0 / q4_0 rows through shared memory, 5 = staging only their
- * weights (not the activations), 1 =
+ * same without staging q8_0 / q4_0 rows through shared memory, 1 =
  * tiled (activations shared through shared memory by 8 rows, one 32-element group per lane
  * per tile), 2 = tiled with two groups per lane in flight (t <= 4), 0 = direct (each warp
  * reads x itself). Process-wide; not thread-safe against running kernels. */

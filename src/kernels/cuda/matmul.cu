@@ -164,12 +164,13 @@ __global__ void __launch_bounds__(TW * 32)
  * halves at 8 tig (one 16-byte load). The order of k inside the mma is free (a dot
  * product), so the B fragments (x) are loaded with the same permutation. f16 rows are read
  * straight from global memory (8 warps, 4 blocks per warp in flight); q8_0 / q4_0 rows go
- * through shared memory (gemv_mma_staged_kernel below). */
+ * through shared memory (gemv_mma_staged2_kernel below). */
 #define MMA_WARPS 8
 #define MMA_U     4 /* 32-blocks per warp per iteration (loads in flight) */
 
-/* q8_0 / q4_0: 2 weights and activations staged through shared memory (default), 1 only
- * the weights (variant 5), 0 read straight from global memory (variant 4); for A/B */
+/* q8_0 / q4_0: 2 weights and activations staged through shared memory (default), 0 read
+ * straight from global memory (variant 4, for A/B). (Staging only the weights, the first
+ * version, measured in run 19: q4_0 4.55 ms vs 3.93 staged with the activations.) */
 static int kc_gemv_staged = 2;
 
 __device__ __forceinline__ void kc_mma16816(float c[4], const uint32_t a[4], uint32_t b0,
@@ -431,69 +432,12 @@ template <int N> __device__ __forceinline__ void kc_cp_wait(void) {
 #endif
 }
 
-template <int DT>
-__global__ void __launch_bounds__(MMA_SW * 32)
-    gemv_mma_staged_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t k,
-                           const __half *__restrict__ xh, const __half *__restrict__ xl,
-                           const float *__restrict__ inv, int T, float *__restrict__ y, int64_t ys,
-                           const float *__restrict__ bias) {
-    using MQ = kc_mq<DT>;
-    constexpr int SB = 8 * kc_dt<DT>::BYTES; /* stage bytes per row */
-    constexpr int C = SB / 16;               /* 16-byte chunks per row */
-    static_assert(SB % 16 == 0, "a stage of 8 blocks must be whole 16-byte chunks");
-    __shared__ __align__(16) uint8_t buf[MMA_SW][2][16 * SB];
-    __shared__ float red[MMA_SW][32][4];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
-    const int64_t r0 = (int64_t)blockIdx.x * 16;
-    const bool live = g < T;
-    const __half *xhr = xh + (live ? g : 0) * k, *xlr = xl + (live ? g : 0) * k;
-    const int64_t nst = k / 256;
-    /* this lane's chunks: i = lane + 32 j over 16 rows x C chunks */
-    auto issue = [&](int64_t st, int q) {
-        for (int i = lane; i < 16 * C; i += 32) {
-            const int row = i / C, c = i % C;
-            const int64_t r = r0 + row < n ? r0 + row : n - 1;
-            kc_cp16(&buf[w][q][row * SB + c * 16], W + (size_t)r * row_bytes + st * SB + c * 16);
-        }
-        kc_cp_commit();
-    };
-    float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    int q = 0;
-    if (w < nst) issue(w, 0);
-    for (int64_t st = w; st < nst; st += MMA_SW, q ^= 1) {
-        if (st + MMA_SW < nst) {
-            issue(st + MMA_SW, q ^ 1);
-            kc_cp_wait<1>();
-        } else {
-            kc_cp_wait<0>();
-        }
-        __syncwarp();
-        const uint8_t *const rp[2] = {&buf[w][q][g * SB], &buf[w][q][(g + 8) * SB]};
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            MQ raw[4];
-            uint32_t bh[4][4], bl[4][4];
-            float2 iv[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                raw[u].load(rp, 4 * h + u, tig);
-                kc_bfrag<MQ::E8>(xhr, xlr, inv, st * 8 + 4 * h + u, tig, live, bh[u], bl[u],
-                                 &iv[u]);
-            }
-#pragma unroll
-            for (int u = 0; u < 4; u++) kc_mma_block(raw[u], bh[u], bl[u], iv[u], tot);
-        }
-        __syncwarp(); /* every lane done with buf[q] before it is refilled */
-    }
-    kc_mma_store<MMA_SW>(red, tot, w, lane, r0, n, T, y, ys, bias);
-}
-
-/* The same with the activations staged too (the default; session 5): each stage's x hi /
- * lo halves (8 blocks x 32 values x T tokens) and inverse scales come in with the weights
- * by cp.async, so no global load sits on a block's critical path (in the kernel above each
- * block's B fragments are global loads, L2 latency, with few warps per SM to hide it).
- * Dynamic shared memory per warp and buffer: 16 rows x SB, then T token rows of hi and of
- * lo halves (pitch 544 bytes: the 8-byte reads of tokens g = 0..3 in a half-warp fall in
+/* The activations are staged too: each stage's x hi / lo halves (8 blocks x 32 values x T
+ * tokens) and inverse scales come in with the weights by cp.async, so no global load sits
+ * on a block's critical path (staging only the weights, the B fragments were global loads
+ * at L2 latency with few warps per SM to hide it: q4_0 4.55 vs 3.93 ms, run 19). Dynamic
+ * shared memory per warp and buffer: 16 rows x SB, then T token rows of hi and of lo
+ * halves (pitch 544 bytes: the 8-byte reads of tokens g = 0..3 in a half-warp fall in
  * distinct banks), then 8 x 8 inverse scales. */
 #define XPITCH 544
 template <int DT> __host__ __device__ constexpr int kc_stage_bytes(int T) {
@@ -638,29 +582,21 @@ static void launch_gemv_mma(const kiln_kctx *c, const kiln_matmul_args *a, int64
                                                  xh, xl, inv, T, y, a->y_stride, a->bias);
             return;
         }
-        if (a->k % 256 == 0 && ((uintptr_t)a->w & 15) == 0 && (a->w_row_bytes & 15) == 0 &&
-            kc_gemv_staged == 1) {
-            gemv_mma_staged_kernel<DT>
-                <<<grid, MMA_SW * 32, 0, s>>>((const uint8_t *)a->w, a->w_row_bytes, a->n, a->k, xh,
-                                              xl, inv, T, y, a->y_stride, a->bias);
-            return;
-        }
     }
     gemv_mma_kernel<DT><<<grid, MMA_WARPS * 32, 0, s>>>(
         (const uint8_t *)a->w, a->w_row_bytes, a->n, a->k, xh, xl, inv, T, y, a->y_stride, a->bias);
 }
 
 /* Which gemv runs: 3 (default) the tensor-core one where it applies, else the tiled fma
- * one; 4 the same without the shared-memory staging of q8_0 / q4_0, 5 with only their
- * weights staged (not the activations); 1 the tiled, 0 the
+ * one; 4 the same without the shared-memory staging of q8_0 / q4_0; 1 the tiled, 0 the
  * direct, 2 the tiled with two groups per lane (A/B benchmarks and tests select it with
  * kiln_cuda_gemv_variant). */
 static int kc_gemv_kind = 3;
 
 extern "C" void kiln_cuda_gemv_variant(int kind) {
-    kc_gemv_kind = kind >= 0 && kind <= 5 ? kind : 3;
-    kc_gemv_staged = kc_gemv_kind == 4 ? 0 : kc_gemv_kind == 5 ? 1 : 2;
-    if (kc_gemv_kind >= 4) kc_gemv_kind = 3;
+    kc_gemv_kind = kind >= 0 && kind <= 4 ? kind : 3;
+    kc_gemv_staged = kc_gemv_kind == 4 ? 0 : 2;
+    if (kc_gemv_kind == 4) kc_gemv_kind = 3;
 }
 
 template <int DT>
