@@ -31,8 +31,9 @@ for n in "${CLIENTS[@]}"; do
   s=$(echo "$m" | awk '/^kiln_http_stream_seconds_total/{print $2}')
   k=$(echo "$m" | awk '/^kiln_http_stream_tokens_total/{print $2}')
   st=$(echo "$m" | awk '/^kiln_step_seconds_total/{print $2}')
+  cs=$(echo "$m" | awk '/^kiln_http_stream_cpu_seconds_total/{print $2}')
   kill -TERM $PID; wait $PID || true; PID=
-  echo "kiln $out http_us_per_token=$(python3 -c "print(round($s/$k*1e6,2) if $k else 0)") step_s=$st"
+  echo "kiln $out http_us_per_token=$(python3 -c "print(round($s/$k*1e6,2) if $k else 0)") http_cpu_us_per_token=$(python3 -c "print(round(${cs:-0}/$k*1e6,2) if $k else 0)") step_s=$st"
   if [ -n "$LS" ]; then
     "$LS" -m "$MODEL" --port 18182 -t "$THREADS" --parallel "$n" -c $((2048 * n)) --no-webui \
       >"$T/ls.log" 2>&1 & PID=$!

@@ -42,6 +42,8 @@ typedef struct server {
     atomic_bool draining;
     atomic_uint_fast64_t req_counter;
     atomic_uint_fast64_t stream_ns, stream_tokens; /* HTTP-side time per streamed token */
+    atomic_uint_fast64_t stream_cpu_ns; /* the same as the connection threads' CPU time (the
+                                           wall time includes waiting for a core) */
 } server;
 
 /* per connection */
@@ -416,6 +418,13 @@ static bool peer_gone(int fd) {
     return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
+/* This thread's CPU time (0 when the clock is unavailable). */
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     conn *cx = cls;
@@ -433,11 +442,12 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
         bool changed = kiln_srv_wait(s->loop, cx->r, cx->seen, 50);
         /* kiln_srv_wait returns with the lock held */
         if (changed) {
-            uint64_t t0 = kiln_now_ns();
+            uint64_t t0 = kiln_now_ns(), c0 = thread_cpu_ns();
             cx->seen = cx->r->version;
             stream_collect(s, cx);
             kiln_srv_unlock(s->loop);
             atomic_fetch_add(&s->stream_ns, kiln_now_ns() - t0);
+            atomic_fetch_add(&s->stream_cpu_ns, thread_cpu_ns() - c0);
             continue;
         }
         kiln_srv_unlock(s->loop);
@@ -611,12 +621,16 @@ static enum MHD_Result handle_get(server *s, conn *cx, struct MHD_Connection *c,
         char *extra = kiln_srv_loop_metrics(s->loop);
         char *tail = NULL;
         uint64_t ns = atomic_load(&s->stream_ns), nt = atomic_load(&s->stream_tokens);
+        uint64_t cns = atomic_load(&s->stream_cpu_ns);
         if (asprintf(&tail,
                      "%s# TYPE kiln_http_stream_seconds_total counter\n"
                      "kiln_http_stream_seconds_total %.6f\n"
+                     "# TYPE kiln_http_stream_cpu_seconds_total counter\n"
+                     "kiln_http_stream_cpu_seconds_total %.6f\n"
                      "# TYPE kiln_http_stream_tokens_total counter\n"
                      "kiln_http_stream_tokens_total %llu\n",
-                     extra ? extra : "", (double)ns * 1e-9, (unsigned long long)nt) < 0)
+                     extra ? extra : "", (double)ns * 1e-9, (double)cns * 1e-9,
+                     (unsigned long long)nt) < 0)
             tail = NULL;
         kiln_free(extra);
         kiln_srv_count_status(&s->tenants, NULL, 200);
