@@ -1,7 +1,7 @@
 /*
  * bench_sched.c — the scheduler's speed (issue #12 "Speed"; results in docs/PERF.md).
  *
- *   bench_sched -m MODEL [-b cpu|ref] [-t THREADS] [--mode all|overhead|decode|ttft|starve]
+ *   bench_sched -m MODEL [-b cpu|ref|cuda] [-t THREADS] [--mode all|overhead|decode|ttft|starve]
  *               [--npl 1,4,16,64] [--pp 128] [--tg 128] [--step-tokens N] [--reps N]
  *               [--latency-tokens N] [--trace FILE] [--tp N]
  *
@@ -385,10 +385,11 @@ int main(int argc, char **argv) {
         }
         i++;
     }
-    if (!model || pp < 32 || tg < 2 || REPS < 1) {
-        fprintf(stderr, "usage: bench_sched -m MODEL [-b cpu|ref] [-t THREADS] [--mode "
+    if (!model || pp < 32 || tg < 2 || REPS < 1 || TP < 1) {
+        fprintf(stderr, "usage: bench_sched -m MODEL [-b cpu|ref|cuda] [-t THREADS] [--mode "
                         "all|overhead|decode|ttft|starve] [--npl 1,4,16,64] [--pp 128] [--tg 128] "
-                        "[--step-tokens N] [--reps N] [--trace FILE]\n");
+                        "[--step-tokens N] [--latency-tokens N] [--reps N] [--trace FILE] "
+                        "[--tp N]\n");
         return 2;
     }
     kiln_err err;

@@ -303,7 +303,9 @@ __global__ void xsplit_kernel(const float *__restrict__ x, int64_t xs, int64_t k
 }
 
 /* The B fragments (hi, lo: mma 0's two registers then mma 1's) and the two inverse scales
- * (tokens 2 tig, 2 tig + 1) of 32-block b; zeros for a lane whose token g is not live. */
+ * (tokens 2 tig, 2 tig + 1) of 32-block b; zeros for a lane whose token g is not live. The
+ * scales of tokens >= T are whatever the scratch holds (the prep kernel writes T tokens):
+ * they only multiply the accumulator columns of those tokens, which are never stored. */
 template <bool E8>
 __device__ __forceinline__ void kc_bfrag(const __half *xhr, const __half *xlr, const float *inv,
                                          int64_t b, int tig, bool live, uint32_t bh[4],
