@@ -9,12 +9,15 @@
 # (kiln_http_stream_seconds_total / kiln_http_stream_tokens_total from /metrics: time
 # the connection threads spend formatting and handing out SSE chunks, outside the
 # generation loop). Env: THREADS (default 2), REQS (requests per client, default 4),
-# RATE (requests/s per client, default 1), EOS (banned ids, default 0,2 = SmolLM2's).
+# RATE (requests/s per client, default 1), EOS (banned ids, default 0,2 = SmolLM2's),
+# KILN_ARGS / LS_ARGS (extra flags, e.g. "--backend cuda" / "-ngl 99 -fa on" on a GPU).
 set -euo pipefail
 KILN=$1 MODEL=$2 LS=${3:-}
 shift $(( $# >= 3 ? 3 : $# ))
 CLIENTS=("$@"); [ ${#CLIENTS[@]} -gt 0 ] || CLIENTS=(1 8 32 128)
 THREADS=${THREADS:-2} REQS=${REQS:-4} RATE=${RATE:-1} EOS=${EOS:-0,2}
+read -r -a KA <<<"${KILN_ARGS:-}"
+read -r -a LA <<<"${LS_ARGS:-}"
 HERE=$(cd "$(dirname "$0")" && pwd)
 LG=$HERE/../tests/serve/loadgen.py
 T=$(mktemp -d); trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
@@ -23,8 +26,8 @@ wait_http() { for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/de
 for n in "${CLIENTS[@]}"; do
   reqs=$(( n * REQS ))
   "$KILN" serve -m "$MODEL" --port 18181 -t "$THREADS" --slots "$n" --queue 4096 -c 2048 \
-    --alias bench 2>"$T/kiln.log" & PID=$!
-  wait_http 18181
+    --alias bench "${KA[@]}" 2>"$T/kiln.log" & PID=$!
+  wait_http 18181 || { tail "$T/kiln.log"; exit 1; }
   out=$(python3 "$LG" bench http://127.0.0.1:18181 bench --clients "$n" --requests "$reqs" \
         --rate-per-client "$RATE" --eos "$EOS")
   m=$(curl -s http://127.0.0.1:18181/metrics)
@@ -36,7 +39,7 @@ for n in "${CLIENTS[@]}"; do
   echo "kiln $out http_us_per_token=$(python3 -c "print(round($s/$k*1e6,2) if $k else 0)") http_cpu_us_per_token=$(python3 -c "print(round(${cs:-0}/$k*1e6,2) if $k else 0)") step_s=$st"
   if [ -n "$LS" ]; then
     "$LS" -m "$MODEL" --port 18182 -t "$THREADS" --parallel "$n" -c $((2048 * n)) --no-webui \
-      >"$T/ls.log" 2>&1 & PID=$!
+      "${LA[@]}" >"$T/ls.log" 2>&1 & PID=$!
     wait_http 18182 || { tail "$T/ls.log"; exit 1; }
     out=$(python3 "$LG" bench http://127.0.0.1:18182 bench --clients "$n" --requests "$reqs" \
           --rate-per-client "$RATE" --eos "$EOS")

@@ -20,6 +20,15 @@
 #   tp70b     a Llama-3-70B-shaped q4_0 (38 GiB; fits one H100 too): kiln bench and
 #             bench_sched (1 and 64 sequences) at --tp 2 and 1, llama-bench -sm layer / row
 #             and on one GPU, llama-batched-bench -sm layer
+#   fault     test_cuda_fault: the N-th CUDA / cuBLAS call fails, for every N of bind and
+#             of a step (issue 14)
+#   ttft      8B q4_0: bench_sched --mode ttft (128-token prompt, 112 cached vs cold)
+#   load      8B q4_0: bench_load --cuda 0 (upload lane in each KILN_UPLOAD way vs pinned
+#             H2D) and the engine's load for the cuda backend
+#   ready     8B q4_0, warm file: whole-process `kiln run -n 1 --backend cuda` next to
+#             llama-completion -n 1 -ngl 99 (when in $LLAMA_BIN), alternating, 3 each
+#   serve     8B q4_0: bench/serve_bench.sh, kiln serve --backend cuda next to llama-server
+#             -ngl 99 (when in $LLAMA_BIN) at $SERVE_CLIENTS (default 1 8 32 128)
 # Exit status 0 when every step that ran passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +58,9 @@ for s in "$@"; do
     e2e) TG="$TG test_cuda_e2e test_cuda_kernels test_cuda_backend bench_cuda bench_sched" ;;
     batched) TG="$TG bench_sched" ;;
     tp) TG="$TG test_tp_nccl" ;;
-    tp70b) TG="$TG bench_sched" ;;
+    tp70b | ttft) TG="$TG bench_sched" ;;
+    fault) TG="$TG test_cuda_fault" ;;
+    load) TG="$TG bench_load" ;;
   esac
 done
 if [ ! -f $B/CMakeCache.txt ]; then
@@ -118,11 +129,46 @@ for s in "$@"; do
       fi
       llama llama-batched-bench && step llama-70b-batched 300 "$LB/llama-batched-bench" -m "$f" \
         -ngl 99 -fa 1 -sm layer -c 16384 -b 2048 -ub 512 -npp 128 -ntg 64 -npl 1,64 ;;
+    fault)
+      step test_cuda_fault 600 test_cuda_fault ;;
+    ttft)
+      f=$(gen llama3-8b q4_0)
+      step kiln-ttft 300 bench_sched -m "$f" -b cuda --mode ttft --pp 128 --reps 5 ;;
+    load)
+      f=$(gen llama3-8b q4_0)
+      step bench_load 400 bench_load --file "$f" --cuda 0 --reps 3
+      step bench_load_engine 300 bench_load --model "$f" --backend cuda --reps 3 ;;
+    ready)
+      f=$(gen llama3-8b q4_0)
+      cat "$f" >/dev/null
+      : >"$LOG/ready.txt"
+      for r in 1 2 3; do
+        t0=$(date +%s.%N)
+        kiln run -m "$f" -p Hello -n 1 --temp 0 --backend cuda </dev/null >/dev/null 2>>"$LOG/ready.err"
+        echo "kiln run $r $(awk "BEGIN{printf \"%.3f\", $(date +%s.%N) - $t0}") s" >>"$LOG/ready.txt"
+        if llama llama-completion; then
+          t0=$(date +%s.%N)
+          "$LB/llama-completion" -m "$f" -p Hello -n 1 --temp 0 -ngl 99 -no-cnv </dev/null \
+            >/dev/null 2>>"$LOG/ready.err"
+          echo "llama-completion $r $(awk "BEGIN{printf \"%.3f\", $(date +%s.%N) - $t0}") s" >>"$LOG/ready.txt"
+        fi
+      done
+      cat "$LOG/ready.txt" ;;
+    serve)
+      f=$(gen llama3-8b q4_0)
+      command -v python3 curl
+      LS=; llama llama-server && LS=$LB/llama-server
+      step serve 560 env THREADS=16 REQS=${SERVE_REQS:-2} KILN_ARGS="--backend cuda --kv-f16" \
+        LS_ARGS="-ngl 99 -fa on" bash bench/serve_bench.sh "$PWD/$B/kiln" "$f" "$LS" \
+        ${SERVE_CLIENTS:-1 8 32 128} ;;
     *) echo "unknown step $s"; rc=1 ;;
   esac
 done
 echo
-grep -h "FAILED\|PASSED\|SKIP" "$LOG"/test_*.log 2>/dev/null | tail -8
+grep -h "FAILED\|PASSED\|SKIP\|wrapped\|failed:" "$LOG"/test_*.log 2>/dev/null | tail -12
+for f in "$LOG"/kiln-ttft.log "$LOG"/serve.log; do [ -f "$f" ] && grep -E "^\||^kiln|^llama" "$f"; done
+[ -f "$LOG/bench_load.log" ] && grep -E "pinned|upload" "$LOG/bench_load.log"
+[ -f "$LOG/ready.txt" ] && cat "$LOG/ready.txt"
 [ -f "$LOG/bench_cuda.log" ] && sed -n '/^bandwidth/p;/^Llama-3-8B/,$p' "$LOG/bench_cuda.log"
 for f in "$LOG"/kiln-*.log "$LOG"/llama-*.log; do
   [ -f "$f" ] || continue

@@ -4,6 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <emmintrin.h>
+#define KILN_HAVE_SSE2_STREAM 1
+#endif
+
 /* The allocation fault injector: a process-wide singleton (tests only). */
 static struct {
     _Atomic uint64_t count;   /* allocations since the last set/reset */
@@ -223,4 +228,33 @@ void kiln_arena_free(kiln_arena *a) {
     }
     a->head = NULL;
     a->bytes_used = a->bytes_reserved = 0;
+}
+
+void kiln_memcpy_stream(void *dst, const void *src, size_t n) {
+#ifdef KILN_HAVE_SSE2_STREAM
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+    size_t head = (size_t)(-(uintptr_t)d & 15);
+    if (n < 256 || head > n) {
+        memcpy(d, s, n);
+        return;
+    }
+    memcpy(d, s, head);
+    d += head, s += head, n -= head;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(d + i), a);
+        _mm_stream_si128((__m128i *)(d + i + 16), b);
+        _mm_stream_si128((__m128i *)(d + i + 32), c);
+        _mm_stream_si128((__m128i *)(d + i + 48), e);
+    }
+    _mm_sfence();
+    memcpy(d + i, s + i, n - i);
+#else
+    memcpy(dst, src, n);
+#endif
 }

@@ -56,6 +56,11 @@ int64_t kiln_alloc_live(void);
 uint64_t kiln_alloc_fault_hits(void);
 
 /* Returns NULL on failure (or when size overflows when rounded up to the alignment). */
+/* memcpy with non-temporal stores (x86 SSE2 streaming stores, memcpy elsewhere): for
+ * large copies into memory that the CPU will not read back soon (pinned staging that a
+ * DMA engine reads): no read-for-ownership of the destination, no cache pollution.
+ * Ordered before return (sfence). */
+void kiln_memcpy_stream(void *dst, const void *src, size_t n);
 void *kiln_alloc_aligned(size_t size);
 /* Zero-filled variant of kiln_alloc_aligned. */
 void *kiln_calloc_aligned(size_t size);

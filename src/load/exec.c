@@ -1,5 +1,6 @@
 /* exec.c — executing a load plan: readers (mmap, pread, io_uring), the alias, transform
  * and residual lanes, and the per-lane timing of the report (load.h). */
+#include "base/mapguard.h"
 #include "base/mem.h"
 #include "base/pool.h"
 #include "base/timer.h"
@@ -562,6 +563,9 @@ kiln_status kiln_load_execute(kiln_load_plan *p, kiln_err *err) {
             (double)(kiln_now_ns() - ts) * 1e-9 - p->rep.upload_setup_seconds;
     }
     kiln_pool_free(pool);
+    /* a page of the mapping that faulted while the lanes read it (file truncated under
+     * us): the bytes read are zeros, not the model */
+    if (!st) st = kiln_mapguard_check(err);
     if (p->bar_on) kiln_progress_end(&p->bar);
     p->rep.exec_seconds = (double)(kiln_now_ns() - t0) * 1e-9;
     p->rep.total_seconds = p->rep.plan_seconds + p->rep.exec_seconds;

@@ -194,6 +194,14 @@ typedef struct kiln_load_report {
     /* upload lane: setting up pinned staging, the device arena and threads; excluded from
      * lane[UPLOAD].seconds (its bandwidth), included in exec and total time */
     double upload_setup_seconds;
+    /* upload lane: how host bytes reached the copy engine ("pread": read into pinned
+     * staging; "stream": copied from the file's mapping into pinned staging with
+     * streaming stores; "direct": the page cache itself registered with the driver and
+     * copied from, no host copy), the bytes that went direct, and the time spent
+     * registering (cudaHostRegister, inside the lane's time) */
+    const char *upload_mode;
+    uint64_t upload_direct_bytes;
+    double upload_register_seconds;
     bool executed;
 } kiln_load_report;
 

@@ -9,6 +9,7 @@
  */
 #include "load/load_impl.h"
 
+#include "base/log.h"
 #include "base/mem.h"
 #include "base/pool.h"
 #include "base/timer.h"
@@ -17,6 +18,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef KILN_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -65,6 +67,35 @@ void kiln_upload_free(void *device_ptr) {
 #define UP_NBUF    4
 #define UP_STAGE   ((size_t)32 << 20)
 #define UP_GRANULE ((size_t)1 << 20)
+/* Direct: page-aligned windows of the file's mapping registered with the driver, UP_NREG
+ * in flight (registering window k+1 overlaps the copy of window k). */
+#define UP_NREG   4
+#define UP_WINDOW ((size_t)64 << 20)
+
+/* How host bytes reach the copy engine (KILN_UPLOAD=pread|stream|direct; docs/LOADER.md):
+ * pread into pinned staging; streaming-store copies from the file's mapping into pinned
+ * staging; or the mapping's pages (the page cache) registered and copied from, no host
+ * copy. stream and direct apply to tensors read in place from a cached file (the mmap
+ * reader, native layout, contiguous rows); the others are staged with pread. */
+typedef enum { UP_PREAD, UP_STREAM, UP_DIRECT } up_mode;
+static const char *const up_mode_name[] = {"pread", "stream", "direct"};
+
+static up_mode upload_mode(void) {
+    const char *m = getenv("KILN_UPLOAD");
+    if (m && strcmp(m, "pread") == 0) return UP_PREAD;
+    if (m && strcmp(m, "stream") == 0) return UP_STREAM;
+    if (m && strcmp(m, "direct") == 0) return UP_DIRECT;
+    if (m && *m) KILN_WARN("KILN_UPLOAD=%s: not pread, stream or direct; using stream", m);
+    return UP_STREAM;
+}
+
+/* The item's source bytes can be copied as they lie in the mapping. */
+static bool from_mapping(const kiln_load_plan *p, const kiln_load_item *it) {
+    return p->rep.env.io == KILN_IO_MMAP && it->src->file != KILN_LOAD_MEMORY &&
+           strcmp(it->layout->name, "native") == 0 && it->src->fixup == KILN_FIXUP_NONE &&
+           it->src_stride == it->src_row_bytes && it->out_row_bytes == it->src_row_bytes &&
+           !it->layout->pad_last_group && it->n_rows > 0;
+}
 
 /* Rows of one fill granule of an item: about UP_GRANULE source bytes, whole row groups. */
 static int64_t granule_rows(const kiln_load_item *it) {
@@ -85,6 +116,7 @@ typedef struct up_fill {
     kiln_load_item *it;
     int64_t r0, r1, granule; /* rows of this slab, in granules of the item's chunk rows */
     uint8_t *dst;
+    bool stream; /* copy from the mapping with streaming stores instead of pread */
     void **scratch;
     kiln_reader *rds;
     pthread_mutex_t mu;
@@ -96,10 +128,20 @@ static void fill_range(void *ctx, int64_t b, int64_t e, int ith) {
     up_fill *f = ctx;
     int64_t ra = f->r0 + b * f->granule, rb = f->r0 + e * f->granule;
     if (rb > f->r1) rb = f->r1;
+    uint8_t *dst = f->dst + (size_t)(ra - f->r0) * f->it->out_row_bytes;
+    if (f->stream) {
+        const uint8_t *src = kiln_load_src(f->p, f->it) + (uint64_t)ra * f->it->src_stride;
+        size_t n = (size_t)((uint64_t)(rb - ra) * f->it->src_row_bytes);
+        /* map the pages first, one read per 64 KiB (the kernel's fault-around maps the
+         * rest), so the copy loop runs without faults */
+        const volatile uint8_t *v = src;
+        for (size_t o = 0; o < n; o += 65536) (void)v[o];
+        kiln_memcpy_stream(dst, src, n);
+        return;
+    }
     kiln_err e2;
     kiln_status st =
-        kiln_load_produce(f->p, f->it, ra, rb, f->dst + (size_t)(ra - f->r0) * f->it->out_row_bytes,
-                          f->scratch[ith], &f->rds[ith], &e2);
+        kiln_load_produce(f->p, f->it, ra, rb, dst, f->scratch[ith], &f->rds[ith], &e2);
     if (st) {
         pthread_mutex_lock(&f->mu);
         if (!f->st) {
@@ -108,6 +150,102 @@ static void fill_range(void *ctx, int64_t b, int64_t e, int ith) {
         }
         pthread_mutex_unlock(&f->mu);
     }
+}
+
+static int cmp_src(const void *a, const void *b) {
+    const kiln_load_item *x = *(kiln_load_item *const *)a, *y = *(kiln_load_item *const *)b;
+    if (x->file != y->file) return x->file < y->file ? -1 : 1;
+    return x->src_offset < y->src_offset ? -1 : x->src_offset > y->src_offset;
+}
+
+/* Direct: copies the from-mapping items of `device` straight from the page cache. The
+ * file is cut into page-aligned windows of at most UP_WINDOW bytes over those items'
+ * bytes; each window is registered with the driver (read-only), its parts are copied on
+ * `stream`, and it is unregistered once its copies are done. Sets it->done on the items it
+ * copied whole. When the driver refuses a registration (a kernel or driver without
+ * read-only registration of file pages), the items from there on are left to staging
+ * (logged at debug level): the same lane, another way to fill it. */
+static kiln_status upload_direct(kiln_load_plan *p, kiln_load_item **items, size_t n, int device,
+                                 cudaStream_t stream, kiln_err *err) {
+    kiln_status st = KILN_OK;
+    int ro = 0;
+    if (cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, device) !=
+            cudaSuccess ||
+        !ro) {
+        (void)cudaGetLastError();
+        KILN_DEBUG("upload: device %d cannot read read-only registered memory; staging", device);
+        return KILN_OK;
+    }
+    size_t m = 0;
+    kiln_load_item **el = kiln_calloc(n ? n : 1, sizeof *el);
+    if (!el) return kiln_err_set(err, KILN_ERR_NOMEM, "upload lane: direct list");
+    for (size_t i = 0; i < n; i++)
+        if (items[i]->target.device == device && from_mapping(p, items[i])) el[m++] = items[i];
+    qsort(el, m, sizeof *el, cmp_src);
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    void *reg[UP_NREG] = {NULL};
+    cudaEvent_t ev[UP_NREG] = {NULL};
+    for (int b = 0; b < UP_NREG; b++)
+        CU(cudaEventCreateWithFlags(&ev[b], cudaEventDisableTiming), "cudaEventCreate");
+    size_t j = 0;    /* first item not yet copied whole */
+    uint64_t jd = 0; /* bytes of el[j] already copied */
+    for (int k = 0; j < m; k++) {
+        const uint32_t file = el[j]->file;
+        uintptr_t ws = ((uintptr_t)kiln_load_src(p, el[j]) + jd) & ~(pg - 1);
+        uintptr_t we = ws + UP_WINDOW, last = ws;
+        for (size_t q = j; q < m && el[q]->file == file; q++) {
+            uintptr_t a = (uintptr_t)kiln_load_src(p, el[q]), z = a + el[q]->nbytes;
+            if (a >= we) break;
+            last = z < we ? z : we;
+        }
+        we = (last + pg - 1) & ~(pg - 1);
+        const int b = k % UP_NREG;
+        if (reg[b]) {
+            CU(cudaEventSynchronize(ev[b]), "cudaEventSynchronize");
+            CU(cudaHostUnregister(reg[b]), "cudaHostUnregister");
+            reg[b] = NULL;
+        }
+        uint64_t t0 = kiln_now_ns();
+        cudaError_t e = cudaHostRegister((void *)ws, (size_t)(we - ws),
+                                         cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+        p->rep.upload_register_seconds += (double)(kiln_now_ns() - t0) * 1e-9;
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            KILN_DEBUG("upload: cudaHostRegister of the mapping refused (%s); staging the "
+                       "remaining %zu tensors",
+                       cudaGetErrorString(e), m - j);
+            break;
+        }
+        reg[b] = (void *)ws;
+        while (j < m && el[j]->file == file) {
+            uintptr_t a = (uintptr_t)kiln_load_src(p, el[j]) + jd;
+            uintptr_t z = (uintptr_t)kiln_load_src(p, el[j]) + el[j]->nbytes;
+            if (a >= we) break;
+            uintptr_t c = z < we ? z : we;
+            CU(cudaMemcpyAsync((uint8_t *)el[j]->device_ptr + jd, (const void *)a, (size_t)(c - a),
+                               cudaMemcpyHostToDevice, stream),
+               "cudaMemcpyAsync");
+            p->rep.upload_direct_bytes += (uint64_t)(c - a);
+            if (c < z) {
+                jd += (uint64_t)(c - a);
+                break;
+            }
+            el[j]->done = true;
+            j++;
+            jd = 0;
+        }
+        CU(cudaEventRecord(ev[b], stream), "cudaEventRecord");
+    }
+    /* a partly copied item goes to staging whole (its direct bytes are overwritten) */
+    CU(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+done:
+    if (st) cudaStreamSynchronize(stream);
+    for (int b = 0; b < UP_NREG; b++) {
+        if (reg[b]) cudaHostUnregister(reg[b]);
+        if (ev[b]) cudaEventDestroy(ev[b]);
+    }
+    kiln_free(el);
+    return st;
 }
 
 /* Uploads the items placed on `device`. */
@@ -122,29 +260,17 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
     void **scratch = NULL;
     kiln_reader *rds = NULL;
     int nth = 0;
+    const up_mode mode = upload_mode();
     up_fill f = {.p = p, .mu = PTHREAD_MUTEX_INITIALIZER};
+    p->rep.upload_mode = up_mode_name[mode];
 
-    /* staging size: the largest slab (whole granules, at most UP_STAGE, at least one) */
-    size_t stage = 0;
-    for (size_t i = 0; i < n; i++) {
-        kiln_load_item *it = items[i];
-        if (it->target.device != device || it->n_rows == 0) continue;
-        int64_t g = granule_rows(it);
-        uint64_t gb = (uint64_t)g * it->out_row_bytes;
-        uint64_t slab = gb >= UP_STAGE ? gb : (UP_STAGE / gb) * gb;
-        uint64_t all = (uint64_t)kiln_load_out_end(it, it->n_rows) * it->out_row_bytes;
-        if (slab > all) slab = all;
-        if (slab > stage) stage = (size_t)slab;
-    }
-    if (stage == 0) return KILN_OK;
+    bool any = false;
+    for (size_t i = 0; i < n; i++) any |= items[i]->target.device == device;
+    if (!any) return KILN_OK;
 
     const uint64_t t_setup = kiln_now_ns();
     CU(cudaSetDevice(device), "cudaSetDevice");
     CU(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    for (int b = 0; b < UP_NBUF; b++) {
-        CU(cudaHostAlloc(&pin[b], stage, cudaHostAllocPortable), "cudaHostAlloc (pinned staging)");
-        CU(cudaEventCreateWithFlags(&ev[b], cudaEventDisableTiming), "cudaEventCreate");
-    }
     /* One device allocation for every tensor of this device, 256-byte aligned slices:
      * hundreds of cudaMalloc calls cost more than the copies of small models, and
      * cudaMalloc may synchronize, so it never runs between copies. */
@@ -171,6 +297,32 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
         uint64_t sz = (it->nbytes + 255) & ~(uint64_t)255;
         off += sz ? sz : 256;
     }
+    p->rep.upload_setup_seconds += (double)(kiln_now_ns() - t_setup) * 1e-9;
+
+    if (mode == UP_DIRECT && (st = upload_direct(p, items, n, device, stream, err))) goto done;
+
+    /* staging for what is left: the largest slab (whole granules, at most UP_STAGE) */
+    size_t stage = 0;
+    for (size_t i = 0; i < n; i++) {
+        kiln_load_item *it = items[i];
+        if (it->target.device != device || it->done) continue;
+        if (it->n_rows == 0) {
+            it->done = true;
+            continue;
+        }
+        int64_t g = granule_rows(it);
+        uint64_t gb = (uint64_t)g * it->out_row_bytes;
+        uint64_t slab = gb >= UP_STAGE ? gb : (UP_STAGE / gb) * gb;
+        uint64_t all = (uint64_t)kiln_load_out_end(it, it->n_rows) * it->out_row_bytes;
+        if (slab > all) slab = all;
+        if (slab > stage) stage = (size_t)slab;
+    }
+    if (stage == 0) goto finish;
+    const uint64_t t_stage = kiln_now_ns();
+    for (int b = 0; b < UP_NBUF; b++) {
+        CU(cudaHostAlloc(&pin[b], stage, cudaHostAllocPortable), "cudaHostAlloc (pinned staging)");
+        CU(cudaEventCreateWithFlags(&ev[b], cudaEventDisableTiming), "cudaEventCreate");
+    }
     nth = p->rep.env.threads > 0 ? p->rep.env.threads : p->rep.env.cores;
     if (nth < 1) nth = 1;
     if ((st = kiln_pool_create(nth, &pool, err))) goto done;
@@ -192,15 +344,16 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
     f.scratch = scratch;
     f.rds = rds;
     /* the lane's bandwidth counts from here: staging, device arena and threads are set up */
-    p->rep.upload_setup_seconds += (double)(kiln_now_ns() - t_setup) * 1e-9;
+    p->rep.upload_setup_seconds += (double)(kiln_now_ns() - t_stage) * 1e-9;
 
     int k = 0;
     for (size_t i = 0; i < n; i++) {
         kiln_load_item *it = items[i];
-        if (it->target.device != device) continue;
+        if (it->target.device != device || it->done) continue;
         int64_t g = granule_rows(it);
         int64_t per = (int64_t)(stage / it->out_row_bytes) / g * g;
         if (per < g) per = g;
+        f.stream = mode != UP_PREAD && from_mapping(p, it);
         for (int64_t r = 0; r < it->n_rows; r += per, k++) {
             int64_t r1 = r + per < it->n_rows ? r + per : it->n_rows;
             int b = k % UP_NBUF;
@@ -226,6 +379,7 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
         }
         it->done = true;
     }
+finish:
     CU(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 done:
     if (stream) cudaStreamSynchronize(stream);

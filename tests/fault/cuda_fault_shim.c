@@ -3,7 +3,7 @@
  *   -Wl,--wrap=cudaMalloc,--wrap=cudaFree,--wrap=cudaMemcpyAsync,--wrap=cudaMemcpy,
  *   --wrap=cudaStreamSynchronize,--wrap=cudaLaunchKernel,--wrap=cudaGetLastError,
  *   --wrap=cublasCreate_v2,--wrap=cublasSetStream_v2,--wrap=cublasSgemm_v2,--wrap=cublasGemmEx
- * (CMake: target_link_options + KILN_CUDA_FAULT_WRAP from tests/fault/cuda_fault.cmake).
+ * (CMake: KILN_CUDA_FAULT_WRAP in tests/CMakeLists.txt; test: tests/gpu/test_cuda_fault.c).
  * Every wrapped call counts; kiln_cuda_fault_set(n) makes the n-th call from then fail with
  * the call's own error type (cudaErrorMemoryAllocation for allocations,
  * cudaErrorLaunchFailure otherwise, CUBLAS_STATUS_EXECUTION_FAILED for cuBLAS), once. A
