@@ -233,7 +233,7 @@ static double seq_read(const char *path, uint64_t *bytes) {
 }
 
 typedef struct load_result {
-    double seconds, lane_gbps, plan_seconds, setup_seconds, reg_seconds;
+    double seconds, lane_gbps, plan_seconds, setup_seconds, reg_seconds, fill_seconds, wait_seconds;
     uint64_t bytes, direct_bytes;
 } load_result;
 
@@ -269,6 +269,8 @@ static load_result run_load(const char *path, kiln_load_request *req, kiln_lane 
     r.plan_seconds = rep->plan_seconds;
     r.setup_seconds = rep->upload_setup_seconds;
     r.reg_seconds = rep->upload_register_seconds;
+    r.fill_seconds = rep->upload_fill_seconds;
+    r.wait_seconds = rep->upload_wait_seconds;
     r.direct_bytes = rep->upload_direct_bytes;
     kiln_load_plan_free(p);
     kiln_model_file_close(mf);
@@ -618,7 +620,8 @@ int main(int argc, char **argv) {
         const char *old_mode = getenv("KILN_UPLOAD");
         for (int mo = 0; mo < 3; mo++) {
             setenv("KILN_UPLOAD", up_modes[mo], 1);
-            double up = 0, up_wall = 1e30, up_plan = 0, up_setup = 0, up_reg = 0;
+            double up = 0, up_wall = 1e30, up_plan = 0, up_setup = 0, up_reg = 0, up_fill = 0,
+                   up_wait = 0;
             uint64_t up_direct = 0;
             for (int r = 0; r < reps; r++) {
                 kiln_load_request req;
@@ -631,6 +634,8 @@ int main(int argc, char **argv) {
                 if (lr.lane_gbps > up) {
                     up = lr.lane_gbps;
                     up_reg = lr.reg_seconds;
+                    up_fill = lr.fill_seconds;
+                    up_wait = lr.wait_seconds;
                     up_direct = lr.direct_bytes;
                 }
                 if (lr.seconds < up_wall) {
@@ -645,6 +650,9 @@ int main(int argc, char **argv) {
             if (mo == 2)
                 printf("   (%.0f MiB direct, registering %.1f ms)", (double)up_direct / (1 << 20),
                        up_reg * 1e3);
+            else
+                printf("   (filling %.1f ms, waiting for copies %.1f ms)", up_fill * 1e3,
+                       up_wait * 1e3);
             printf("\n");
             snprintf(label, sizeof label, "upload to ready (%s)", up_modes[mo]);
             printf("%-34s %10.1f %10.2f   (plan incl. CUDA context %.1f ms, setup %.1f ms)\n",

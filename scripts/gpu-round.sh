@@ -130,7 +130,7 @@ for s in "$@"; do
       llama llama-batched-bench && step llama-70b-batched 300 "$LB/llama-batched-bench" -m "$f" \
         -ngl 99 -fa 1 -sm layer -c 16384 -b 2048 -ub 512 -npp 128 -ntg 64 -npl 1,64 ;;
     fault)
-      step test_cuda_fault 600 test_cuda_fault ;;
+      step test_cuda_fault 240 env KILN_BINARY_DIR=$PWD/$B test_cuda_fault ;;
     ttft)
       f=$(gen llama3-8b q4_0)
       step kiln-ttft 300 bench_sched -m "$f" -b cuda --mode ttft --pp 128 --reps 5 ;;

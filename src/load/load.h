@@ -202,6 +202,9 @@ typedef struct kiln_load_report {
     const char *upload_mode;
     uint64_t upload_direct_bytes;
     double upload_register_seconds;
+    /* upload lane, staged: time the lane's thread spent filling slabs (all threads at
+     * work) and waiting for a staging buffer's copy to finish (the copy engine behind) */
+    double upload_fill_seconds, upload_wait_seconds;
     bool executed;
 } kiln_load_report;
 

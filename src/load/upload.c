@@ -357,13 +357,17 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
         for (int64_t r = 0; r < it->n_rows; r += per, k++) {
             int64_t r1 = r + per < it->n_rows ? r + per : it->n_rows;
             int b = k % UP_NBUF;
+            uint64_t tw = kiln_now_ns();
             if (used[b]) CU(cudaEventSynchronize(ev[b]), "cudaEventSynchronize");
+            uint64_t tf = kiln_now_ns();
+            p->rep.upload_wait_seconds += (double)(tf - tw) * 1e-9;
             f.it = it;
             f.r0 = r;
             f.r1 = r1;
             f.granule = g;
             f.dst = pin[b];
             kiln_pool_for(pool, (r1 - r + g - 1) / g, 1, fill_range, &f);
+            p->rep.upload_fill_seconds += (double)(kiln_now_ns() - tf) * 1e-9;
             if (f.st) {
                 st = f.st;
                 if (err) *err = f.err;
