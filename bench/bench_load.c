@@ -616,10 +616,19 @@ int main(int argc, char **argv) {
         cudaFree(d);
         printf("%-34s %10s %10.2f\n", "pinned H2D cudaMemcpy (256 MiB)", "", best);
         /* the three ways the upload lane's host side can work (KILN_UPLOAD, upload.c) */
-        static const char *const up_modes[] = {"pread", "stream", "direct"};
+        static const char *const up_modes[] = {"pread",    "stream",   "direct:1", "direct:4",
+                                               "hybrid:1", "hybrid:2", "hybrid:4"};
         const char *old_mode = getenv("KILN_UPLOAD");
-        for (int mo = 0; mo < 3; mo++) {
-            setenv("KILN_UPLOAD", up_modes[mo], 1);
+        const char *old_thr = getenv("KILN_UPLOAD_THREADS");
+        for (int mo = 0; mo < 7; mo++) {
+            char mode[16];
+            snprintf(mode, sizeof mode, "%s", up_modes[mo]);
+            char *colon = strchr(mode, ':');
+            if (colon) {
+                *colon = 0;
+                setenv("KILN_UPLOAD_THREADS", colon + 1, 1);
+            }
+            setenv("KILN_UPLOAD", mode, 1);
             double up = 0, up_wall = 1e30, up_plan = 0, up_setup = 0, up_reg = 0, up_fill = 0,
                    up_wait = 0;
             uint64_t up_direct = 0;
@@ -647,12 +656,9 @@ int main(int argc, char **argv) {
             char label[64];
             snprintf(label, sizeof label, "upload lane pipeline (warm, %s)", up_modes[mo]);
             printf("%-34s %10s %10.2f", label, "", up);
-            if (mo == 2)
-                printf("   (%.0f MiB direct, registering %.1f ms)", (double)up_direct / (1 << 20),
-                       up_reg * 1e3);
-            else
-                printf("   (filling %.1f ms, waiting for copies %.1f ms)", up_fill * 1e3,
-                       up_wait * 1e3);
+            printf("   (%.0f MiB direct, registering %.1f ms; filling %.1f ms, waiting for "
+                   "copies %.1f ms)",
+                   (double)up_direct / (1 << 20), up_reg * 1e3, up_fill * 1e3, up_wait * 1e3);
             printf("\n");
             snprintf(label, sizeof label, "upload to ready (%s)", up_modes[mo]);
             printf("%-34s %10.1f %10.2f   (plan incl. CUDA context %.1f ms, setup %.1f ms)\n",
@@ -665,6 +671,10 @@ int main(int argc, char **argv) {
             setenv("KILN_UPLOAD", old_mode, 1);
         else
             unsetenv("KILN_UPLOAD");
+        if (old_thr)
+            setenv("KILN_UPLOAD_THREADS", old_thr, 1);
+        else
+            unsetenv("KILN_UPLOAD_THREADS");
     }
 #else
     if (cuda_dev >= 0) printf("(--cuda ignored: built without CUDA)\n");

@@ -67,26 +67,33 @@ void kiln_upload_free(void *device_ptr) {
 #define UP_NBUF    4
 #define UP_STAGE   ((size_t)32 << 20)
 #define UP_GRANULE ((size_t)1 << 20)
-/* Direct: page-aligned windows of the file's mapping registered with the driver, UP_NREG
- * in flight (registering window k+1 overlaps the copy of window k). */
-#define UP_NREG   4
-#define UP_WINDOW ((size_t)64 << 20)
 
-/* How host bytes reach the copy engine (KILN_UPLOAD=pread|stream|direct; docs/LOADER.md):
- * pread into pinned staging; streaming-store copies from the file's mapping into pinned
- * staging; or the mapping's pages (the page cache) registered and copied from, no host
- * copy. stream and direct apply to tensors read in place from a cached file (the mmap
- * reader, native layout, contiguous rows); the others are staged with pread. */
-typedef enum { UP_PREAD, UP_STREAM, UP_DIRECT } up_mode;
-static const char *const up_mode_name[] = {"pread", "stream", "direct"};
+/* How host bytes reach the copy engine (KILN_UPLOAD; docs/LOADER.md "Upload lane"):
+ *   pread   every tensor read with pread into pinned staging (the generic way);
+ *   stream  tensors that lie in a cached file as the device wants them (the mmap reader,
+ *           native layout, contiguous rows) are cut into page-aligned windows of the file's
+ *           mapping, copied into pinned staging with streaming stores by every thread;
+ *   direct  those windows registered with the driver (cudaHostRegister, read-only) and
+ *           copied from the page cache itself by KILN_UPLOAD_THREADS threads (default 2),
+ *           no host copy;
+ *   hybrid  both at once on one queue of windows: staging takes windows from the front,
+ *           the direct threads from the back, until they meet.
+ * Other tensors (a transform on the way, a strided shard) always go through pread staging. */
+typedef enum { UP_PREAD, UP_STREAM, UP_DIRECT, UP_HYBRID } up_mode;
+static const char *const up_mode_name[] = {"pread", "stream", "direct", "hybrid"};
 
 static up_mode upload_mode(void) {
     const char *m = getenv("KILN_UPLOAD");
-    if (m && strcmp(m, "pread") == 0) return UP_PREAD;
-    if (m && strcmp(m, "stream") == 0) return UP_STREAM;
-    if (m && strcmp(m, "direct") == 0) return UP_DIRECT;
-    if (m && *m) KILN_WARN("KILN_UPLOAD=%s: not pread, stream or direct; using stream", m);
-    return UP_STREAM;
+    for (int i = 0; m && i < 4; i++)
+        if (strcmp(m, up_mode_name[i]) == 0) return (up_mode)i;
+    if (m && *m) KILN_WARN("KILN_UPLOAD=%s: not pread, stream, direct or hybrid; using hybrid", m);
+    return UP_HYBRID;
+}
+
+static int upload_threads(void) {
+    const char *t = getenv("KILN_UPLOAD_THREADS");
+    int n = t ? atoi(t) : 2;
+    return n < 1 ? 1 : n > 16 ? 16 : n;
 }
 
 /* The item's source bytes can be copied as they lie in the mapping. */
@@ -116,7 +123,6 @@ typedef struct up_fill {
     kiln_load_item *it;
     int64_t r0, r1, granule; /* rows of this slab, in granules of the item's chunk rows */
     uint8_t *dst;
-    bool stream; /* copy from the mapping with streaming stores instead of pread */
     void **scratch;
     kiln_reader *rds;
     pthread_mutex_t mu;
@@ -128,20 +134,10 @@ static void fill_range(void *ctx, int64_t b, int64_t e, int ith) {
     up_fill *f = ctx;
     int64_t ra = f->r0 + b * f->granule, rb = f->r0 + e * f->granule;
     if (rb > f->r1) rb = f->r1;
-    uint8_t *dst = f->dst + (size_t)(ra - f->r0) * f->it->out_row_bytes;
-    if (f->stream) {
-        const uint8_t *src = kiln_load_src(f->p, f->it) + (uint64_t)ra * f->it->src_stride;
-        size_t n = (size_t)((uint64_t)(rb - ra) * f->it->src_row_bytes);
-        /* map the pages first, one read per 64 KiB (the kernel's fault-around maps the
-         * rest), so the copy loop runs without faults */
-        const volatile uint8_t *v = src;
-        for (size_t o = 0; o < n; o += 65536) (void)v[o];
-        kiln_memcpy_stream(dst, src, n);
-        return;
-    }
     kiln_err e2;
     kiln_status st =
-        kiln_load_produce(f->p, f->it, ra, rb, dst, f->scratch[ith], &f->rds[ith], &e2);
+        kiln_load_produce(f->p, f->it, ra, rb, f->dst + (size_t)(ra - f->r0) * f->it->out_row_bytes,
+                          f->scratch[ith], &f->rds[ith], &e2);
     if (st) {
         pthread_mutex_lock(&f->mu);
         if (!f->st) {
@@ -152,116 +148,248 @@ static void fill_range(void *ctx, int64_t b, int64_t e, int ith) {
     }
 }
 
+/* ---- windows of the mapping: stream, direct, hybrid ---- */
+
+typedef struct up_part {
+    kiln_load_item *it;
+    uint64_t off, len; /* bytes [off, off + len) of the tensor */
+    uintptr_t src;     /* their address in the mapping */
+} up_part;
+
+enum { WIN_TODO, WIN_REFUSED };
+typedef struct up_win {
+    uintptr_t ws, we; /* page-aligned, at most UP_STAGE bytes */
+    size_t p0, np;    /* its parts */
+    int state;
+} up_win;
+
+typedef struct up_q {
+    kiln_load_plan *p;
+    int device;
+    up_win *w;
+    size_t nw;
+    up_part *parts;
+    size_t np;
+    pthread_mutex_t mu;
+    size_t head, tail; /* windows [head, tail) not taken */
+    bool stop;         /* a direct thread failed: the others stop */
+    kiln_status st;
+    kiln_err err;
+    uint64_t direct_bytes;
+    double reg_seconds;
+} up_q;
+
 static int cmp_src(const void *a, const void *b) {
     const kiln_load_item *x = *(kiln_load_item *const *)a, *y = *(kiln_load_item *const *)b;
     if (x->file != y->file) return x->file < y->file ? -1 : 1;
     return x->src_offset < y->src_offset ? -1 : x->src_offset > y->src_offset;
 }
 
-/* Direct: copies the from-mapping items of `device` straight from the page cache. The
- * file is cut into page-aligned windows of at most UP_WINDOW bytes over those items'
- * bytes; each window is registered with the driver (read-only), its parts are copied on
- * `stream`, and it is unregistered once its copies are done. Sets it->done on the items it
- * copied whole. When the driver refuses a registration (a kernel or driver without
- * read-only registration of file pages), the items from there on are left to staging
- * (logged at debug level): the same lane, another way to fill it. */
-static kiln_status upload_direct(kiln_load_plan *p, kiln_load_item **items, size_t n, int device,
-                                 cudaStream_t stream, kiln_err *err) {
-    kiln_status st = KILN_OK;
-    int ro = 0;
-    if (cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, device) !=
-            cudaSuccess ||
-        !ro) {
-        (void)cudaGetLastError();
-        KILN_DEBUG("upload: device %d cannot read read-only registered memory; staging", device);
-        return KILN_OK;
-    }
+/* Cuts the from-mapping items of `device` into windows. */
+static kiln_status build_windows(up_q *q, kiln_load_item **items, size_t n, kiln_err *err) {
+    kiln_load_plan *p = q->p;
     size_t m = 0;
     kiln_load_item **el = kiln_calloc(n ? n : 1, sizeof *el);
-    if (!el) return kiln_err_set(err, KILN_ERR_NOMEM, "upload lane: direct list");
+    if (!el) return kiln_err_set(err, KILN_ERR_NOMEM, "upload lane: window list");
+    uint64_t bytes = 0;
     for (size_t i = 0; i < n; i++)
-        if (items[i]->target.device == device && from_mapping(p, items[i])) el[m++] = items[i];
+        if (items[i]->target.device == q->device && !items[i]->done && from_mapping(p, items[i])) {
+            el[m++] = items[i];
+            bytes += items[i]->nbytes;
+        }
     qsort(el, m, sizeof *el, cmp_src);
+    /* at most one window per UP_STAGE bytes plus one per item, parts one per item+window */
+    size_t cap_w = (size_t)(bytes / UP_STAGE) + 2 * m + 1, cap_p = 2 * cap_w + m;
+    q->w = kiln_calloc(cap_w, sizeof *q->w);
+    q->parts = kiln_calloc(cap_p, sizeof *q->parts);
+    if (!q->w || !q->parts) {
+        kiln_free(el);
+        return kiln_err_set(err, KILN_ERR_NOMEM, "upload lane: %zu windows", cap_w);
+    }
     const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    void *reg[UP_NREG] = {NULL};
-    cudaEvent_t ev[UP_NREG] = {NULL};
-    for (int b = 0; b < UP_NREG; b++)
-        CU(cudaEventCreateWithFlags(&ev[b], cudaEventDisableTiming), "cudaEventCreate");
-    size_t j = 0;    /* first item not yet copied whole */
-    uint64_t jd = 0; /* bytes of el[j] already copied */
-    for (int k = 0; j < m; k++) {
+    size_t j = 0;    /* first item not yet covered whole */
+    uint64_t jd = 0; /* bytes of el[j] covered */
+    while (j < m && q->nw < cap_w) {
         const uint32_t file = el[j]->file;
         uintptr_t ws = ((uintptr_t)kiln_load_src(p, el[j]) + jd) & ~(pg - 1);
-        uintptr_t we = ws + UP_WINDOW, last = ws;
-        for (size_t q = j; q < m && el[q]->file == file; q++) {
-            uintptr_t a = (uintptr_t)kiln_load_src(p, el[q]), z = a + el[q]->nbytes;
+        uintptr_t we = ws + UP_STAGE, last = ws;
+        for (size_t t = j; t < m && el[t]->file == file; t++) {
+            uintptr_t a = (uintptr_t)kiln_load_src(p, el[t]), z = a + el[t]->nbytes;
             if (a >= we) break;
             last = z < we ? z : we;
         }
         we = (last + pg - 1) & ~(pg - 1);
-        const int b = k % UP_NREG;
-        if (reg[b]) {
-            CU(cudaEventSynchronize(ev[b]), "cudaEventSynchronize");
-            CU(cudaHostUnregister(reg[b]), "cudaHostUnregister");
-            reg[b] = NULL;
-        }
-        uint64_t t0 = kiln_now_ns();
-        cudaError_t e = cudaHostRegister((void *)ws, (size_t)(we - ws),
-                                         cudaHostRegisterPortable | cudaHostRegisterReadOnly);
-        p->rep.upload_register_seconds += (double)(kiln_now_ns() - t0) * 1e-9;
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            KILN_DEBUG("upload: cudaHostRegister of the mapping refused (%s); staging the "
-                       "remaining %zu tensors",
-                       cudaGetErrorString(e), m - j);
-            break;
-        }
-        reg[b] = (void *)ws;
-        while (j < m && el[j]->file == file) {
+        if (we > ws + UP_STAGE) we = ws + UP_STAGE;
+        up_win *w = &q->w[q->nw++];
+        *w = (up_win){.ws = ws, .we = we, .p0 = q->np};
+        while (j < m && el[j]->file == file && q->np < cap_p) {
             uintptr_t a = (uintptr_t)kiln_load_src(p, el[j]) + jd;
             uintptr_t z = (uintptr_t)kiln_load_src(p, el[j]) + el[j]->nbytes;
             if (a >= we) break;
             uintptr_t c = z < we ? z : we;
-            CU(cudaMemcpyAsync((uint8_t *)el[j]->device_ptr + jd, (const void *)a, (size_t)(c - a),
-                               cudaMemcpyHostToDevice, stream),
-               "cudaMemcpyAsync");
-            p->rep.upload_direct_bytes += (uint64_t)(c - a);
+            q->parts[q->np++] = (up_part){el[j], jd, (uint64_t)(c - a), a};
+            w->np++;
             if (c < z) {
                 jd += (uint64_t)(c - a);
                 break;
             }
-            el[j]->done = true;
             j++;
             jd = 0;
         }
-        CU(cudaEventRecord(ev[b], stream), "cudaEventRecord");
-    }
-    /* a partly copied item goes to staging whole (its direct bytes are overwritten) */
-    CU(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-done:
-    if (st) cudaStreamSynchronize(stream);
-    for (int b = 0; b < UP_NREG; b++) {
-        if (reg[b]) cudaHostUnregister(reg[b]);
-        if (ev[b]) cudaEventDestroy(ev[b]);
     }
     kiln_free(el);
-    return st;
+    if (j < m) return kiln_err_set(err, KILN_ERR_INTERNAL, "upload lane: windows overflow");
+    q->tail = q->nw;
+    return KILN_OK;
+}
+
+static bool q_take(up_q *q, bool front, size_t *wi) {
+    pthread_mutex_lock(&q->mu);
+    bool ok = !q->stop && q->head < q->tail;
+    if (ok) *wi = front ? q->head++ : --q->tail;
+    pthread_mutex_unlock(&q->mu);
+    return ok;
+}
+
+static void q_fail(up_q *q, cudaError_t e, const char *what) {
+    pthread_mutex_lock(&q->mu);
+    if (!q->st) q->st = cuda_err(e, what, &q->err);
+    q->stop = true;
+    pthread_mutex_unlock(&q->mu);
+}
+
+/* A direct thread: windows from the back of the queue, registered, copied on its own
+ * stream, unregistered once copied. A refused registration hands the window back to
+ * staging (WIN_REFUSED) and ends this thread's direct copies. */
+static void *direct_worker(void *arg) {
+    up_q *q = arg;
+    cudaStream_t s = NULL;
+    cudaError_t e = cudaSetDevice(q->device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        q_fail(q, e, "upload lane: direct copy stream");
+        return NULL;
+    }
+    size_t wi;
+    while (q_take(q, false, &wi)) {
+        up_win *w = &q->w[wi];
+        uint64_t t0 = kiln_now_ns();
+        e = cudaHostRegister((void *)w->ws, (size_t)(w->we - w->ws),
+                             cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+        double dt = (double)(kiln_now_ns() - t0) * 1e-9;
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            KILN_DEBUG("upload: cudaHostRegister of the mapping refused (%s); staging instead",
+                       cudaGetErrorString(e));
+            pthread_mutex_lock(&q->mu);
+            w->state = WIN_REFUSED;
+            q->reg_seconds += dt;
+            pthread_mutex_unlock(&q->mu);
+            break;
+        }
+        uint64_t bytes = 0;
+        for (size_t i = w->p0; i < w->p0 + w->np && e == cudaSuccess; i++) {
+            const up_part *pt = &q->parts[i];
+            e = cudaMemcpyAsync((uint8_t *)pt->it->device_ptr + pt->off, (const void *)pt->src,
+                                (size_t)pt->len, cudaMemcpyHostToDevice, s);
+            bytes += pt->len;
+        }
+        cudaError_t e2 = cudaStreamSynchronize(s);
+        (void)cudaHostUnregister((void *)w->ws);
+        if (e == cudaSuccess) e = e2;
+        if (e != cudaSuccess) {
+            q_fail(q, e, "upload lane: direct copy");
+            break;
+        }
+        pthread_mutex_lock(&q->mu);
+        q->direct_bytes += bytes;
+        q->reg_seconds += dt;
+        pthread_mutex_unlock(&q->mu);
+    }
+    cudaStreamDestroy(s);
+    return NULL;
+}
+
+typedef struct win_fill {
+    const uint8_t *src;
+    uint8_t *dst;
+    size_t n;
+} win_fill;
+
+/* Granules [b, e) of a window into staging: map the pages first (one read per 64 KiB, the
+ * kernel's fault-around maps the rest), then copy with streaming stores. */
+static void win_fill_range(void *ctx, int64_t b, int64_t e, int ith) {
+    (void)ith;
+    const win_fill *f = ctx;
+    size_t o = (size_t)b * UP_GRANULE, z = (size_t)e * UP_GRANULE;
+    if (z > f->n) z = f->n;
+    const volatile uint8_t *v = f->src + o;
+    for (size_t i = 0; i < z - o; i += 65536) (void)v[i];
+    kiln_memcpy_stream(f->dst + o, f->src + o, z - o);
+}
+
+/* ---- one device ---- */
+
+typedef struct up_stage {
+    void *pin[UP_NBUF];
+    cudaEvent_t ev[UP_NBUF];
+    bool used[UP_NBUF];
+    int k; /* slabs so far */
+    cudaStream_t stream;
+    kiln_pool *pool;
+} up_stage;
+
+/* Waits until staging buffer k % UP_NBUF is free; returns it. */
+static kiln_status stage_next(kiln_load_plan *p, up_stage *sg, int *b, kiln_err *err) {
+    *b = sg->k % UP_NBUF;
+    uint64_t tw = kiln_now_ns();
+    if (sg->used[*b]) {
+        cudaError_t e = cudaEventSynchronize(sg->ev[*b]);
+        if (e != cudaSuccess) return cuda_err(e, "cudaEventSynchronize", err);
+    }
+    p->rep.upload_wait_seconds += (double)(kiln_now_ns() - tw) * 1e-9;
+    return KILN_OK;
+}
+
+static kiln_status stage_sent(up_stage *sg, int b, kiln_err *err) {
+    cudaError_t e = cudaEventRecord(sg->ev[b], sg->stream);
+    if (e != cudaSuccess) return cuda_err(e, "cudaEventRecord", err);
+    sg->used[b] = true;
+    sg->k++;
+    return KILN_OK;
+}
+
+/* One window through staging. */
+static kiln_status stage_window(kiln_load_plan *p, up_stage *sg, const up_q *q, const up_win *w,
+                                kiln_err *err) {
+    int b;
+    KILN_TRY(stage_next(p, sg, &b, err));
+    uint64_t tf = kiln_now_ns();
+    win_fill f = {(const uint8_t *)w->ws, sg->pin[b], (size_t)(w->we - w->ws)};
+    kiln_pool_for(sg->pool, (int64_t)((f.n + UP_GRANULE - 1) / UP_GRANULE), 1, win_fill_range, &f);
+    p->rep.upload_fill_seconds += (double)(kiln_now_ns() - tf) * 1e-9;
+    for (size_t i = w->p0; i < w->p0 + w->np; i++) {
+        const up_part *pt = &q->parts[i];
+        cudaError_t e = cudaMemcpyAsync((uint8_t *)pt->it->device_ptr + pt->off,
+                                        (uint8_t *)sg->pin[b] + (pt->src - w->ws), (size_t)pt->len,
+                                        cudaMemcpyHostToDevice, sg->stream);
+        if (e != cudaSuccess) return cuda_err(e, "cudaMemcpyAsync", err);
+    }
+    return stage_sent(sg, b, err);
 }
 
 /* Uploads the items placed on `device`. */
 static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size_t n, int device,
                                  kiln_reader *rd, kiln_err *err) {
     kiln_status st = KILN_OK;
-    void *pin[UP_NBUF] = {NULL};
-    cudaEvent_t ev[UP_NBUF] = {NULL};
-    bool used[UP_NBUF] = {false};
-    cudaStream_t stream = NULL;
-    kiln_pool *pool = NULL;
+    up_stage sg = {0};
     void **scratch = NULL;
     kiln_reader *rds = NULL;
-    int nth = 0;
+    int nth = 0, n_direct = 0;
+    pthread_t th[16];
     const up_mode mode = upload_mode();
     up_fill f = {.p = p, .mu = PTHREAD_MUTEX_INITIALIZER};
+    up_q q = {.p = p, .device = device, .mu = PTHREAD_MUTEX_INITIALIZER};
     p->rep.upload_mode = up_mode_name[mode];
 
     bool any = false;
@@ -270,7 +398,7 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
 
     const uint64_t t_setup = kiln_now_ns();
     CU(cudaSetDevice(device), "cudaSetDevice");
-    CU(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    CU(cudaStreamCreateWithFlags(&sg.stream, cudaStreamNonBlocking), "cudaStreamCreate");
     /* One device allocation for every tensor of this device, 256-byte aligned slices:
      * hundreds of cudaMalloc calls cost more than the copies of small models, and
      * cudaMalloc may synchronize, so it never runs between copies. */
@@ -296,20 +424,15 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
         owner = false;
         uint64_t sz = (it->nbytes + 255) & ~(uint64_t)255;
         off += sz ? sz : 256;
+        if (it->n_rows == 0) it->done = true;
     }
-    p->rep.upload_setup_seconds += (double)(kiln_now_ns() - t_setup) * 1e-9;
+    if (mode != UP_PREAD && (st = build_windows(&q, items, n, err))) goto done;
 
-    if (mode == UP_DIRECT && (st = upload_direct(p, items, n, device, stream, err))) goto done;
-
-    /* staging for what is left: the largest slab (whole granules, at most UP_STAGE) */
-    size_t stage = 0;
+    /* staging: windows (UP_STAGE) and the largest slab of the other tensors */
+    size_t stage = q.nw ? UP_STAGE : 0;
     for (size_t i = 0; i < n; i++) {
         kiln_load_item *it = items[i];
-        if (it->target.device != device || it->done) continue;
-        if (it->n_rows == 0) {
-            it->done = true;
-            continue;
-        }
+        if (it->target.device != device || it->done || (q.nw && from_mapping(p, it))) continue;
         int64_t g = granule_rows(it);
         uint64_t gb = (uint64_t)g * it->out_row_bytes;
         uint64_t slab = gb >= UP_STAGE ? gb : (UP_STAGE / gb) * gb;
@@ -317,16 +440,15 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
         if (slab > all) slab = all;
         if (slab > stage) stage = (size_t)slab;
     }
-    if (stage == 0) goto finish;
-    const uint64_t t_stage = kiln_now_ns();
-    for (int b = 0; b < UP_NBUF; b++) {
-        CU(cudaHostAlloc(&pin[b], stage, cudaHostAllocPortable), "cudaHostAlloc (pinned staging)");
-        CU(cudaEventCreateWithFlags(&ev[b], cudaEventDisableTiming), "cudaEventCreate");
+    for (int b = 0; b < UP_NBUF && stage; b++) {
+        CU(cudaHostAlloc(&sg.pin[b], stage, cudaHostAllocPortable),
+           "cudaHostAlloc (pinned staging)");
+        CU(cudaEventCreateWithFlags(&sg.ev[b], cudaEventDisableTiming), "cudaEventCreate");
     }
     nth = p->rep.env.threads > 0 ? p->rep.env.threads : p->rep.env.cores;
     if (nth < 1) nth = 1;
-    if ((st = kiln_pool_create(nth, &pool, err))) goto done;
-    nth = kiln_pool_size(pool);
+    if ((st = kiln_pool_create(nth, &sg.pool, err))) goto done;
+    nth = kiln_pool_size(sg.pool);
     scratch = kiln_calloc((size_t)nth, sizeof *scratch);
     rds = kiln_calloc((size_t)nth, sizeof *rds);
     if (!scratch || !rds) {
@@ -344,29 +466,55 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
     f.scratch = scratch;
     f.rds = rds;
     /* the lane's bandwidth counts from here: staging, device arena and threads are set up */
-    p->rep.upload_setup_seconds += (double)(kiln_now_ns() - t_stage) * 1e-9;
+    p->rep.upload_setup_seconds += (double)(kiln_now_ns() - t_setup) * 1e-9;
 
-    int k = 0;
+    /* windows: direct threads from the back, staging from the front */
+    if (q.nw && (mode == UP_DIRECT || mode == UP_HYBRID)) {
+        int want = upload_threads();
+        for (; n_direct < want; n_direct++)
+            if (pthread_create(&th[n_direct], NULL, direct_worker, &q) != 0) break;
+        if (n_direct == 0) {
+            st = kiln_err_set(err, KILN_ERR_IO, "upload lane: cannot start a direct copy thread");
+            goto done;
+        }
+    }
+    size_t wi;
+    while (mode != UP_DIRECT && q_take(&q, true, &wi))
+        if ((st = stage_window(p, &sg, &q, &q.w[wi], err))) break;
+    for (int t = 0; t < n_direct; t++) pthread_join(th[t], NULL);
+    n_direct = 0;
+    if (!st && q.st) {
+        st = q.st;
+        if (err) *err = q.err;
+    }
+    /* windows the direct threads could not take (refused registration, or left when every
+     * direct thread stopped) */
+    for (size_t i = 0; !st && i < q.nw; i++)
+        if (q.w[i].state == WIN_REFUSED) st = stage_window(p, &sg, &q, &q.w[i], err);
+    while (!st && q_take(&q, true, &wi)) st = stage_window(p, &sg, &q, &q.w[wi], err);
+    if (st) goto done;
+    p->rep.upload_direct_bytes += q.direct_bytes;
+    p->rep.upload_register_seconds += q.reg_seconds;
+    for (size_t i = 0; i < q.np; i++) q.parts[i].it->done = true;
+
+    /* the other tensors: rows through pread staging */
     for (size_t i = 0; i < n; i++) {
         kiln_load_item *it = items[i];
         if (it->target.device != device || it->done) continue;
         int64_t g = granule_rows(it);
         int64_t per = (int64_t)(stage / it->out_row_bytes) / g * g;
         if (per < g) per = g;
-        f.stream = mode != UP_PREAD && from_mapping(p, it);
-        for (int64_t r = 0; r < it->n_rows; r += per, k++) {
+        for (int64_t r = 0; r < it->n_rows; r += per) {
             int64_t r1 = r + per < it->n_rows ? r + per : it->n_rows;
-            int b = k % UP_NBUF;
-            uint64_t tw = kiln_now_ns();
-            if (used[b]) CU(cudaEventSynchronize(ev[b]), "cudaEventSynchronize");
+            int b;
+            if ((st = stage_next(p, &sg, &b, err))) goto done;
             uint64_t tf = kiln_now_ns();
-            p->rep.upload_wait_seconds += (double)(tf - tw) * 1e-9;
             f.it = it;
             f.r0 = r;
             f.r1 = r1;
             f.granule = g;
-            f.dst = pin[b];
-            kiln_pool_for(pool, (r1 - r + g - 1) / g, 1, fill_range, &f);
+            f.dst = sg.pin[b];
+            kiln_pool_for(sg.pool, (r1 - r + g - 1) / g, 1, fill_range, &f);
             p->rep.upload_fill_seconds += (double)(kiln_now_ns() - tf) * 1e-9;
             if (f.st) {
                 st = f.st;
@@ -375,28 +523,34 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
                 goto done;
             }
             size_t bytes = (size_t)((uint64_t)(kiln_load_out_end(it, r1) - r) * it->out_row_bytes);
-            CU(cudaMemcpyAsync((uint8_t *)it->device_ptr + (size_t)r * it->out_row_bytes, pin[b],
-                               bytes, cudaMemcpyHostToDevice, stream),
+            CU(cudaMemcpyAsync((uint8_t *)it->device_ptr + (size_t)r * it->out_row_bytes, sg.pin[b],
+                               bytes, cudaMemcpyHostToDevice, sg.stream),
                "cudaMemcpyAsync");
-            CU(cudaEventRecord(ev[b], stream), "cudaEventRecord");
-            used[b] = true;
+            if ((st = stage_sent(&sg, b, err))) goto done;
         }
         it->done = true;
     }
-finish:
-    CU(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    CU(cudaStreamSynchronize(sg.stream), "cudaStreamSynchronize");
 done:
-    if (stream) cudaStreamSynchronize(stream);
-    for (int b = 0; b < UP_NBUF; b++) {
-        if (ev[b]) cudaEventDestroy(ev[b]);
-        if (pin[b]) cudaFreeHost(pin[b]);
+    if (n_direct) { /* failed before the join: stop the direct threads, wait for them */
+        pthread_mutex_lock(&q.mu);
+        q.stop = true;
+        pthread_mutex_unlock(&q.mu);
+        for (int t = 0; t < n_direct; t++) pthread_join(th[t], NULL);
     }
-    if (stream) cudaStreamDestroy(stream);
+    if (sg.stream) cudaStreamSynchronize(sg.stream);
+    for (int b = 0; b < UP_NBUF; b++) {
+        if (sg.ev[b]) cudaEventDestroy(sg.ev[b]);
+        if (sg.pin[b]) cudaFreeHost(sg.pin[b]);
+    }
+    if (sg.stream) cudaStreamDestroy(sg.stream);
     for (int t = 0; t < nth && rds; t++) kiln_reader_free(&rds[t]);
     for (int t = 0; t < nth && scratch; t++) kiln_free(scratch[t]);
     kiln_free(rds);
     kiln_free(scratch);
-    kiln_pool_free(pool);
+    kiln_pool_free(sg.pool);
+    kiln_free(q.w);
+    kiln_free(q.parts);
     return st;
 }
 

@@ -1,6 +1,8 @@
 /* cuda_fault_shim.c — CUDA / cuBLAS error injection for tests of the cuda backend
  * (issue #14): link a test binary with this file and
  *   -Wl,--wrap=cudaMalloc,--wrap=cudaFree,--wrap=cudaMemcpyAsync,--wrap=cudaMemcpy,
+ *   --wrap=cudaHostAlloc,--wrap=cudaFreeHost,--wrap=cudaMemsetAsync,--wrap=cudaGraphLaunch,
+ *   --wrap=__cudaLaunchKernel (what <<<>>> calls since CUDA 12.8),
  *   --wrap=cudaStreamSynchronize,--wrap=cudaLaunchKernel,--wrap=cudaGetLastError,
  *   --wrap=cublasCreate_v2,--wrap=cublasSetStream_v2,--wrap=cublasSgemm_v2,--wrap=cublasGemmEx
  * (CMake: KILN_CUDA_FAULT_WRAP in tests/CMakeLists.txt; test: tests/gpu/test_cuda_fault.c).
@@ -51,6 +53,39 @@ cudaError_t __wrap_cudaFree(void *p) {
     if (p) atomic_fetch_sub(&g_live_allocs, 1);
     return __real_cudaFree(p); /* frees are never failed: cleanup paths must run */
 }
+cudaError_t __real_cudaHostAlloc(void **p, size_t n, unsigned int flags);
+cudaError_t __wrap_cudaHostAlloc(void **p, size_t n, unsigned int flags) {
+    if (should_fail()) return cudaErrorMemoryAllocation;
+    cudaError_t e = __real_cudaHostAlloc(p, n, flags);
+    if (e == cudaSuccess) atomic_fetch_add(&g_live_allocs, 1);
+    return e;
+}
+cudaError_t __real_cudaFreeHost(void *p);
+cudaError_t __wrap_cudaFreeHost(void *p) {
+    if (p) atomic_fetch_sub(&g_live_allocs, 1);
+    return __real_cudaFreeHost(p);
+}
+cudaError_t __real_cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st);
+cudaError_t __wrap_cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) {
+    return should_fail() ? cudaErrorLaunchFailure : __real_cudaMemsetAsync(d, v, n, st);
+}
+cudaError_t __real_cudaGraphLaunch(cudaGraphExec_t g, cudaStream_t st);
+cudaError_t __wrap_cudaGraphLaunch(cudaGraphExec_t g, cudaStream_t st) {
+    return should_fail() ? cudaErrorLaunchFailure : __real_cudaGraphLaunch(g, st);
+}
+#if CUDART_VERSION >= 12080
+/* nvcc's kernel launch stubs (<<<>>>) call this internal entry point, not cudaLaunchKernel */
+cudaError_t __real___cudaLaunchKernel(cudaKernel_t k, dim3 g, dim3 b, void **a, size_t sh,
+                                      cudaStream_t st);
+cudaError_t __wrap___cudaLaunchKernel(cudaKernel_t k, dim3 g, dim3 b, void **a, size_t sh,
+                                      cudaStream_t st) {
+    if (should_fail()) {
+        atomic_store(&g_pending_launch_error, 1);
+        return cudaErrorLaunchFailure;
+    }
+    return __real___cudaLaunchKernel(k, g, b, a, sh, st);
+}
+#endif
 cudaError_t __real_cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k);
 cudaError_t __wrap_cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) {
     return should_fail() ? cudaErrorLaunchFailure : __real_cudaMemcpy(d, s, n, k);

@@ -548,12 +548,24 @@ static void test_upload(void **state) {
         skip();
     }
     kiln_load_plan_free(p);
-    for (int layout = 0; layout < 2; layout++) {
+    /* every way of filling the lane (KILN_UPLOAD, upload.c), whole tensors and a row shard,
+     * the native layout and a transform on the way */
+    static const char *const modes[] = {"pread", "stream", "direct", "hybrid"};
+    for (int c = 0; c < 4 * 3; c++) {
+        const int layout = c % 3 == 1, shard = c % 3 == 2;
+        setenv("KILN_UPLOAD", modes[c / 3], 1);
         kiln_load_request req;
         kiln_load_request_init(&req);
         req.target.place = KILN_PLACE_CUDA;
         req.target.layout = layout ? "f32" : NULL;
+        if (shard) {
+            req.shard = KILN_SHARD_ROWS;
+            req.shard_count = 2;
+            req.shard_index = 1;
+            req.pattern = "blk.0.*";
+        }
         p = load(&req);
+        assert_string_equal(kiln_load_plan_report(p)->upload_mode, modes[c / 3]);
         assert_int_equal(kiln_load_plan_report(p)->lane[KILN_LANE_UPLOAD].tensors,
                          kiln_load_plan_count(p));
         kiln_load_request r = req;
@@ -571,6 +583,7 @@ static void test_upload(void **state) {
         kiln_load_plan_free(ref);
         kiln_load_plan_free(p);
     }
+    unsetenv("KILN_UPLOAD");
 #else
     print_message("skipped: built without CUDA\n");
     skip();
