@@ -60,7 +60,7 @@ for s in "$@"; do
     tp) TG="$TG test_tp_nccl" ;;
     tp70b | ttft) TG="$TG bench_sched" ;;
     fault) TG="$TG test_cuda_fault" ;;
-    load) TG="$TG bench_load" ;;
+    load) TG="$TG bench_load test_load" ;;
   esac
 done
 if [ ! -f $B/CMakeCache.txt ]; then
@@ -136,6 +136,7 @@ for s in "$@"; do
       step kiln-ttft 300 bench_sched -m "$f" -b cuda --mode ttft --pp 128 --reps 5 ;;
     load)
       f=$(gen llama3-8b q4_0)
+      step test_load 120 env KILN_BINARY_DIR=$PWD/$B test_load
       step bench_load 400 bench_load --file "$f" --cuda 0 --reps 3
       step bench_load_engine 300 bench_load --model "$f" --backend cuda --reps 3 ;;
     ready)
