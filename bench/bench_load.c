@@ -616,19 +616,33 @@ int main(int argc, char **argv) {
         cudaFree(d);
         printf("%-34s %10s %10.2f\n", "pinned H2D cudaMemcpy (256 MiB)", "", best);
         /* the three ways the upload lane's host side can work (KILN_UPLOAD, upload.c) */
-        static const char *const up_modes[] = {"pread",    "stream",   "direct:1", "direct:4",
-                                               "hybrid:1", "hybrid:2", "hybrid:4"};
-        const char *old_mode = getenv("KILN_UPLOAD");
-        const char *old_thr = getenv("KILN_UPLOAD_THREADS");
-        for (int mo = 0; mo < 7; mo++) {
-            char mode[16];
-            snprintf(mode, sizeof mode, "%s", up_modes[mo]);
-            char *colon = strchr(mode, ':');
-            if (colon) {
-                *colon = 0;
-                setenv("KILN_UPLOAD_THREADS", colon + 1, 1);
+        /* the ways the upload lane's host side can work (KILN_UPLOAD*, upload.c) */
+        static const struct {
+            const char *label, *mode, *threads, *window, *granule, *populate;
+        } up_modes[] = {
+            {"pread", "pread", NULL, NULL, NULL, NULL},
+            {"stream", "stream", NULL, NULL, NULL, NULL},
+            {"stream w64", "stream", NULL, "64", NULL, NULL},
+            {"stream g256", "stream", NULL, NULL, "256", NULL},
+            {"stream w64 g256", "stream", NULL, "64", "256", NULL},
+            {"stream w16 g256", "stream", NULL, "16", "256", NULL},
+            {"stream madvise", "stream", NULL, NULL, NULL, "madvise"},
+            {"stream no-populate", "stream", NULL, NULL, NULL, "none"},
+            {"direct:1", "direct", "1", NULL, NULL, NULL},
+            {"hybrid:1", "hybrid", "1", NULL, NULL, NULL},
+        };
+        static const char *const up_env[] = {"KILN_UPLOAD", "KILN_UPLOAD_THREADS",
+                                             "KILN_UPLOAD_WINDOW_MB", "KILN_UPLOAD_GRANULE_KB",
+                                             "KILN_UPLOAD_POPULATE"};
+        for (int mo = 0; mo < (int)(sizeof up_modes / sizeof up_modes[0]); mo++) {
+            const char *vals[5] = {up_modes[mo].mode, up_modes[mo].threads, up_modes[mo].window,
+                                   up_modes[mo].granule, up_modes[mo].populate};
+            for (int v = 0; v < 5; v++) {
+                if (vals[v])
+                    setenv(up_env[v], vals[v], 1);
+                else
+                    unsetenv(up_env[v]);
             }
-            setenv("KILN_UPLOAD", mode, 1);
             double up = 0, up_wall = 1e30, up_plan = 0, up_setup = 0, up_reg = 0, up_fill = 0,
                    up_wait = 0;
             uint64_t up_direct = 0;
@@ -654,27 +668,20 @@ int main(int argc, char **argv) {
                 }
             }
             char label[64];
-            snprintf(label, sizeof label, "upload lane pipeline (warm, %s)", up_modes[mo]);
+            snprintf(label, sizeof label, "upload lane (warm, %s)", up_modes[mo].label);
             printf("%-34s %10s %10.2f", label, "", up);
             printf("   (%.0f MiB direct, registering %.1f ms; filling %.1f ms, waiting for "
                    "copies %.1f ms)",
                    (double)up_direct / (1 << 20), up_reg * 1e3, up_fill * 1e3, up_wait * 1e3);
             printf("\n");
-            snprintf(label, sizeof label, "upload to ready (%s)", up_modes[mo]);
+            snprintf(label, sizeof label, "upload to ready (%s)", up_modes[mo].label);
             printf("%-34s %10.1f %10.2f   (plan incl. CUDA context %.1f ms, setup %.1f ms)\n",
                    label, up_wall * 1e3, (double)sb.st_size / up_wall * 1e-9, up_plan * 1e3,
                    up_setup * 1e3);
-            printf("  upload lane (%s) / pinned H2D %.3f\n", up_modes[mo], up / best);
+            printf("  upload lane (%s) / pinned H2D %.3f\n", up_modes[mo].label, up / best);
             if (up / best > up_ratio) up_ratio = up / best;
         }
-        if (old_mode)
-            setenv("KILN_UPLOAD", old_mode, 1);
-        else
-            unsetenv("KILN_UPLOAD");
-        if (old_thr)
-            setenv("KILN_UPLOAD_THREADS", old_thr, 1);
-        else
-            unsetenv("KILN_UPLOAD_THREADS");
+        for (int v = 0; v < 5; v++) unsetenv(up_env[v]);
     }
 #else
     if (cuda_dev >= 0) printf("(--cuda ignored: built without CUDA)\n");

@@ -18,7 +18,12 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
 
 #ifdef KILN_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -86,8 +91,27 @@ static up_mode upload_mode(void) {
     const char *m = getenv("KILN_UPLOAD");
     for (int i = 0; m && i < 4; i++)
         if (strcmp(m, up_mode_name[i]) == 0) return (up_mode)i;
-    if (m && *m) KILN_WARN("KILN_UPLOAD=%s: not pread, stream, direct or hybrid; using hybrid", m);
-    return UP_HYBRID;
+    if (m && *m) KILN_WARN("KILN_UPLOAD=%s: not pread, stream, direct or hybrid; using stream", m);
+    return UP_STREAM;
+}
+
+/* Window path knobs (benchmarks; docs/LOADER.md): window bytes (= a staging buffer),
+ * fill granule bytes, and how a granule's pages are mapped before the copy (0: one read
+ * per 64 KiB with the kernel's fault-around, 1: MADV_POPULATE_READ, 2: not at all). */
+typedef struct up_knobs {
+    size_t window, granule;
+    int populate;
+} up_knobs;
+
+static up_knobs upload_knobs(void) {
+    up_knobs k = {UP_STAGE, UP_GRANULE, 0};
+    const char *w = getenv("KILN_UPLOAD_WINDOW_MB"), *g = getenv("KILN_UPLOAD_GRANULE_KB"),
+               *m = getenv("KILN_UPLOAD_POPULATE");
+    if (w && atoi(w) >= 1 && atoi(w) <= 1024) k.window = (size_t)atoi(w) << 20;
+    if (g && atoi(g) >= 64 && atoi(g) <= 65536) k.granule = (size_t)atoi(g) << 10;
+    if (m && strcmp(m, "madvise") == 0) k.populate = 1;
+    if (m && strcmp(m, "none") == 0) k.populate = 2;
+    return k;
 }
 
 static int upload_threads(void) {
@@ -158,7 +182,7 @@ typedef struct up_part {
 
 enum { WIN_TODO, WIN_REFUSED };
 typedef struct up_win {
-    uintptr_t ws, we; /* page-aligned, at most UP_STAGE bytes */
+    uintptr_t ws, we; /* page-aligned, at most knobs.window bytes */
     size_t p0, np;    /* its parts */
     int state;
 } up_win;
@@ -177,6 +201,7 @@ typedef struct up_q {
     kiln_err err;
     uint64_t direct_bytes;
     double reg_seconds;
+    up_knobs kn;
 } up_q;
 
 static int cmp_src(const void *a, const void *b) {
@@ -198,8 +223,9 @@ static kiln_status build_windows(up_q *q, kiln_load_item **items, size_t n, kiln
             bytes += items[i]->nbytes;
         }
     qsort(el, m, sizeof *el, cmp_src);
-    /* at most one window per UP_STAGE bytes plus one per item, parts one per item+window */
-    size_t cap_w = (size_t)(bytes / UP_STAGE) + 2 * m + 1, cap_p = 2 * cap_w + m;
+    /* at most one window per window bytes plus one per item, parts one per item+window */
+    const size_t W = q->kn.window;
+    size_t cap_w = (size_t)(bytes / W) + 2 * m + 1, cap_p = 2 * cap_w + m;
     q->w = kiln_calloc(cap_w, sizeof *q->w);
     q->parts = kiln_calloc(cap_p, sizeof *q->parts);
     if (!q->w || !q->parts) {
@@ -212,14 +238,14 @@ static kiln_status build_windows(up_q *q, kiln_load_item **items, size_t n, kiln
     while (j < m && q->nw < cap_w) {
         const uint32_t file = el[j]->file;
         uintptr_t ws = ((uintptr_t)kiln_load_src(p, el[j]) + jd) & ~(pg - 1);
-        uintptr_t we = ws + UP_STAGE, last = ws;
+        uintptr_t we = ws + W, last = ws;
         for (size_t t = j; t < m && el[t]->file == file; t++) {
             uintptr_t a = (uintptr_t)kiln_load_src(p, el[t]), z = a + el[t]->nbytes;
             if (a >= we) break;
             last = z < we ? z : we;
         }
         we = (last + pg - 1) & ~(pg - 1);
-        if (we > ws + UP_STAGE) we = ws + UP_STAGE;
+        if (we > ws + W) we = ws + W;
         up_win *w = &q->w[q->nw++];
         *w = (up_win){.ws = ws, .we = we, .p0 = q->np};
         while (j < m && el[j]->file == file && q->np < cap_p) {
@@ -313,7 +339,8 @@ static void *direct_worker(void *arg) {
 typedef struct win_fill {
     const uint8_t *src;
     uint8_t *dst;
-    size_t n;
+    size_t n, granule;
+    int populate;
 } win_fill;
 
 /* Granules [b, e) of a window into staging: map the pages first (one read per 64 KiB, the
@@ -321,10 +348,16 @@ typedef struct win_fill {
 static void win_fill_range(void *ctx, int64_t b, int64_t e, int ith) {
     (void)ith;
     const win_fill *f = ctx;
-    size_t o = (size_t)b * UP_GRANULE, z = (size_t)e * UP_GRANULE;
+    size_t o = (size_t)b * f->granule, z = (size_t)e * f->granule;
     if (z > f->n) z = f->n;
-    const volatile uint8_t *v = f->src + o;
-    for (size_t i = 0; i < z - o; i += 65536) (void)v[i];
+    if (f->populate == 0) {
+        const volatile uint8_t *v = f->src + o;
+        for (size_t i = 0; i < z - o; i += 65536) (void)v[i];
+    } else if (f->populate == 1) {
+        const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t a = (uintptr_t)(f->src + o) & ~(pg - 1);
+        (void)madvise((void *)a, (size_t)((uintptr_t)(f->src + z) - a), MADV_POPULATE_READ);
+    }
     kiln_memcpy_stream(f->dst + o, f->src + o, z - o);
 }
 
@@ -365,8 +398,9 @@ static kiln_status stage_window(kiln_load_plan *p, up_stage *sg, const up_q *q, 
     int b;
     KILN_TRY(stage_next(p, sg, &b, err));
     uint64_t tf = kiln_now_ns();
-    win_fill f = {(const uint8_t *)w->ws, sg->pin[b], (size_t)(w->we - w->ws)};
-    kiln_pool_for(sg->pool, (int64_t)((f.n + UP_GRANULE - 1) / UP_GRANULE), 1, win_fill_range, &f);
+    win_fill f = {(const uint8_t *)w->ws, sg->pin[b], (size_t)(w->we - w->ws), q->kn.granule,
+                  q->kn.populate};
+    kiln_pool_for(sg->pool, (int64_t)((f.n + f.granule - 1) / f.granule), 1, win_fill_range, &f);
     p->rep.upload_fill_seconds += (double)(kiln_now_ns() - tf) * 1e-9;
     for (size_t i = w->p0; i < w->p0 + w->np; i++) {
         const up_part *pt = &q->parts[i];
@@ -389,7 +423,7 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
     pthread_t th[16];
     const up_mode mode = upload_mode();
     up_fill f = {.p = p, .mu = PTHREAD_MUTEX_INITIALIZER};
-    up_q q = {.p = p, .device = device, .mu = PTHREAD_MUTEX_INITIALIZER};
+    up_q q = {.p = p, .device = device, .mu = PTHREAD_MUTEX_INITIALIZER, .kn = upload_knobs()};
     p->rep.upload_mode = up_mode_name[mode];
 
     bool any = false;
@@ -428,8 +462,8 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
     }
     if (mode != UP_PREAD && (st = build_windows(&q, items, n, err))) goto done;
 
-    /* staging: windows (UP_STAGE) and the largest slab of the other tensors */
-    size_t stage = q.nw ? UP_STAGE : 0;
+    /* staging: windows and the largest slab of the other tensors */
+    size_t stage = q.nw ? q.kn.window : 0;
     for (size_t i = 0; i < n; i++) {
         kiln_load_item *it = items[i];
         if (it->target.device != device || it->done || (q.nw && from_mapping(p, it))) continue;
