@@ -349,6 +349,87 @@ static double memcpy_huge_gbps(int threads, size_t n) {
     return best;
 }
 
+#ifdef KILN_HAVE_CUDA
+/* The upload lane's two halves apart (docs/LOADER.md "Upload lane"): filling a ring of
+ * UP_NBUF = 4 pinned 32 MiB buffers from the file's mapping (fresh each time, as the lane
+ * maps it) or from touched anonymous memory, with every thread and no DMA; and the DMA
+ * alone (the ring copied to the device over and over). GB/s of the file's bytes. */
+typedef struct anat {
+    const uint8_t *src;
+    uint8_t *dst;
+    size_t n;
+    bool stream;
+} anat;
+static void anat_range(void *ctx, int64_t b, int64_t e, int ith) {
+    (void)ith;
+    const anat *a = ctx;
+    size_t o = (size_t)b << 20, z = (size_t)e << 20;
+    if (z > a->n) z = a->n;
+    if (a->stream)
+        kiln_memcpy_stream(a->dst + o, a->src + o, z - o);
+    else
+        memcpy(a->dst + o, a->src + o, z - o);
+}
+static double fill_gbps(kiln_pool *pool, const uint8_t *src, size_t n, void *const *pin,
+                        bool stream) {
+    const size_t W = (size_t)32 << 20;
+    uint64_t t0 = kiln_now_ns();
+    for (size_t o = 0, k = 0; o < n; o += W, k++) {
+        anat a = {src + o, pin[k % 4], n - o < W ? n - o : W, stream};
+        kiln_pool_for(pool, (int64_t)((a.n + (1 << 20) - 1) >> 20), 1, anat_range, &a);
+    }
+    return (double)n / ((double)(kiln_now_ns() - t0) * 1e-9) * 1e-9;
+}
+static void upload_anatomy(const char *path, int threads, int dev, int reps) {
+    int fd = open(path, O_RDONLY);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) die("open");
+    size_t n = (size_t)sb.st_size;
+    kiln_pool *pool;
+    if (kiln_pool_create(threads, &pool, NULL)) die("pool");
+    void *pin[4], *d;
+    for (int b = 0; b < 4; b++)
+        if (cudaHostAlloc(&pin[b], (size_t)32 << 20, cudaHostAllocPortable) != cudaSuccess)
+            die("cudaHostAlloc");
+    if (cudaSetDevice(dev) != cudaSuccess || cudaMalloc(&d, n) != cudaSuccess) die("cudaMalloc");
+    uint8_t *anon = kiln_alloc_aligned(n);
+    if (!anon) die("alloc");
+    memset(anon, 1, n);
+    double best[4] = {0, 0, 0, 0};
+    for (int r = 0; r < reps; r++) {
+        for (int m = 0; m < 2; m++) { /* a fresh mapping each time, as the lane has */
+            void *map = mmap(NULL, n, PROT_READ, MAP_SHARED, fd, 0);
+            if (map == MAP_FAILED) die("mmap");
+            double g = fill_gbps(pool, map, n, pin, m == 0);
+            if (g > best[m]) best[m] = g;
+            munmap(map, n);
+        }
+        double g = fill_gbps(pool, anon, n, pin, true);
+        if (g > best[2]) best[2] = g;
+        cudaStream_t st;
+        if (cudaStreamCreate(&st) != cudaSuccess) die("stream");
+        uint64_t t0 = kiln_now_ns();
+        for (size_t o = 0, k = 0; o < n; o += (size_t)32 << 20, k++) {
+            size_t len = n - o < ((size_t)32 << 20) ? n - o : ((size_t)32 << 20);
+            cudaMemcpyAsync((uint8_t *)d + o, pin[k % 4], len, cudaMemcpyHostToDevice, st);
+        }
+        cudaStreamSynchronize(st);
+        cudaStreamDestroy(st);
+        g = (double)n / ((double)(kiln_now_ns() - t0) * 1e-9) * 1e-9;
+        if (g > best[3]) best[3] = g;
+    }
+    printf("%-34s %10s %10.2f\n", "fill only, mapping, stream stores", "", best[0]);
+    printf("%-34s %10s %10.2f\n", "fill only, mapping, memcpy", "", best[1]);
+    printf("%-34s %10s %10.2f\n", "fill only, touched anon, stream", "", best[2]);
+    printf("%-34s %10s %10.2f\n", "DMA only, 4 x 32 MiB pinned ring", "", best[3]);
+    kiln_free_aligned(anon);
+    cudaFree(d);
+    for (int b = 0; b < 4; b++) cudaFreeHost(pin[b]);
+    kiln_pool_free(pool);
+    close(fd);
+}
+#endif
+
 static uint64_t vm_hwm_kb(void) {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
@@ -616,6 +697,7 @@ int main(int argc, char **argv) {
         cudaFree(d);
         printf("%-34s %10s %10.2f\n", "pinned H2D cudaMemcpy (256 MiB)", "", best);
         /* the three ways the upload lane's host side can work (KILN_UPLOAD, upload.c) */
+        upload_anatomy(path, threads, cuda_dev, reps);
         /* the ways the upload lane's host side can work (KILN_UPLOAD*, upload.c) */
         static const struct {
             const char *label, *mode, *threads, *window, *granule, *populate;

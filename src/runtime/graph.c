@@ -39,6 +39,9 @@ void kiln_graph_cache_clear(kiln_graph_cache *gc, kiln_device *dev) {
 kiln_status kiln_graph_run(kiln_graph_cache *gc, kiln_device *dev, const kiln_graph_key *k,
                            const kiln_bound_plan *bp, kiln_exec *x, kiln_err *err) {
     const kiln_backend *be = dev->be;
+    /* a replayed graph that fails cannot say which of its kernels failed: no instruction
+     * is blamed (the circuit breaker must not mark the step's first kernel) */
+    x->failed_insn = -1;
     if (gc->disabled || !be->graph_begin || !be->graph_end || !be->graph_launch)
         return kiln_exec_run(bp, x, err);
     gc->tick++;
