@@ -41,9 +41,13 @@ typedef struct server {
     int64_t created;
     atomic_bool draining;
     atomic_uint_fast64_t req_counter;
-    atomic_uint_fast64_t stream_ns, stream_tokens; /* HTTP-side time per streamed token */
-    atomic_uint_fast64_t stream_cpu_ns; /* the same as the connection threads' CPU time (the
-                                           wall time includes waiting for a core) */
+    /* server time outside the scheduler per streamed token: for every finished stream,
+     * its connection thread's CPU time from the response's first content callback to its
+     * end (woken by a token, collecting and formatting chunks, libmicrohttpd's chunk
+     * framing, poll() and send(), going back to sleep; not the time asleep), the wall
+     * time of the same work (time awake: includes waiting for a core) and its tokens;
+     * of the wall time, the part spent collecting and formatting under the loop lock */
+    atomic_uint_fast64_t stream_ns, stream_cpu_ns, stream_tokens, stream_collect_ns;
 } server;
 
 /* per connection */
@@ -70,6 +74,13 @@ typedef struct conn {
     size_t out_len, out_off, out_cap;
     uint64_t t_last_tok;
     int64_t tokens_seen;
+    /* the stream's own time (server.stream_*): set at the first content callback */
+    bool stream_timed, stream_counted;
+    pthread_t stream_thread;
+    uint64_t stream_cpu0; /* the thread's CPU clock at the first callback */
+    uint64_t t_awake;     /* when the thread last stopped waiting for a token */
+    uint64_t awake_ns;    /* wall time awake so far */
+    uint64_t collect_ns;  /* of which in stream_collect (and the unlock after it) */
 } conn;
 
 /* ---- responses ----------------------------------------------------------------------- */
@@ -394,7 +405,6 @@ static void stream_collect(server *s, conn *cx) {
             kiln_srv_observe(&s->tenants, cx->tenant, KILN_HIST_ITL,
                              (double)(now - cx->t_last_tok) * 1e-9 /
                                  (double)(toks_now - cx->tokens_seen));
-        atomic_fetch_add(&s->stream_tokens, (uint64_t)(toks_now - cx->tokens_seen));
         cx->t_last_tok = now;
         cx->tokens_seen = toks_now;
     }
@@ -425,10 +435,30 @@ static uint64_t thread_cpu_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Adds a stream's time and tokens to the server's counters, once, from its own thread
+ * (the CPU clock is the calling thread's; from another thread the stream is left out). */
+static void stream_count(server *s, conn *cx) {
+    if (!cx->stream_timed || cx->stream_counted ||
+        !pthread_equal(cx->stream_thread, pthread_self()))
+        return;
+    cx->stream_counted = true;
+    uint64_t cpu = thread_cpu_ns();
+    atomic_fetch_add(&s->stream_cpu_ns, cpu > cx->stream_cpu0 ? cpu - cx->stream_cpu0 : 0);
+    atomic_fetch_add(&s->stream_ns, cx->awake_ns + (kiln_now_ns() - cx->t_awake));
+    atomic_fetch_add(&s->stream_collect_ns, cx->collect_ns);
+    atomic_fetch_add(&s->stream_tokens, (uint64_t)cx->tokens_seen);
+}
+
 static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     conn *cx = cls;
     server *s = cx->s;
+    if (!cx->stream_timed) {
+        cx->stream_timed = true;
+        cx->stream_thread = pthread_self();
+        cx->stream_cpu0 = thread_cpu_ns();
+        cx->t_awake = kiln_now_ns();
+    }
     for (;;) {
         if (cx->out_off < cx->out_len) {
             size_t n = cx->out_len - cx->out_off;
@@ -438,21 +468,26 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
             if (cx->out_off == cx->out_len) cx->out_off = cx->out_len = 0;
             return (ssize_t)n;
         }
-        if (cx->done_sent) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (cx->done_sent) {
+            stream_count(s, cx);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        uint64_t t_sleep = kiln_now_ns();
+        cx->awake_ns += t_sleep - cx->t_awake;
         bool changed = kiln_srv_wait(s->loop, cx->r, cx->seen, 50);
         /* kiln_srv_wait returns with the lock held */
+        cx->t_awake = kiln_now_ns();
         if (changed) {
-            uint64_t t0 = kiln_now_ns(), c0 = thread_cpu_ns();
             cx->seen = cx->r->version;
             stream_collect(s, cx);
             kiln_srv_unlock(s->loop);
-            atomic_fetch_add(&s->stream_ns, kiln_now_ns() - t0);
-            atomic_fetch_add(&s->stream_cpu_ns, thread_cpu_ns() - c0);
+            cx->collect_ns += kiln_now_ns() - cx->t_awake;
             continue;
         }
         kiln_srv_unlock(s->loop);
         if (peer_gone(cx->fd)) {
             kiln_srv_cancel(s->loop, cx->r);
+            stream_count(s, cx);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }
@@ -462,6 +497,7 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void conn_free(server *s, conn *cx) {
     if (!cx) return;
+    stream_count(s, cx); /* a stream that the client left mid-send */
     if (cx->r) {
         kiln_srv_lock(s->loop);
         bool done = cx->r->state == 3 && cx->r->err_code != KILN_ERR_CANCELLED;
@@ -621,15 +657,17 @@ static enum MHD_Result handle_get(server *s, conn *cx, struct MHD_Connection *c,
         char *extra = kiln_srv_loop_metrics(s->loop);
         char *tail = NULL;
         uint64_t ns = atomic_load(&s->stream_ns), nt = atomic_load(&s->stream_tokens);
-        uint64_t cns = atomic_load(&s->stream_cpu_ns);
+        uint64_t cns = atomic_load(&s->stream_cpu_ns), kns = atomic_load(&s->stream_collect_ns);
         if (asprintf(&tail,
                      "%s# TYPE kiln_http_stream_seconds_total counter\n"
                      "kiln_http_stream_seconds_total %.6f\n"
                      "# TYPE kiln_http_stream_cpu_seconds_total counter\n"
                      "kiln_http_stream_cpu_seconds_total %.6f\n"
+                     "# TYPE kiln_http_stream_collect_seconds_total counter\n"
+                     "kiln_http_stream_collect_seconds_total %.6f\n"
                      "# TYPE kiln_http_stream_tokens_total counter\n"
                      "kiln_http_stream_tokens_total %llu\n",
-                     extra ? extra : "", (double)ns * 1e-9, (double)cns * 1e-9,
+                     extra ? extra : "", (double)ns * 1e-9, (double)cns * 1e-9, (double)kns * 1e-9,
                      (unsigned long long)nt) < 0)
             tail = NULL;
         kiln_free(extra);
