@@ -72,6 +72,11 @@ typedef struct conn {
     bool rejected; /* the scheduler refused it (503/429): counted as such, not as a cancel */
     char *out;
     size_t out_len, out_off, out_cap;
+    /* a content chunk's bytes around its choice, from jansson once per stream
+     * ("data: {...,"choices":[" and "]...}\n\n"; chunk_head NULL: not built yet) */
+    char *chunk_head, *chunk_tail;
+    size_t chunk_head_len, chunk_tail_len;
+    bool chunk_fast_off; /* building them failed: jansson for every chunk */
     uint64_t t_last_tok;
     int64_t tokens_seen;
     /* the stream's own time (server.stream_*): set at the first content callback */
@@ -81,6 +86,7 @@ typedef struct conn {
     uint64_t t_awake;     /* when the thread last stopped waiting for a token */
     uint64_t awake_ns;    /* wall time awake so far */
     uint64_t collect_ns;  /* of which in stream_collect (and the unlock after it) */
+    int wait_ms;          /* the next wait for a token (backs off while none comes) */
 } conn;
 
 /* ---- responses ----------------------------------------------------------------------- */
@@ -277,14 +283,19 @@ static json_t *final_json(server *s, conn *cx) {
 
 /* ---- streaming ----------------------------------------------------------------------- */
 
+/* Room for n more bytes in cx->out. */
+static bool out_reserve(conn *cx, size_t n) {
+    if (cx->out_len + n <= cx->out_cap) return true;
+    size_t nc = (cx->out_len + n) * 2 + 256;
+    char *q = kiln_realloc(cx->out, nc);
+    if (!q) return false;
+    cx->out = q;
+    cx->out_cap = nc;
+    return true;
+}
+
 static void out_append(conn *cx, const char *s, size_t n) {
-    if (cx->out_len + n > cx->out_cap) {
-        size_t nc = (cx->out_len + n) * 2 + 256;
-        char *q = kiln_realloc(cx->out, nc);
-        if (!q) return;
-        cx->out = q;
-        cx->out_cap = nc;
-    }
+    if (!out_reserve(cx, n)) return;
     memcpy(cx->out + cx->out_len, s, n);
     cx->out_len += n;
 }
@@ -307,6 +318,85 @@ static json_t *chunk(server *s, conn *cx, json_t *choice) {
                           "kiln", "choices", choice);
     if (o && cx->p.include_usage) json_object_set_new(o, "usage", json_null());
     return o;
+}
+
+/* The bytes of chunk(s, cx, choice) before and after its choice, from jansson (so the
+ * id, model name and usage field are exactly as chunk() writes them). */
+static bool chunk_frame(server *s, conn *cx) {
+    if (cx->chunk_head) return true;
+    if (cx->chunk_fast_off) return false;
+    cx->chunk_fast_off = true;
+    json_t *o = chunk(s, cx, json_integer(0));
+    char *d = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!d) return false;
+    static const char mark[] = ",\"choices\":[0]";
+    /* a ," cannot occur inside a dumped string (its " is escaped): the first is the key */
+    const char *m = strstr(d, mark);
+    if (m) {
+        /* head: up to and with the '['; tail: from the ']' after the placeholder 0 */
+        const char *zero = m + sizeof(mark) - 3;
+        size_t head = (size_t)(zero - d), tail = strlen(zero + 1);
+        cx->chunk_head = kiln_malloc(6 + head);
+        cx->chunk_tail = kiln_malloc(tail + 2);
+        if (cx->chunk_head && cx->chunk_tail) {
+            memcpy(cx->chunk_head, "data: ", 6);
+            memcpy(cx->chunk_head + 6, d, head);
+            cx->chunk_head_len = 6 + head;
+            memcpy(cx->chunk_tail, zero + 1, tail);
+            memcpy(cx->chunk_tail + tail, "\n\n", 2);
+            cx->chunk_tail_len = tail + 2;
+            cx->chunk_fast_off = false;
+        } else {
+            kiln_free(cx->chunk_head);
+            kiln_free(cx->chunk_tail);
+            cx->chunk_head = cx->chunk_tail = NULL;
+        }
+    }
+    kiln_free(d);
+    return !cx->chunk_fast_off;
+}
+
+/* Appends the content chunk of choice i (text[0..n), finish reason fin or null) to
+ * cx->out as sse(cx, chunk(...)) of the jansson path writes it, without building JSON
+ * objects (no logprobs, no tool calls). False, with nothing appended, when the text is
+ * not valid UTF-8 or memory is short: the caller takes the jansson path. */
+static bool chunk_fast(server *s, conn *cx, int i, const char *text, size_t n, const char *fin) {
+    if (!chunk_frame(s, cx)) return false;
+    bool chat = cx->kind == KILN_OAI_CHAT;
+    /* head {"index":I,"delta":{"content":Q},"logprobs":null,"finish_reason":"length"} tail */
+    size_t need = cx->chunk_head_len + 96 + 6 * n + cx->chunk_tail_len;
+    if (!out_reserve(cx, need)) return false;
+    char *d = cx->out + cx->out_len;
+    memcpy(d, cx->chunk_head, cx->chunk_head_len);
+    d += cx->chunk_head_len;
+    d += snprintf(d, 32, "{\"index\":%d,", i);
+    static const char k_delta[] = "\"delta\":{\"content\":", k_text[] = "\"text\":";
+    const char *key = chat ? k_delta : k_text;
+    size_t key_len = chat ? sizeof(k_delta) - 1 : sizeof(k_text) - 1;
+    memcpy(d, key, key_len);
+    d += key_len;
+    size_t q = kiln_oai_json_quote(text, n, d);
+    if (!q) return false;
+    d += q;
+    if (chat) *d++ = '}';
+    static const char lp[] = ",\"logprobs\":null,\"finish_reason\":";
+    memcpy(d, lp, sizeof(lp) - 1);
+    d += sizeof(lp) - 1;
+    if (fin) {
+        *d++ = '"';
+        memcpy(d, fin, strlen(fin));
+        d += strlen(fin);
+        *d++ = '"';
+    } else {
+        memcpy(d, "null", 4);
+        d += 4;
+    }
+    *d++ = '}';
+    memcpy(d, cx->chunk_tail, cx->chunk_tail_len);
+    d += cx->chunk_tail_len;
+    cx->out_len = (size_t)(d - cx->out);
+    return true;
 }
 
 /* Formats everything new in cx->r into cx->out; under the loop lock. */
@@ -342,7 +432,13 @@ static void stream_collect(server *s, conn *cx) {
         bool hold = chat && cx->p.has_tools && c->finish == KILN_FIN_NONE;
         size_t nlp = c->lp ? json_array_size(c->lp) : 0;
         const char *fin = finish_name(c->finish);
-        if (!hold && (c->len > cx->sent_text[i] || nlp > cx->sent_lp[i])) {
+        if (!hold && !c->lp && !(chat && cx->p.has_tools) && c->len > cx->sent_text[i] &&
+            chunk_fast(s, cx, i, c->text + cx->sent_text[i], c->len - cx->sent_text[i],
+                       c->finish != KILN_FIN_NONE ? fin : NULL)) {
+            /* the common chunk: new text, no logprobs, no tool calls */
+            if (c->finish != KILN_FIN_NONE && fin) cx->sent_finish[i] = true;
+            cx->sent_text[i] = c->len;
+        } else if (!hold && (c->len > cx->sent_text[i] || nlp > cx->sent_lp[i])) {
             json_t *calls = NULL;
             char *content = NULL;
             bool tools =
@@ -458,6 +554,7 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
         cx->stream_thread = pthread_self();
         cx->stream_cpu0 = thread_cpu_ns();
         cx->t_awake = kiln_now_ns();
+        cx->wait_ms = 50;
     }
     for (;;) {
         if (cx->out_off < cx->out_len) {
@@ -474,7 +571,10 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         uint64_t t_sleep = kiln_now_ns();
         cx->awake_ns += t_sleep - cx->t_awake;
-        bool changed = kiln_srv_wait(s->loop, cx->r, cx->seen, 50);
+        /* a wait that times out checks the client: every 50 ms after a token, backing off
+         * to every 200 ms while none comes (queued, prefilling), so that a long wait
+         * costs a few wakeups, not one per 50 ms */
+        bool changed = kiln_srv_wait(s->loop, cx->r, cx->seen, cx->wait_ms);
         /* kiln_srv_wait returns with the lock held */
         cx->t_awake = kiln_now_ns();
         if (changed) {
@@ -482,8 +582,10 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
             stream_collect(s, cx);
             kiln_srv_unlock(s->loop);
             cx->collect_ns += kiln_now_ns() - cx->t_awake;
+            cx->wait_ms = 50;
             continue;
         }
+        if (cx->wait_ms < 200) cx->wait_ms *= 2;
         kiln_srv_unlock(s->loop);
         if (peer_gone(cx->fd)) {
             kiln_srv_cancel(s->loop, cx->r);
@@ -520,6 +622,8 @@ static void conn_free(server *s, conn *cx) {
     if (cx->parsed) kiln_oai_req_free(&cx->p);
     kiln_free(cx->body);
     kiln_free(cx->out);
+    kiln_free(cx->chunk_head);
+    kiln_free(cx->chunk_tail);
     kiln_free(cx);
 }
 
