@@ -370,7 +370,19 @@ static bool chunk_fast(server *s, conn *cx, int i, const char *text, size_t n, c
     char *d = cx->out + cx->out_len;
     memcpy(d, cx->chunk_head, cx->chunk_head_len);
     d += cx->chunk_head_len;
-    d += snprintf(d, 32, "{\"index\":%d,", i);
+    /* (no snprintf: cold, its code costs more than the rest of the chunk) */
+    static const char k_index[] = "{\"index\":";
+    memcpy(d, k_index, sizeof(k_index) - 1);
+    d += sizeof(k_index) - 1;
+    char digits[12];
+    int nd = 0;
+    unsigned u = (unsigned)i;
+    do {
+        digits[nd++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    while (nd) *d++ = digits[--nd];
+    *d++ = ',';
     static const char k_delta[] = "\"delta\":{\"content\":", k_text[] = "\"text\":";
     const char *key = chat ? k_delta : k_text;
     size_t key_len = chat ? sizeof(k_delta) - 1 : sizeof(k_text) - 1;
@@ -571,9 +583,9 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         uint64_t t_sleep = kiln_now_ns();
         cx->awake_ns += t_sleep - cx->t_awake;
-        /* a wait that times out checks the client: every 50 ms after a token, backing off
-         * to every 200 ms while none comes (queued, prefilling), so that a long wait
-         * costs a few wakeups, not one per 50 ms */
+        /* a wait that times out checks the client: after 50 ms, then 100, then every
+         * 200 ms, so that long waits (queued, prefilling, long steps) cost a few wakeups,
+         * not one per 50 ms; once tokens flow, a gone client also fails the writes */
         bool changed = kiln_srv_wait(s->loop, cx->r, cx->seen, cx->wait_ms);
         /* kiln_srv_wait returns with the lock held */
         cx->t_awake = kiln_now_ns();
@@ -582,7 +594,6 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
             stream_collect(s, cx);
             kiln_srv_unlock(s->loop);
             cx->collect_ns += kiln_now_ns() - cx->t_awake;
-            cx->wait_ms = 50;
             continue;
         }
         if (cx->wait_ms < 200) cx->wait_ms *= 2;
