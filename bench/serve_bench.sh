@@ -5,17 +5,21 @@
 # ShareGPT-like requests (tests/serve/loadgen.py bench: Poisson arrivals, log-normal
 # prompt/output lengths, end-of-text banned so both generate max_tokens), kiln with
 # --slots N, llama-server with --parallel N (continuous batching is on by default).
-# Prints one JSON line per (server, clients) plus kiln's HTTP time per streamed token
-# (kiln_http_stream_seconds_total / kiln_http_stream_tokens_total from /metrics: time
-# the connection threads spend formatting and handing out SSE chunks, outside the
-# generation loop). Env: THREADS (default 2), REQS (requests per client, default 4),
-# RATE (requests/s per client, default 1), EOS (banned ids, default 0,2 = SmolLM2's),
-# KILN_ARGS / LS_ARGS (extra flags, e.g. "--backend cuda" / "-ngl 99 -fa on" on a GPU).
+# Prints one JSON line per (server, clients) plus kiln's server time per streamed token
+# outside the generation loop, from /metrics (docs/SERVE.md): http_cpu_us_per_token = the
+# connection threads' CPU time per token (wakeup, formatting, libmicrohttpd's poll() and
+# send()), http_us_per_token = the wall time of the same, http_collect_us_per_token = its
+# part collecting and formatting chunks under the loop lock. Env: THREADS (default 2),
+# REQS (requests per client, default 4), RATE (requests/s per client, default 1), EOS
+# (banned ids, default 0,2 = SmolLM2's), PORT (kiln's; llama-server's is PORT + 1;
+# default 18181).
+# KILN_ARGS / LS_ARGS (extra flags, e.g. "--backend cuda --kv-f16" / "-ngl 99 -fa on"
+# on a GPU).
 set -euo pipefail
 KILN=$1 MODEL=$2 LS=${3:-}
 shift $(( $# >= 3 ? 3 : $# ))
 CLIENTS=("$@"); [ ${#CLIENTS[@]} -gt 0 ] || CLIENTS=(1 8 32 128)
-THREADS=${THREADS:-2} REQS=${REQS:-4} RATE=${RATE:-1} EOS=${EOS:-0,2}
+THREADS=${THREADS:-2} REQS=${REQS:-4} RATE=${RATE:-1} EOS=${EOS:-0,2} PORT=${PORT:-18181}
 read -r -a KA <<<"${KILN_ARGS:-}"
 read -r -a LA <<<"${LS_ARGS:-}"
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -25,23 +29,24 @@ PID=
 wait_http() { for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.2; done; return 1; }
 for n in "${CLIENTS[@]}"; do
   reqs=$(( n * REQS ))
-  "$KILN" serve -m "$MODEL" --port 18181 -t "$THREADS" --slots "$n" --queue 4096 -c 2048 \
+  "$KILN" serve -m "$MODEL" --port $PORT -t "$THREADS" --slots "$n" --queue 4096 -c 2048 \
     --alias bench "${KA[@]}" 2>"$T/kiln.log" & PID=$!
-  wait_http 18181 || { tail "$T/kiln.log"; exit 1; }
-  out=$(python3 "$LG" bench http://127.0.0.1:18181 bench --clients "$n" --requests "$reqs" \
+  wait_http $PORT || { tail "$T/kiln.log"; exit 1; }
+  out=$(python3 "$LG" bench http://127.0.0.1:$PORT bench --clients "$n" --requests "$reqs" \
         --rate-per-client "$RATE" --eos "$EOS")
-  m=$(curl -s http://127.0.0.1:18181/metrics)
+  m=$(curl -s http://127.0.0.1:$PORT/metrics)
   s=$(echo "$m" | awk '/^kiln_http_stream_seconds_total/{print $2}')
   k=$(echo "$m" | awk '/^kiln_http_stream_tokens_total/{print $2}')
   st=$(echo "$m" | awk '/^kiln_step_seconds_total/{print $2}')
   cs=$(echo "$m" | awk '/^kiln_http_stream_cpu_seconds_total/{print $2}')
+  ks=$(echo "$m" | awk '/^kiln_http_stream_collect_seconds_total/{print $2}')
   kill -TERM $PID; wait $PID || true; PID=
-  echo "kiln $out http_us_per_token=$(python3 -c "print(round($s/$k*1e6,2) if $k else 0)") http_cpu_us_per_token=$(python3 -c "print(round(${cs:-0}/$k*1e6,2) if $k else 0)") step_s=$st"
+  echo "kiln $out http_us_per_token=$(python3 -c "print(round($s/$k*1e6,2) if $k else 0)") http_cpu_us_per_token=$(python3 -c "print(round(${cs:-0}/$k*1e6,2) if $k else 0)") http_collect_us_per_token=$(python3 -c "print(round(${ks:-0}/$k*1e6,2) if $k else 0)") step_s=$st"
   if [ -n "$LS" ]; then
-    "$LS" -m "$MODEL" --port 18182 -t "$THREADS" --parallel "$n" -c $((2048 * n)) --no-webui \
-      "${LA[@]}" >"$T/ls.log" 2>&1 & PID=$!
-    wait_http 18182 || { tail "$T/ls.log"; exit 1; }
-    out=$(python3 "$LG" bench http://127.0.0.1:18182 bench --clients "$n" --requests "$reqs" \
+    "$LS" -m "$MODEL" --port $((PORT + 1)) -t "$THREADS" --parallel "$n" -c $((2048 * n)) --no-webui \
+      >"$T/ls.log" 2>&1 & PID=$!
+    wait_http $((PORT + 1)) || { tail "$T/ls.log"; exit 1; }
+    out=$(python3 "$LG" bench http://127.0.0.1:$((PORT + 1)) bench --clients "$n" --requests "$reqs" \
           --rate-per-client "$RATE" --eos "$EOS")
     kill -TERM $PID; wait $PID || true; PID=
     echo "llama-server $out"

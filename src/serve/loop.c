@@ -213,8 +213,12 @@ static kiln_sink_result sink(void *user, const kiln_token_event *ev) {
         l->running++;
     }
     r->version++;
-    pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&l->mu);
+    /* woken after the unlock, the connection thread finds the mutex free (woken under it,
+     * it would block on it at once and its unlock would cost a futex wake); r stays
+     * valid: the loop's reference goes only with the last final event, which this
+     * thread (the scheduler's, the only caller of sinks) has not sent yet */
+    pthread_cond_broadcast(&r->cv);
     return KILN_SINK_OK;
 }
 

@@ -22,6 +22,91 @@ bool kiln_oai_fail(kiln_oai_error *e, int http, const char *type, const char *pa
     return false;
 }
 
+/* Length of the valid UTF-8 sequence at s[0..n) (n >= 1), 0 when invalid (jansson's
+ * rules, src/utf.c: no overlong forms, no surrogates, nothing past U+10FFFF). */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t k;
+    uint32_t cp;
+    if (c < 0x80) return 1;
+    if (c < 0xC2) return 0;
+    if (c < 0xE0) {
+        k = 2;
+        cp = c & 0x1F;
+    } else if (c < 0xF0) {
+        k = 3;
+        cp = c & 0x0F;
+    } else if (c < 0xF5) {
+        k = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (k > n) return 0;
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if ((k == 3 && cp < 0x800) || (k == 4 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return k;
+}
+
+size_t kiln_oai_json_quote(const char *s, size_t n, char *dst) {
+    static const char hex[] = "0123456789ABCDEF";
+    const unsigned char *u = (const unsigned char *)s;
+    char *d = dst;
+    *d++ = '"';
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        if (c >= 0x80) {
+            size_t k = utf8_seq(u + i, n - i);
+            if (!k) return 0;
+            memcpy(d, u + i, k);
+            d += k;
+            i += k;
+            continue;
+        }
+        i++;
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *d++ = (char)c;
+            continue;
+        }
+        *d++ = '\\';
+        switch (c) {
+        case '"':
+            *d++ = '"';
+            break;
+        case '\\':
+            *d++ = '\\';
+            break;
+        case '\b':
+            *d++ = 'b';
+            break;
+        case '\f':
+            *d++ = 'f';
+            break;
+        case '\n':
+            *d++ = 'n';
+            break;
+        case '\r':
+            *d++ = 'r';
+            break;
+        case '\t':
+            *d++ = 't';
+            break;
+        default:
+            memcpy(d, "u00", 3);
+            d[3] = hex[c >> 4];
+            d[4] = hex[c & 15];
+            d += 5;
+        }
+    }
+    *d++ = '"';
+    return (size_t)(d - dst);
+}
+
 char *kiln_oai_error_body(const kiln_oai_error *e) {
     json_t *err = json_object();
     json_t *root = json_object();

@@ -86,4 +86,12 @@ void kiln_oai_req_free(kiln_oai_req *req);
 bool kiln_oai_parse_tool_calls(const char *text, size_t len, uint64_t id_seed, json_t **calls,
                                char **content);
 
+/* Writes s[0..n) as a JSON string literal, quotes included, into dst and returns its
+ * length: byte for byte what jansson's json_dumps writes for json_stringn(s, n) without
+ * flags (escapes \" \\ \b \f \n \r \t, other bytes < 0x20 as \u00XX, the rest as is).
+ * dst must hold 6 * n + 2 bytes. Returns 0 (dst undefined) when s is not valid UTF-8
+ * (overlong forms, surrogates and code points past U+10FFFF included), which
+ * json_stringn refuses. For the streamed chunks, without building JSON objects. */
+size_t kiln_oai_json_quote(const char *s, size_t n, char *dst);
+
 #endif /* KILN_SERVE_OAI_H */

@@ -41,9 +41,13 @@ typedef struct server {
     int64_t created;
     atomic_bool draining;
     atomic_uint_fast64_t req_counter;
-    atomic_uint_fast64_t stream_ns, stream_tokens; /* HTTP-side time per streamed token */
-    atomic_uint_fast64_t stream_cpu_ns; /* the same as the connection threads' CPU time (the
-                                           wall time includes waiting for a core) */
+    /* server time outside the scheduler per streamed token: for every finished stream,
+     * its connection thread's CPU time from the response's first content callback to its
+     * end (woken by a token, collecting and formatting chunks, libmicrohttpd's chunk
+     * framing, poll() and send(), going back to sleep; not the time asleep), the wall
+     * time of the same work (time awake: includes waiting for a core) and its tokens;
+     * of the wall time, the part spent collecting and formatting under the loop lock */
+    atomic_uint_fast64_t stream_ns, stream_cpu_ns, stream_tokens, stream_collect_ns;
 } server;
 
 /* per connection */
@@ -68,8 +72,21 @@ typedef struct conn {
     bool rejected; /* the scheduler refused it (503/429): counted as such, not as a cancel */
     char *out;
     size_t out_len, out_off, out_cap;
+    /* a content chunk's bytes around its choice, from jansson once per stream
+     * ("data: {...,"choices":[" and "]...}\n\n"; chunk_head NULL: not built yet) */
+    char *chunk_head, *chunk_tail;
+    size_t chunk_head_len, chunk_tail_len;
+    bool chunk_fast_off; /* building them failed: jansson for every chunk */
     uint64_t t_last_tok;
     int64_t tokens_seen;
+    /* the stream's own time (server.stream_*): set at the first content callback */
+    bool stream_timed, stream_counted;
+    pthread_t stream_thread;
+    uint64_t stream_cpu0; /* the thread's CPU clock at the first callback */
+    uint64_t t_awake;     /* when the thread last stopped waiting for a token */
+    uint64_t awake_ns;    /* wall time awake so far */
+    uint64_t collect_ns;  /* of which in stream_collect (and the unlock after it) */
+    int wait_ms;          /* the next wait for a token (backs off while none comes) */
 } conn;
 
 /* ---- responses ----------------------------------------------------------------------- */
@@ -266,14 +283,19 @@ static json_t *final_json(server *s, conn *cx) {
 
 /* ---- streaming ----------------------------------------------------------------------- */
 
+/* Room for n more bytes in cx->out. */
+static bool out_reserve(conn *cx, size_t n) {
+    if (cx->out_len + n <= cx->out_cap) return true;
+    size_t nc = (cx->out_len + n) * 2 + 256;
+    char *q = kiln_realloc(cx->out, nc);
+    if (!q) return false;
+    cx->out = q;
+    cx->out_cap = nc;
+    return true;
+}
+
 static void out_append(conn *cx, const char *s, size_t n) {
-    if (cx->out_len + n > cx->out_cap) {
-        size_t nc = (cx->out_len + n) * 2 + 256;
-        char *q = kiln_realloc(cx->out, nc);
-        if (!q) return;
-        cx->out = q;
-        cx->out_cap = nc;
-    }
+    if (!out_reserve(cx, n)) return;
     memcpy(cx->out + cx->out_len, s, n);
     cx->out_len += n;
 }
@@ -296,6 +318,97 @@ static json_t *chunk(server *s, conn *cx, json_t *choice) {
                           "kiln", "choices", choice);
     if (o && cx->p.include_usage) json_object_set_new(o, "usage", json_null());
     return o;
+}
+
+/* The bytes of chunk(s, cx, choice) before and after its choice, from jansson (so the
+ * id, model name and usage field are exactly as chunk() writes them). */
+static bool chunk_frame(server *s, conn *cx) {
+    if (cx->chunk_head) return true;
+    if (cx->chunk_fast_off) return false;
+    cx->chunk_fast_off = true;
+    json_t *o = chunk(s, cx, json_integer(0));
+    char *d = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!d) return false;
+    static const char mark[] = ",\"choices\":[0]";
+    /* a ," cannot occur inside a dumped string (its " is escaped): the first is the key */
+    const char *m = strstr(d, mark);
+    if (m) {
+        /* head: up to and with the '['; tail: from the ']' after the placeholder 0 */
+        const char *zero = m + sizeof(mark) - 3;
+        size_t head = (size_t)(zero - d), tail = strlen(zero + 1);
+        cx->chunk_head = kiln_malloc(6 + head);
+        cx->chunk_tail = kiln_malloc(tail + 2);
+        if (cx->chunk_head && cx->chunk_tail) {
+            memcpy(cx->chunk_head, "data: ", 6);
+            memcpy(cx->chunk_head + 6, d, head);
+            cx->chunk_head_len = 6 + head;
+            memcpy(cx->chunk_tail, zero + 1, tail);
+            memcpy(cx->chunk_tail + tail, "\n\n", 2);
+            cx->chunk_tail_len = tail + 2;
+            cx->chunk_fast_off = false;
+        } else {
+            kiln_free(cx->chunk_head);
+            kiln_free(cx->chunk_tail);
+            cx->chunk_head = cx->chunk_tail = NULL;
+        }
+    }
+    kiln_free(d);
+    return !cx->chunk_fast_off;
+}
+
+/* Appends the content chunk of choice i (text[0..n), finish reason fin or null) to
+ * cx->out as sse(cx, chunk(...)) of the jansson path writes it, without building JSON
+ * objects (no logprobs, no tool calls). False, with nothing appended, when the text is
+ * not valid UTF-8 or memory is short: the caller takes the jansson path. */
+static bool chunk_fast(server *s, conn *cx, int i, const char *text, size_t n, const char *fin) {
+    if (!chunk_frame(s, cx)) return false;
+    bool chat = cx->kind == KILN_OAI_CHAT;
+    /* head {"index":I,"delta":{"content":Q},"logprobs":null,"finish_reason":"length"} tail */
+    size_t need = cx->chunk_head_len + 96 + 6 * n + cx->chunk_tail_len;
+    if (!out_reserve(cx, need)) return false;
+    char *d = cx->out + cx->out_len;
+    memcpy(d, cx->chunk_head, cx->chunk_head_len);
+    d += cx->chunk_head_len;
+    /* (no snprintf: cold, its code costs more than the rest of the chunk) */
+    static const char k_index[] = "{\"index\":";
+    memcpy(d, k_index, sizeof(k_index) - 1);
+    d += sizeof(k_index) - 1;
+    char digits[12];
+    int nd = 0;
+    unsigned u = (unsigned)i;
+    do {
+        digits[nd++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    while (nd) *d++ = digits[--nd];
+    *d++ = ',';
+    static const char k_delta[] = "\"delta\":{\"content\":", k_text[] = "\"text\":";
+    const char *key = chat ? k_delta : k_text;
+    size_t key_len = chat ? sizeof(k_delta) - 1 : sizeof(k_text) - 1;
+    memcpy(d, key, key_len);
+    d += key_len;
+    size_t q = kiln_oai_json_quote(text, n, d);
+    if (!q) return false;
+    d += q;
+    if (chat) *d++ = '}';
+    static const char lp[] = ",\"logprobs\":null,\"finish_reason\":";
+    memcpy(d, lp, sizeof(lp) - 1);
+    d += sizeof(lp) - 1;
+    if (fin) {
+        *d++ = '"';
+        memcpy(d, fin, strlen(fin));
+        d += strlen(fin);
+        *d++ = '"';
+    } else {
+        memcpy(d, "null", 4);
+        d += 4;
+    }
+    *d++ = '}';
+    memcpy(d, cx->chunk_tail, cx->chunk_tail_len);
+    d += cx->chunk_tail_len;
+    cx->out_len = (size_t)(d - cx->out);
+    return true;
 }
 
 /* Formats everything new in cx->r into cx->out; under the loop lock. */
@@ -331,7 +444,13 @@ static void stream_collect(server *s, conn *cx) {
         bool hold = chat && cx->p.has_tools && c->finish == KILN_FIN_NONE;
         size_t nlp = c->lp ? json_array_size(c->lp) : 0;
         const char *fin = finish_name(c->finish);
-        if (!hold && (c->len > cx->sent_text[i] || nlp > cx->sent_lp[i])) {
+        if (!hold && !c->lp && !(chat && cx->p.has_tools) && c->len > cx->sent_text[i] &&
+            chunk_fast(s, cx, i, c->text + cx->sent_text[i], c->len - cx->sent_text[i],
+                       c->finish != KILN_FIN_NONE ? fin : NULL)) {
+            /* the common chunk: new text, no logprobs, no tool calls */
+            if (c->finish != KILN_FIN_NONE && fin) cx->sent_finish[i] = true;
+            cx->sent_text[i] = c->len;
+        } else if (!hold && (c->len > cx->sent_text[i] || nlp > cx->sent_lp[i])) {
             json_t *calls = NULL;
             char *content = NULL;
             bool tools =
@@ -394,7 +513,6 @@ static void stream_collect(server *s, conn *cx) {
             kiln_srv_observe(&s->tenants, cx->tenant, KILN_HIST_ITL,
                              (double)(now - cx->t_last_tok) * 1e-9 /
                                  (double)(toks_now - cx->tokens_seen));
-        atomic_fetch_add(&s->stream_tokens, (uint64_t)(toks_now - cx->tokens_seen));
         cx->t_last_tok = now;
         cx->tokens_seen = toks_now;
     }
@@ -425,10 +543,31 @@ static uint64_t thread_cpu_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Adds a stream's time and tokens to the server's counters, once, from its own thread
+ * (the CPU clock is the calling thread's; from another thread the stream is left out). */
+static void stream_count(server *s, conn *cx) {
+    if (!cx->stream_timed || cx->stream_counted ||
+        !pthread_equal(cx->stream_thread, pthread_self()))
+        return;
+    cx->stream_counted = true;
+    uint64_t cpu = thread_cpu_ns();
+    atomic_fetch_add(&s->stream_cpu_ns, cpu > cx->stream_cpu0 ? cpu - cx->stream_cpu0 : 0);
+    atomic_fetch_add(&s->stream_ns, cx->awake_ns + (kiln_now_ns() - cx->t_awake));
+    atomic_fetch_add(&s->stream_collect_ns, cx->collect_ns);
+    atomic_fetch_add(&s->stream_tokens, (uint64_t)cx->tokens_seen);
+}
+
 static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     conn *cx = cls;
     server *s = cx->s;
+    if (!cx->stream_timed) {
+        cx->stream_timed = true;
+        cx->stream_thread = pthread_self();
+        cx->stream_cpu0 = thread_cpu_ns();
+        cx->t_awake = kiln_now_ns();
+        cx->wait_ms = 50;
+    }
     for (;;) {
         if (cx->out_off < cx->out_len) {
             size_t n = cx->out_len - cx->out_off;
@@ -438,21 +577,30 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
             if (cx->out_off == cx->out_len) cx->out_off = cx->out_len = 0;
             return (ssize_t)n;
         }
-        if (cx->done_sent) return MHD_CONTENT_READER_END_OF_STREAM;
-        bool changed = kiln_srv_wait(s->loop, cx->r, cx->seen, 50);
+        if (cx->done_sent) {
+            stream_count(s, cx);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        uint64_t t_sleep = kiln_now_ns();
+        cx->awake_ns += t_sleep - cx->t_awake;
+        /* a wait that times out checks the client: after 50 ms, then 100, then every
+         * 200 ms, so that long waits (queued, prefilling, long steps) cost a few wakeups,
+         * not one per 50 ms; once tokens flow, a gone client also fails the writes */
+        bool changed = kiln_srv_wait(s->loop, cx->r, cx->seen, cx->wait_ms);
         /* kiln_srv_wait returns with the lock held */
+        cx->t_awake = kiln_now_ns();
         if (changed) {
-            uint64_t t0 = kiln_now_ns(), c0 = thread_cpu_ns();
             cx->seen = cx->r->version;
             stream_collect(s, cx);
             kiln_srv_unlock(s->loop);
-            atomic_fetch_add(&s->stream_ns, kiln_now_ns() - t0);
-            atomic_fetch_add(&s->stream_cpu_ns, thread_cpu_ns() - c0);
+            cx->collect_ns += kiln_now_ns() - cx->t_awake;
             continue;
         }
+        if (cx->wait_ms < 200) cx->wait_ms *= 2;
         kiln_srv_unlock(s->loop);
         if (peer_gone(cx->fd)) {
             kiln_srv_cancel(s->loop, cx->r);
+            stream_count(s, cx);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }
@@ -462,6 +610,7 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void conn_free(server *s, conn *cx) {
     if (!cx) return;
+    stream_count(s, cx); /* a stream that the client left mid-send */
     if (cx->r) {
         kiln_srv_lock(s->loop);
         bool done = cx->r->state == 3 && cx->r->err_code != KILN_ERR_CANCELLED;
@@ -484,6 +633,8 @@ static void conn_free(server *s, conn *cx) {
     if (cx->parsed) kiln_oai_req_free(&cx->p);
     kiln_free(cx->body);
     kiln_free(cx->out);
+    kiln_free(cx->chunk_head);
+    kiln_free(cx->chunk_tail);
     kiln_free(cx);
 }
 
@@ -621,15 +772,17 @@ static enum MHD_Result handle_get(server *s, conn *cx, struct MHD_Connection *c,
         char *extra = kiln_srv_loop_metrics(s->loop);
         char *tail = NULL;
         uint64_t ns = atomic_load(&s->stream_ns), nt = atomic_load(&s->stream_tokens);
-        uint64_t cns = atomic_load(&s->stream_cpu_ns);
+        uint64_t cns = atomic_load(&s->stream_cpu_ns), kns = atomic_load(&s->stream_collect_ns);
         if (asprintf(&tail,
                      "%s# TYPE kiln_http_stream_seconds_total counter\n"
                      "kiln_http_stream_seconds_total %.6f\n"
                      "# TYPE kiln_http_stream_cpu_seconds_total counter\n"
                      "kiln_http_stream_cpu_seconds_total %.6f\n"
+                     "# TYPE kiln_http_stream_collect_seconds_total counter\n"
+                     "kiln_http_stream_collect_seconds_total %.6f\n"
                      "# TYPE kiln_http_stream_tokens_total counter\n"
                      "kiln_http_stream_tokens_total %llu\n",
-                     extra ? extra : "", (double)ns * 1e-9, (double)cns * 1e-9,
+                     extra ? extra : "", (double)ns * 1e-9, (double)cns * 1e-9, (double)kns * 1e-9,
                      (unsigned long long)nt) < 0)
             tail = NULL;
         kiln_free(extra);

@@ -1,6 +1,6 @@
 /* test_serve_oai.c — the server's request validation (every field, errors naming it),
  * error bodies, tool-call parsing, tenants from kiln.yaml, constant-time key lookup,
- * quotas and the Prometheus text. */
+ * quotas and the Prometheus text; the streamed chunks' string quoting == jansson's. */
 #include "testutil.h"
 
 #include "serve/oai.h"
@@ -306,11 +306,90 @@ static void test_tenants(void **state) {
     }
 }
 
+/* kiln_oai_json_quote(s) must be byte for byte json_dumps(json_stringn(s)), and refuse
+ * (0) exactly what json_stringn refuses */
+static void quote_check(const char *s, size_t n) {
+    char buf[6 * 16 + 2];
+    assert_true(n <= 16);
+    size_t k = kiln_oai_json_quote(s, n, buf);
+    json_t *j = json_stringn(s, n);
+    if (!j) {
+        assert_int_equal(k, 0);
+        return;
+    }
+    char *d = json_dumps(j, JSON_ENCODE_ANY);
+    json_decref(j);
+    assert_non_null(d);
+    if (k != strlen(d) || memcmp(buf, d, k) != 0) {
+        fprintf(stderr, "quote of %zu bytes:", n);
+        for (size_t i = 0; i < n; i++) fprintf(stderr, " %02x", (unsigned char)s[i]);
+        fprintf(stderr, ": kiln '%.*s' jansson '%s'\n", (int)k, buf, d);
+        fail();
+    }
+    free(d);
+}
+
+static size_t utf8_put(uint32_t cp, char *o) {
+    if (cp < 0x80) return o[0] = (char)cp, 1;
+    if (cp < 0x800) return o[0] = (char)(0xC0 | cp >> 6), o[1] = (char)(0x80 | (cp & 63)), 2;
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | cp >> 12);
+        o[1] = (char)(0x80 | ((cp >> 6) & 63));
+        o[2] = (char)(0x80 | (cp & 63));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | cp >> 18);
+    o[1] = (char)(0x80 | ((cp >> 12) & 63));
+    o[2] = (char)(0x80 | ((cp >> 6) & 63));
+    o[3] = (char)(0x80 | (cp & 63));
+    return 4;
+}
+
+static void test_json_quote(void **state) {
+    (void)state;
+    char s[16];
+    for (unsigned a = 0; a < 256; a++) {
+        s[0] = (char)a;
+        quote_check(s, 1);
+        for (unsigned b = 0; b < 256; b++) { /* every 2-byte string */
+            s[1] = (char)b;
+            quote_check(s, 2);
+        }
+    }
+    /* every code point (surrogates too, encoded as if valid), alone and between text */
+    for (uint32_t cp = 0; cp <= 0x10FFFF; cp += cp < 0x10000 ? 1 : 61) {
+        size_t k = utf8_put(cp, s + 1);
+        quote_check(s + 1, k);
+        s[0] = 'a';
+        s[k + 1] = '"';
+        quote_check(s, k + 2);
+    }
+    /* overlong and truncated forms, bytes past U+10FFFF */
+    const char *odd[] = {"\xe0\x80\x80", "\xf0\x80\x80\x80",  "\xf4\x90\x80\x80",
+                         "\xed\xa0\x80", "\xe2\x82",          "\xf0\x9f\x98",
+                         "\xc3",         "x\xf0\x9f\x98\x80y"};
+    for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) quote_check(odd[i], strlen(odd[i]));
+    /* random strings of bytes biased to the interesting ones */
+    uint64_t x = 88172645463325252ull;
+    const unsigned char pick[] = {0,    1,    8,    9,    10,   12,   13,   0x1f, 0x20, '"',  '\\',
+                                  '/',  'a',  0x7f, 0x80, 0xbf, 0xc2, 0xc3, 0xdf, 0xe0, 0xe2, 0xed,
+                                  0xef, 0xf0, 0xf4, 0xf5, 0xff, 0x9f, 0x98, 0x82, 0xac};
+    for (int it = 0; it < 200000; it++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t n = (size_t)(x % 16) + 1;
+        for (size_t i = 0; i < n; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            s[i] = (char)pick[x % sizeof(pick)];
+        }
+        quote_check(s, n);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_chat_ok),    cmocka_unit_test(test_chat_errors),
-        cmocka_unit_test(test_completion), cmocka_unit_test(test_tool_calls),
-        cmocka_unit_test(test_tenants),
+        cmocka_unit_test(test_json_quote),  cmocka_unit_test(test_chat_ok),
+        cmocka_unit_test(test_chat_errors), cmocka_unit_test(test_completion),
+        cmocka_unit_test(test_tool_calls),  cmocka_unit_test(test_tenants),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
