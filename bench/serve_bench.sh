@@ -44,7 +44,7 @@ for n in "${CLIENTS[@]}"; do
   echo "kiln $out http_us_per_token=$(python3 -c "print(round($s/$k*1e6,2) if $k else 0)") http_cpu_us_per_token=$(python3 -c "print(round(${cs:-0}/$k*1e6,2) if $k else 0)") http_collect_us_per_token=$(python3 -c "print(round(${ks:-0}/$k*1e6,2) if $k else 0)") step_s=$st"
   if [ -n "$LS" ]; then
     "$LS" -m "$MODEL" --port $((PORT + 1)) -t "$THREADS" --parallel "$n" -c $((2048 * n)) --no-webui \
-      >"$T/ls.log" 2>&1 & PID=$!
+      "${LA[@]}" >"$T/ls.log" 2>&1 & PID=$!
     wait_http $((PORT + 1)) || { tail "$T/ls.log"; exit 1; }
     out=$(python3 "$LG" bench http://127.0.0.1:$((PORT + 1)) bench --clients "$n" --requests "$reqs" \
           --rate-per-client "$RATE" --eos "$EOS")
