@@ -13,7 +13,7 @@ runs=${RUNS:-10000000}
 secs=${SECONDS_MAX:-3600}
 out=build-fuzz/fuzz-long
 mkdir -p "$out"
-commit=$(git rev-parse --short HEAD)
+commit=${COMMIT:-$(git rev-parse --short HEAD)}  # COMMIT: the commit build-fuzz was built from
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   for b in build-fuzz/tests/fuzz_*; do [ -x "$b" ] && targets+=("$(basename "$b")"); done
