@@ -166,18 +166,11 @@ kiln_status kiln_load_produce(const kiln_load_plan *p, const kiln_load_item *it,
                                 err));
         return KILN_OK;
     }
-    if (it->src->file == KILN_LOAD_MEMORY && contiguous) {
-        src = kiln_load_src(p, it) + (uint64_t)r0 * it->src_stride;
-    } else if (rd->io == KILN_IO_MMAP && contiguous && !p->transform_pread) {
+    if ((rd->io == KILN_IO_MMAP || it->src->file == KILN_LOAD_MEMORY) && contiguous) {
         /* transform straight from the mapping (or the tensor in memory) */
         src = kiln_load_src(p, it) + (uint64_t)r0 * it->src_stride;
     } else {
         if (!scratch) return kiln_err_set(err, KILN_ERR_INTERNAL, "no staging buffer");
-        kiln_reader prd = *rd;
-        if (prd.io == KILN_IO_MMAP && p->transform_pread) { /* see transform_pread */
-            prd.io = KILN_IO_PREAD;
-            rd = &prd;
-        }
         if (contiguous) {
             KILN_TRY(read_range(rd, it, off, scratch, src_bytes, err));
         } else {
@@ -371,7 +364,7 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
     kiln_status st = KILN_OK;
     if (!w.chunks || !w.left || !w.readers || !w.scratch)
         st = kiln_err_set(err, KILN_ERR_NOMEM, "load chunks");
-    if (!st && lane == KILN_LANE_TRANSFORM && p->rep.env.io == KILN_IO_MMAP && !p->transform_pread) {
+    if (!st && lane == KILN_LANE_TRANSFORM && p->rep.env.io == KILN_IO_MMAP) {
         w.drop = kiln_calloc(p->n ? p->n : 1, sizeof *w.drop);
         if (!w.drop) st = kiln_err_set(err, KILN_ERR_NOMEM, "load chunks");
         for (size_t i = 0; !st && i < p->n; i++) {
@@ -403,8 +396,7 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
         bool identity =
             strcmp(it->layout->name, "native") == 0 && it->src->fixup == KILN_FIXUP_NONE;
         bool contiguous = it->src_stride == it->src_row_bytes;
-        if (it->lane == lane && !identity &&
-            (p->rep.env.io != KILN_IO_MMAP || !contiguous || p->transform_pread))
+        if (it->lane == lane && !identity && (p->rep.env.io != KILN_IO_MMAP || !contiguous))
             need_scratch = true;
     }
     for (int t = 0; !st && t < nth && lane == KILN_LANE_TRANSFORM; t++) {
@@ -514,8 +506,6 @@ kiln_status kiln_load_execute(kiln_load_plan *p, kiln_err *err) {
     if (p->rep.executed)
         return kiln_err_set(err, KILN_ERR_STATE, "the load plan was already executed");
     p->rep.executed = true;
-    const char *ts_env = getenv("KILN_LOAD_TRANSFORM_SRC");
-    p->transform_pread = ts_env && strcmp(ts_env, "pread") == 0;
     uint64_t t0 = kiln_now_ns();
     p->bar_t0 = t0;
     kiln_pool *pool = NULL;

@@ -32,9 +32,6 @@ struct kiln_load_plan {
     bool bar_on;
     uint64_t bar_base, bar_t0; /* bytes of lanes already finished; start time */
     size_t max_chunk_src;      /* largest source bytes of one chunk (staging size) */
-    /* transforms of a cached file read their source with pread into per-thread staging
-     * instead of from the mapping (KILN_LOAD_TRANSFORM_SRC=pread|map; docs/LOADER.md) */
-    bool transform_pread;
     kiln_load_report rep;
 };
 
