@@ -154,7 +154,7 @@ static void test_matmul_gemv(void **state) {
     static const mm_case cs[] = {{1, 256, 1},   {37, 256, 1},  {300, 512, 2},  {129, 768, 3},
                                  {64, 1280, 4}, {33, 256, 5},  {257, 512, 7},  {1000, 1024, 8},
                                  {71, 512, 11}, {96, 2816, 1}, {4096, 256, 1}, {5, 4096, 8}};
-    for (int kind = 0; kind < 6; kind++) {
+    for (int kind = 0; kind < 5; kind++) {
         kiln_cuda_gemv_variant(kind);
         for (int d = 0; d < N_DT; d++)
             for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)

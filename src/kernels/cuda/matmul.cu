@@ -589,85 +589,16 @@ static void launch_gemv_mma(const kiln_kctx *c, const kiln_matmul_args *a, int64
         (const uint8_t *)a->w, a->w_row_bytes, a->n, a->k, xh, xl, inv, T, y, a->y_stride, a->bias);
 }
 
-/* The single-token gemv by rows: a block of 4 warps computes R rows together, splitting the
- * row's 32-element groups among the warps (warp w takes groups lane + 32 (w + 4 j)); each
- * lane reads its group of x once (32 floats through the read-only cache) and uses it for
- * all R rows, whose blocks it loads together, so a lane has R groups of weights in flight
- * and x costs 1/R of a read per weight group. Partial sums meet in shared memory in a
- * fixed order (deterministic). Per group the same fma order as gemv_kernel. */
-#define G1_WARPS 4
-template <int DT, int R>
-__global__ void __launch_bounds__(G1_WARPS * 32)
-    gemv1_rows_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t k,
-                      const float *__restrict__ x, float *__restrict__ y,
-                      const float *__restrict__ bias) {
-    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-    const int64_t r0 = (int64_t)blockIdx.x * R;
-    const int64_t groups = k / 32;
-    const uint8_t *rows[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) rows[r] = W + (size_t)(r0 + r < n ? r0 + r : n - 1) * row_bytes;
-    float acc[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) acc[r] = 0.0f;
-    for (int64_t g = wi * 32 + lane; g < groups; g += G1_WARPS * 32) {
-        float xv[32];
-        const float4 *xp = (const float4 *)(x + g * 32);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const float4 v = __ldg(xp + i);
-            xv[4 * i] = v.x, xv[4 * i + 1] = v.y, xv[4 * i + 2] = v.z, xv[4 * i + 3] = v.w;
-        }
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            float w[32];
-            kc_dq32<DT>(rows[r], g, w);
-            float s = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 32; i++) s = fmaf(w[i], xv[i], s);
-            acc[r] += s;
-        }
-    }
-    __shared__ float part[G1_WARPS][R];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        float v = acc[r];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0) part[wi][r] = v;
-    }
-    __syncthreads();
-    if (threadIdx.x < R && r0 + threadIdx.x < n) {
-        const int r = threadIdx.x;
-        float v = part[0][r];
-#pragma unroll
-        for (int w = 1; w < G1_WARPS; w++) v += part[w][r];
-        y[r0 + r] = v + (bias ? bias[r0 + r] : 0.0f);
-    }
-}
-
-template <int DT>
-static void launch_gemv1_rows(cudaStream_t s, const kiln_matmul_args *a, int64_t t0) {
-    constexpr int R = 4;
-    dim3 grid((unsigned)((a->n + R - 1) / R));
-    gemv1_rows_kernel<DT, R><<<grid, G1_WARPS * 32, 0, s>>>((const uint8_t *)a->w, a->w_row_bytes,
-                                                            a->n, a->k, a->x + t0 * a->x_stride,
-                                                            a->y + t0 * a->y_stride, a->bias);
-}
-#define GEMV1_ROWS_CASE(DT, s, a, t0) launch_gemv1_rows<DT>(s, a, t0)
-
 /* Which gemv runs: 3 (default) the tensor-core one where it applies, else the tiled fma
- * one; 4 the same without the shared-memory staging of q8_0 / q4_0; 5 the same but single
- * tokens by rows (gemv1_rows_kernel); 1 the tiled, 0 the direct, 2 the tiled with two
- * groups per lane (A/B benchmarks and tests select it with kiln_cuda_gemv_variant). */
+ * one; 4 the same without the shared-memory staging of q8_0 / q4_0; 1 the tiled, 0 the
+ * direct, 2 the tiled with two groups per lane (A/B benchmarks and tests select it with
+ * kiln_cuda_gemv_variant). */
 static int kc_gemv_kind = 3;
-static bool kc_gemv1_rows_forced = false;
 
 extern "C" void kiln_cuda_gemv_variant(int kind) {
-    kc_gemv_kind = kind >= 0 && kind <= 5 ? kind : 3;
+    kc_gemv_kind = kind >= 0 && kind <= 4 ? kind : 3;
     kc_gemv_staged = kc_gemv_kind == 4 ? 0 : 2;
-    kc_gemv1_rows_forced = kc_gemv_kind == 5;
-    if (kc_gemv_kind == 4 || kc_gemv_kind == 5) kc_gemv_kind = 3;
+    if (kc_gemv_kind == 4) kc_gemv_kind = 3;
 }
 
 template <int DT>
@@ -734,24 +665,13 @@ int kiln_cuda_weight_dtype_ok(uint32_t dtype) {
  * activations staged it beat the fma gemv at t = 1: 8B q4_0 decode 181 -> 192 tok/s, q8_0
  * 161 -> 164 on an H200, device run 19) and the fma one for f16 (5.26 vs 5.54 ms for the
  * 8B's matmuls, same run). */
-static int kc_gemv1_env(void) {
+static bool kc_gemv1_mma(uint32_t dtype) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("KILN_CUDA_GEMV1");
-        v = !e                       ? 2
-            : strcmp(e, "mma") == 0  ? 1
-            : strcmp(e, "fma") == 0  ? 0
-            : strcmp(e, "rows") == 0 ? 3
-                                     : 2;
+        v = !e ? 2 : strcmp(e, "mma") == 0 ? 1 : strcmp(e, "fma") == 0 ? 0 : 2;
     }
-    return v;
-}
-static bool kc_gemv1_mma(uint32_t dtype) {
-    const int v = kc_gemv1_env();
     return v == 2 ? dtype != KILN_DTYPE_F16 : v == 1;
-}
-static bool kc_gemv1_rows(void) {
-    return kc_gemv1_rows_forced || kc_gemv1_env() == 3;
 }
 
 static kiln_status gemv_entry(const kiln_kctx *c, const kiln_matmul_args *a, bool inv) {
@@ -763,10 +683,6 @@ static kiln_status gemv_entry(const kiln_kctx *c, const kiln_matmul_args *a, boo
     const bool mma = kc_gemv_kind == 3 && kc_mma_ok(c, a);
     for (int64_t t0 = 0; t0 < a->t; t0 += KILN_CUDA_GEMV_MAX_T) {
         int T = (int)(a->t - t0 < KILN_CUDA_GEMV_MAX_T ? a->t - t0 : KILN_CUDA_GEMV_MAX_T);
-        if (T == 1 && !inv && kc_gemv1_rows()) {
-            KC_DTYPE_SWITCH(a->w_dtype, GEMV1_ROWS_CASE, s, a, t0);
-            continue;
-        }
         if (mma && (inv || T >= 2 || kc_gemv1_mma(a->w_dtype))) {
             if (a->w_dtype == KILN_DTYPE_F16)
                 launch_gemv_mma<KILN_DTYPE_F16>(c, a, t0, T);
