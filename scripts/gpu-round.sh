@@ -27,6 +27,10 @@
 #             H2D) and the engine's load for the cuda backend
 #   ready     8B q4_0, warm file: whole-process `kiln run -n 1 --backend cuda` next to
 #             llama-completion -n 1 -ngl 99 (when in $LLAMA_BIN), alternating, 3 each
+#   verify    test_cuda_kernels, and test_cuda_e2e on tiny models of every family x type
+#             (every model through the upload lane, cuda vs ref teacher-forced)
+#   profile   ncu on the single-token gemv of one q4_0 and one q8_0 layer (bench_cuda):
+#             speed of light, memory, occupancy, warp stalls (when ncu is installed)
 #   serve     8B q4_0: bench/serve_bench.sh, kiln serve --backend cuda next to llama-server
 #             -ngl 99 (when in $LLAMA_BIN) at $SERVE_CLIENTS (default 1 8 32 128)
 # Exit status 0 when every step that ran passed.
@@ -60,6 +64,8 @@ for s in "$@"; do
     tp) TG="$TG test_tp_nccl" ;;
     tp70b | ttft) TG="$TG bench_sched" ;;
     fault) TG="$TG test_cuda_fault" ;;
+    verify) TG="$TG test_cuda_kernels test_cuda_e2e" ;;
+    profile) TG="$TG bench_cuda" ;;
     load) TG="$TG bench_load test_load" ;;
   esac
 done
@@ -131,6 +137,25 @@ for s in "$@"; do
         -ngl 99 -fa 1 -sm layer -c 16384 -b 2048 -ub 512 -npp 128 -ntg 64 -npl 1,64 ;;
     fault)
       step test_cuda_fault 240 env KILN_BINARY_DIR=$PWD/$B test_cuda_fault ;;
+    verify)
+      E=/tmp/kiln-e2e; mkdir -p $E
+      for f in llama qwen2 qwen3 gemma3; do
+        for t in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K; do
+          echo "-p tiny -f $f -t $t -o $E/tiny-$f-$t.gguf"
+        done
+      done | xargs -P 8 -L 1 kiln-gen -q --threads 2 >"$LOG/gen.log" 2>&1
+      step test_cuda_kernels 300 test_cuda_kernels
+      step test_cuda_e2e 300 env KILN_E2E_DIR=$E test_cuda_e2e ;;
+    profile)
+      NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      if [ -z "$NCU" ]; then echo "profile: no ncu" | tee "$LOG/ncu.log"; else
+        for t in q4_0 q8_0; do
+          step "ncu-$t" 300 "$NCU" --kernel-name regex:gemv --launch-skip 20 --launch-count 4 \
+            --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+            --section WarpStateStats --section LaunchStats --section SchedulerStats \
+            bench_cuda --dtypes $t --layers 1 --reps 2
+        done
+      fi ;;
     ttft)
       f=$(gen llama3-8b q4_0)
       step kiln-ttft 300 bench_sched -m "$f" -b cuda --mode ttft --pp 128 --reps 5 ;;
