@@ -48,8 +48,7 @@ kiln_status kiln_cuda_matmul_group(const kiln_kctx *c, const kiln_matmul_group_a
  * same without staging q8_0 / q4_0 rows through shared memory, 1 =
  * tiled (activations shared through shared memory by 8 rows, one 32-element group per lane
  * per tile), 2 = tiled with two groups per lane in flight (t <= 4), 0 = direct (each warp
- * reads x itself), 5 = as 3 with two staging buffers per warp for 1-2 tokens too (3 uses
- * four). Process-wide; not thread-safe against running kernels. */
+ * reads x itself). Process-wide; not thread-safe against running kernels. */
 void kiln_cuda_gemv_variant(int kind);
 /* True for the weight dtypes the gemv / embed kernels read. */
 int kiln_cuda_weight_dtype_ok(uint32_t dtype);

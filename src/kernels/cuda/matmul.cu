@@ -446,7 +446,7 @@ template <int DT> __host__ __device__ constexpr int kc_stage_bytes(int T) {
     return 16 * 8 * kc_dt<DT>::BYTES + 2 * T * XPITCH + 256;
 }
 
-template <int DT, int NB>
+template <int DT>
 __global__ void __launch_bounds__(MMA_SW * 32)
     gemv_mma_staged2_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t k,
                             const __half *__restrict__ xh, const __half *__restrict__ xl,
@@ -462,7 +462,7 @@ __global__ void __launch_bounds__(MMA_SW * 32)
     const int64_t r0 = (int64_t)blockIdx.x * 16;
     const bool live = g < T;
     const int BB = kc_stage_bytes<DT>(T);
-    uint8_t *const wb = dsm + (size_t)w * NB * BB;
+    uint8_t *const wb = dsm + (size_t)w * 2 * BB;
     const int64_t nst = k / 256;
     auto issue = [&](int64_t st, int q) {
         uint8_t *b = wb + q * BB;
@@ -481,25 +481,15 @@ __global__ void __launch_bounds__(MMA_SW * 32)
         kc_cp_commit();
     };
     float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    /* NB buffers per warp: NB - 1 stages in flight while one is computed. Every iteration
-     * commits one group (empty past the end), so waiting for all but the newest NB - 1
-     * groups always means "the current stage has landed" */
-#pragma unroll
-    for (int i = 0; i < NB - 1; i++) {
-        const int64_t st = w + (int64_t)i * MMA_SW;
-        if (st < nst)
-            issue(st, i);
-        else
-            kc_cp_commit();
-    }
     int q = 0;
-    for (int64_t st = w; st < nst; st += MMA_SW, q = q + 1 == NB ? 0 : q + 1) {
-        const int64_t nx = st + (int64_t)(NB - 1) * MMA_SW;
-        if (nx < nst)
-            issue(nx, q == 0 ? NB - 1 : q - 1);
-        else
-            kc_cp_commit();
-        kc_cp_wait<NB - 1>();
+    if (w < nst) issue(w, 0);
+    for (int64_t st = w; st < nst; st += MMA_SW, q ^= 1) {
+        if (st + MMA_SW < nst) {
+            issue(st + MMA_SW, q ^ 1);
+            kc_cp_wait<1>();
+        } else {
+            kc_cp_wait<0>();
+        }
         __syncwarp();
         const uint8_t *b = wb + q * BB;
         const uint8_t *const rp[2] = {b + g * SB, b + (g + 8) * SB};
@@ -578,33 +568,20 @@ static void launch_gemv_mma(const kiln_kctx *c, const kiln_matmul_args *a, int64
     float *y = a->y + t0 * a->y_stride;
     if constexpr (DT != KILN_DTYPE_F16) {
         if (a->k % 256 == 0 && ((uintptr_t)a->w & 15) == 0 && (a->w_row_bytes & 15) == 0 &&
-            kc_gemv_staged >= 2) {
-            /* 1-2 tokens: 4 buffers per warp (3 stages in flight: the single-token kernel
-             * was latency-bound with 2, ncu in device run 9), else 2 (their stages are
-             * larger); kc_gemv_staged 3 forces 2 (A/B) */
-            const bool deep = T <= 2 && kc_gemv_staged == 2;
-            const int nb = deep ? 4 : 2;
-            const int smem = MMA_SW * nb * kc_stage_bytes<DT>(T);
+            kc_gemv_staged == 2) {
+            const int smem = MMA_SW * 2 * kc_stage_bytes<DT>(T);
             /* the opt-in above 48 KB, once per device and instantiation (idempotent) */
             static bool attr_set[64];
             int dev = 0;
             if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 && !attr_set[dev]) {
-                cudaFuncSetAttribute(gemv_mma_staged2_kernel<DT, 2>,
+                cudaFuncSetAttribute(gemv_mma_staged2_kernel<DT>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      MMA_SW * 2 * kc_stage_bytes<DT>(KILN_CUDA_GEMV_MAX_T));
-                cudaFuncSetAttribute(gemv_mma_staged2_kernel<DT, 4>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     MMA_SW * 4 * kc_stage_bytes<DT>(2));
                 attr_set[dev] = true;
             }
-            if (deep)
-                gemv_mma_staged2_kernel<DT, 4>
-                    <<<grid, MMA_SW * 32, smem, s>>>((const uint8_t *)a->w, a->w_row_bytes, a->n,
-                                                     a->k, xh, xl, inv, T, y, a->y_stride, a->bias);
-            else
-                gemv_mma_staged2_kernel<DT, 2>
-                    <<<grid, MMA_SW * 32, smem, s>>>((const uint8_t *)a->w, a->w_row_bytes, a->n,
-                                                     a->k, xh, xl, inv, T, y, a->y_stride, a->bias);
+            gemv_mma_staged2_kernel<DT>
+                <<<grid, MMA_SW * 32, smem, s>>>((const uint8_t *)a->w, a->w_row_bytes, a->n, a->k,
+                                                 xh, xl, inv, T, y, a->y_stride, a->bias);
             return;
         }
     }
@@ -613,16 +590,15 @@ static void launch_gemv_mma(const kiln_kctx *c, const kiln_matmul_args *a, int64
 }
 
 /* Which gemv runs: 3 (default) the tensor-core one where it applies, else the tiled fma
- * one; 4 the same without the shared-memory staging of q8_0 / q4_0; 5 the same with two
- * staging buffers per warp at every token count (before device run 10); 1 the tiled, 0 the
+ * one; 4 the same without the shared-memory staging of q8_0 / q4_0; 1 the tiled, 0 the
  * direct, 2 the tiled with two groups per lane (A/B benchmarks and tests select it with
  * kiln_cuda_gemv_variant). */
 static int kc_gemv_kind = 3;
 
 extern "C" void kiln_cuda_gemv_variant(int kind) {
-    kc_gemv_kind = kind >= 0 && kind <= 5 ? kind : 3;
-    kc_gemv_staged = kc_gemv_kind == 4 ? 0 : kc_gemv_kind == 5 ? 3 : 2;
-    if (kc_gemv_kind == 4 || kc_gemv_kind == 5) kc_gemv_kind = 3;
+    kc_gemv_kind = kind >= 0 && kind <= 4 ? kind : 3;
+    kc_gemv_staged = kc_gemv_kind == 4 ? 0 : 2;
+    if (kc_gemv_kind == 4) kc_gemv_kind = 3;
 }
 
 template <int DT>
