@@ -181,10 +181,11 @@ int main(int argc, char **argv) {
     kiln_kctx kc = {.stream = st, .scratch = scratch, .scratch_size = scratch_size};
 
     char out[4096];
-    int outn = snprintf(out, sizeof out,
-                        "| type | GB/token | t=1 ms | %% of bound | mma ms | mma unstaged ms | t=4 "
-                        "tok/s | t=16 tok/s | t=64 "
-                        "tok/s | pp512 tok/s |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    int outn = snprintf(
+        out, sizeof out,
+        "| type | GB/token | t=1 ms | %% of bound | mma ms | mma unstaged ms | mma 4 warps ms | "
+        "t=4 tok/s | t=16 tok/s | t=64 "
+        "tok/s | pp512 tok/s |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     char list[256];
     snprintf(list, sizeof list, "%s", dts);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
@@ -235,10 +236,10 @@ int main(int argc, char **argv) {
         }
         /* t = 1 with the default gemv, the tensor-core one and the tensor-core one without
          * shared-memory staging (A/B), then 4, 16, 64, 512 with the default */
-        const int64_t tl[7] = {1, 1, 1, 4, 16, 64, 512};
-        const int kinds[7] = {3, 3, 4, 3, 3, 3, 3};
-        double ms_t[7];
-        for (int ti = 0; ti < 7; ti++) {
+        const int64_t tl[9] = {1, 1, 1, 4, 16, 64, 512, 1, 4};
+        const int kinds[9] = {3, 3, 4, 3, 3, 3, 3, 5, 5};
+        double ms_t[9];
+        for (int ti = 0; ti < 9; ti++) {
             int64_t t = tl[ti];
             kiln_cuda_gemv_variant(kinds[ti]);
             kiln_matmul_fn fn = t > KILN_CUDA_GEMV_MAX_T ? kiln_cuda_matmul_cublas
@@ -276,17 +277,19 @@ int main(int argc, char **argv) {
             printf("%s t=%lld%s: %.3f ms per step (%.0f GB/s of weights)\n", tok, (long long)t,
                    ti == 1   ? " (tensor cores)"
                    : ti == 2 ? " (tensor cores, unstaged)"
+                   : ti >= 7 ? " (tensor cores, 4 warps per CTA)"
                              : "",
                    med[2], total / (med[2] * 1e-3) / 1e9);
             fflush(stdout);
         }
         const double bound_ms = total / (read_gbs * 1e9) * 1e3;
-        outn +=
-            snprintf(out + outn, sizeof out - (size_t)outn,
-                     "| %s | %.2f | %.3f | %.0f %% | %.3f | %.3f | %.0f | %.0f | %.0f | %.0f |\n",
-                     dt_label(dt, kmix), total / 1e9, ms_t[0], 100.0 * bound_ms / ms_t[0], ms_t[1],
-                     ms_t[2], 4 / (ms_t[3] * 1e-3), 16 / (ms_t[4] * 1e-3), 64 / (ms_t[5] * 1e-3),
-                     512 / (ms_t[6] * 1e-3));
+        outn += snprintf(
+            out + outn, sizeof out - (size_t)outn,
+            "| %s | %.2f | %.3f | %.0f %% | %.3f | %.3f | %.3f | %.0f (4 warps: %.0f) | %.0f | "
+            "%.0f | %.0f |\n",
+            dt_label(dt, kmix), total / 1e9, ms_t[0], 100.0 * bound_ms / ms_t[0], ms_t[1], ms_t[2],
+            ms_t[7], 4 / (ms_t[3] * 1e-3), 4 / (ms_t[8] * 1e-3), 16 / (ms_t[4] * 1e-3),
+            64 / (ms_t[5] * 1e-3), 512 / (ms_t[6] * 1e-3));
         CK(cudaFree(base));
         free(m);
     }

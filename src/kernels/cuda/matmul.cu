@@ -172,6 +172,7 @@ __global__ void __launch_bounds__(TW * 32)
  * straight from global memory (variant 4, for A/B). (Staging only the weights, the first
  * version, measured in run 19: q4_0 4.55 ms vs 3.93 staged with the activations.) */
 static int kc_gemv_staged = 2;
+static int kc_gemv_split = 0; /* warps per CTA of the staged gemv: 0 = by shape */
 
 __device__ __forceinline__ void kc_mma16816(float c[4], const uint32_t a[4], uint32_t b0,
                                             uint32_t b1) {
@@ -446,8 +447,8 @@ template <int DT> __host__ __device__ constexpr int kc_stage_bytes(int T) {
     return 16 * 8 * kc_dt<DT>::BYTES + 2 * T * XPITCH + 256;
 }
 
-template <int DT>
-__global__ void __launch_bounds__(MMA_SW * 32)
+template <int DT, int SW>
+__global__ void __launch_bounds__(SW * 32)
     gemv_mma_staged2_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t k,
                             const __half *__restrict__ xh, const __half *__restrict__ xl,
                             const float *__restrict__ inv, int T, float *__restrict__ y, int64_t ys,
@@ -457,7 +458,7 @@ __global__ void __launch_bounds__(MMA_SW * 32)
     constexpr int C = SB / 16;
     static_assert(SB % 16 == 0, "a stage of 8 blocks must be whole 16-byte chunks");
     extern __shared__ __align__(16) uint8_t dsm[];
-    __shared__ float red[MMA_SW][32][4];
+    __shared__ float red[SW][32][4];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
     const int64_t r0 = (int64_t)blockIdx.x * 16;
     const bool live = g < T;
@@ -483,9 +484,9 @@ __global__ void __launch_bounds__(MMA_SW * 32)
     float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     int q = 0;
     if (w < nst) issue(w, 0);
-    for (int64_t st = w; st < nst; st += MMA_SW, q ^= 1) {
-        if (st + MMA_SW < nst) {
-            issue(st + MMA_SW, q ^ 1);
+    for (int64_t st = w; st < nst; st += SW, q ^= 1) {
+        if (st + SW < nst) {
+            issue(st + SW, q ^ 1);
             kc_cp_wait<1>();
         } else {
             kc_cp_wait<0>();
@@ -511,7 +512,7 @@ __global__ void __launch_bounds__(MMA_SW * 32)
         }
         __syncwarp();
     }
-    kc_mma_store<MMA_SW>(red, tot, w, lane, r0, n, T, y, ys, bias);
+    kc_mma_store<SW>(red, tot, w, lane, r0, n, T, y, ys, bias);
 }
 
 /* Scratch the tensor-core gemv needs for k columns (one pass of up to 8 tokens): the hi and
@@ -569,19 +570,52 @@ static void launch_gemv_mma(const kiln_kctx *c, const kiln_matmul_args *a, int64
     if constexpr (DT != KILN_DTYPE_F16) {
         if (a->k % 256 == 0 && ((uintptr_t)a->w & 15) == 0 && (a->w_row_bytes & 15) == 0 &&
             kc_gemv_staged == 2) {
-            const int smem = MMA_SW * 2 * kc_stage_bytes<DT>(T);
-            /* the opt-in above 48 KB, once per device and instantiation (idempotent) */
-            static bool attr_set[64];
+            /* warps per CTA (the split of k): 4, or 8 / 16 when 16-row tiles are too few to
+             * give every SM several CTAs (n = 4096: 256 tiles on 132 SMs) and k has the
+             * stages for them; kc_gemv_split forces one (A/B) */
+            const int64_t tiles = (a->n + 15) / 16, nst = a->k / 256;
+            /* the opt-in above 48 KB, once per device and instantiation (idempotent), up to
+             * what the device allows a block */
+            static int smax[64];
             int dev = 0;
-            if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 && !attr_set[dev]) {
-                cudaFuncSetAttribute(gemv_mma_staged2_kernel<DT>,
+            if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
+            if (!smax[dev]) {
+                int mx = 48 * 1024;
+                if (cudaDeviceGetAttribute(&mx, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+                    cudaSuccess)
+                    mx = 48 * 1024;
+                const int w4 = 4 * 2 * kc_stage_bytes<DT>(KILN_CUDA_GEMV_MAX_T);
+                const int w8 = 8 * 2 * kc_stage_bytes<DT>(KILN_CUDA_GEMV_MAX_T);
+                const int w16 = 16 * 2 * kc_stage_bytes<DT>(KILN_CUDA_GEMV_MAX_T);
+                cudaFuncSetAttribute(gemv_mma_staged2_kernel<DT, 4>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     MMA_SW * 2 * kc_stage_bytes<DT>(KILN_CUDA_GEMV_MAX_T));
-                attr_set[dev] = true;
+                                     w4 < mx ? w4 : mx);
+                cudaFuncSetAttribute(gemv_mma_staged2_kernel<DT, 8>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     w8 < mx ? w8 : mx);
+                cudaFuncSetAttribute(gemv_mma_staged2_kernel<DT, 16>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     w16 < mx ? w16 : mx);
+                smax[dev] = mx;
             }
-            gemv_mma_staged2_kernel<DT>
-                <<<grid, MMA_SW * 32, smem, s>>>((const uint8_t *)a->w, a->w_row_bytes, a->n, a->k,
-                                                 xh, xl, inv, T, y, a->y_stride, a->bias);
+            int sw = kc_gemv_split;
+            if (sw == 0) sw = tiles < 600 && nst >= 32 ? 16 : tiles < 600 && nst >= 8 ? 8 : 4;
+            if (sw != 4 && sw != 8 && sw != 16) sw = 4;
+            /* by the largest pass, not this one's T: the split decides the order of the sums,
+             * and a row's result must not depend on how many tokens share the pass */
+            while (sw > 4 && sw * 2 * kc_stage_bytes<DT>(KILN_CUDA_GEMV_MAX_T) > smax[dev]) sw /= 2;
+            const int smem = sw * 2 * kc_stage_bytes<DT>(T);
+#define KC_STAGED(SWV)                                                                             \
+    gemv_mma_staged2_kernel<DT, SWV>                                                               \
+        <<<grid, SWV * 32, smem, s>>>((const uint8_t *)a->w, a->w_row_bytes, a->n, a->k, xh, xl,   \
+                                      inv, T, y, a->y_stride, a->bias)
+            if (sw == 16)
+                KC_STAGED(16);
+            else if (sw == 8)
+                KC_STAGED(8);
+            else
+                KC_STAGED(4);
+#undef KC_STAGED
             return;
         }
     }
@@ -590,15 +624,17 @@ static void launch_gemv_mma(const kiln_kctx *c, const kiln_matmul_args *a, int64
 }
 
 /* Which gemv runs: 3 (default) the tensor-core one where it applies, else the tiled fma
- * one; 4 the same without the shared-memory staging of q8_0 / q4_0; 1 the tiled, 0 the
+ * one; 4 the same without the shared-memory staging of q8_0 / q4_0; 5 the same with 4
+ * warps per CTA at every shape (before device run 11); 1 the tiled, 0 the
  * direct, 2 the tiled with two groups per lane (A/B benchmarks and tests select it with
  * kiln_cuda_gemv_variant). */
 static int kc_gemv_kind = 3;
 
 extern "C" void kiln_cuda_gemv_variant(int kind) {
-    kc_gemv_kind = kind >= 0 && kind <= 4 ? kind : 3;
+    kc_gemv_kind = kind >= 0 && kind <= 5 ? kind : 3;
     kc_gemv_staged = kc_gemv_kind == 4 ? 0 : 2;
-    if (kc_gemv_kind == 4) kc_gemv_kind = 3;
+    kc_gemv_split = kc_gemv_kind == 5 ? 4 : 0;
+    if (kc_gemv_kind == 4 || kc_gemv_kind == 5) kc_gemv_kind = 3;
 }
 
 template <int DT>
