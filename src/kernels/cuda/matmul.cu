@@ -574,36 +574,42 @@ static void launch_gemv_mma(const kiln_kctx *c, const kiln_matmul_args *a, int64
              * give every SM several CTAs (n = 4096: 256 tiles on 132 SMs) and k has the
              * stages for them; kc_gemv_split forces one (A/B) */
             const int64_t tiles = (a->n + 15) / 16, nst = a->k / 256;
-            /* the opt-in above 48 KB, once per device and instantiation (idempotent), up to
-             * what the device allows a block */
-            static int smax[64];
+            /* the opt-in above 48 KB, once per device and instantiation (idempotent): up to
+             * what the device allows a block beside the kernel's static shared memory; a
+             * refused attribute leaves no error behind for the launch checks */
+            static int dmax[64][3];
             int dev = 0;
             if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
-            if (!smax[dev]) {
+            if (!dmax[dev][0]) {
                 int mx = 48 * 1024;
                 if (cudaDeviceGetAttribute(&mx, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
                     cudaSuccess)
                     mx = 48 * 1024;
-                const int w4 = 4 * 2 * kc_stage_bytes<DT>(KILN_CUDA_GEMV_MAX_T);
-                const int w8 = 8 * 2 * kc_stage_bytes<DT>(KILN_CUDA_GEMV_MAX_T);
-                const int w16 = 16 * 2 * kc_stage_bytes<DT>(KILN_CUDA_GEMV_MAX_T);
-                cudaFuncSetAttribute(gemv_mma_staged2_kernel<DT, 4>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     w4 < mx ? w4 : mx);
-                cudaFuncSetAttribute(gemv_mma_staged2_kernel<DT, 8>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     w8 < mx ? w8 : mx);
-                cudaFuncSetAttribute(gemv_mma_staged2_kernel<DT, 16>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     w16 < mx ? w16 : mx);
-                smax[dev] = mx;
+                const void *fn[3] = {(const void *)gemv_mma_staged2_kernel<DT, 4>,
+                                     (const void *)gemv_mma_staged2_kernel<DT, 8>,
+                                     (const void *)gemv_mma_staged2_kernel<DT, 16>};
+                for (int i = 0; i < 3; i++) {
+                    cudaFuncAttributes fa;
+                    int st = 0;
+                    if (cudaFuncGetAttributes(&fa, fn[i]) == cudaSuccess)
+                        st = (int)fa.sharedSizeBytes;
+                    const int want = (4 << i) * 2 * kc_stage_bytes<DT>(KILN_CUDA_GEMV_MAX_T);
+                    const int cap = mx - st;
+                    dmax[dev][i] = want < cap ? want : cap;
+                    if (cudaFuncSetAttribute(fn[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             dmax[dev][i]) != cudaSuccess)
+                        dmax[dev][i] = 48 * 1024 - st;
+                }
+                (void)cudaGetLastError();
             }
             int sw = kc_gemv_split;
             if (sw == 0) sw = tiles < 600 && nst >= 32 ? 16 : tiles < 600 && nst >= 8 ? 8 : 4;
             if (sw != 4 && sw != 8 && sw != 16) sw = 4;
             /* by the largest pass, not this one's T: the split decides the order of the sums,
              * and a row's result must not depend on how many tokens share the pass */
-            while (sw > 4 && sw * 2 * kc_stage_bytes<DT>(KILN_CUDA_GEMV_MAX_T) > smax[dev]) sw /= 2;
+            while (sw > 4 &&
+                   sw * 2 * kc_stage_bytes<DT>(KILN_CUDA_GEMV_MAX_T) > dmax[dev][sw == 16 ? 2 : 1])
+                sw /= 2;
             const int smem = sw * 2 * kc_stage_bytes<DT>(T);
 #define KC_STAGED(SWV)                                                                             \
     gemv_mma_staged2_kernel<DT, SWV>                                                               \
