@@ -29,7 +29,7 @@
 #             llama-completion -n 1 -ngl 99 (when in $LLAMA_BIN), alternating, 3 each
 #   verify    test_cuda_kernels, and test_cuda_e2e on tiny models of every family x type
 #             (every model through the upload lane, cuda vs ref teacher-forced)
-#   profile   ncu on the single-token gemv of one q4_0 and one q8_0 layer (bench_cuda):
+#   profile   ncu on the single-token gemv of one layer ($PROFILE_TYPES, default q4_0 q8_0):
 #             speed of light, memory, occupancy, warp stalls (when ncu is installed)
 #   serve     8B q4_0: bench/serve_bench.sh, kiln serve --backend cuda next to llama-server
 #             -ngl 99 (when in $LLAMA_BIN) at $SERVE_CLIENTS (default 1 8 32 128)
@@ -149,7 +149,7 @@ for s in "$@"; do
     profile)
       NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
       if [ -z "$NCU" ]; then echo "profile: no ncu" | tee "$LOG/ncu.log"; else
-        for t in q4_0 q8_0; do
+        for t in ${PROFILE_TYPES:-q4_0 q8_0}; do
           step "ncu-$t" 300 "$NCU" --kernel-name regex:gemv --launch-skip 20 --launch-count 4 \
             --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
             --section WarpStateStats --section LaunchStats --section SchedulerStats \
