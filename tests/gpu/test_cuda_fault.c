@@ -40,12 +40,9 @@ int64_t kiln_cuda_fault_live_allocs(void);
 static char dir[256];
 
 static void gen(const char *path, const char *type) {
-    const char *b = getenv("KILN_BINARY_DIR");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "'%s/kiln-gen' -q -p tiny -f llama -t %s --layers 1 --n-vocab 300 -o '%s'",
-             b ? b : ".", type, path);
-    if (system(cmd) != 0) fail_msg("failed: %s", cmd);
+    char args[128];
+    snprintf(args, sizeof args, "-p tiny -f llama -t %s --layers 1 --n-vocab 300", type);
+    kt_kiln_gen(args, path);
 }
 
 static kiln_status make_engine(const kiln_model *m, kiln_engine **e, kiln_err *err) {
@@ -224,16 +221,12 @@ static void test_f16(void **s) {
 
 static int setup(void **s) {
     (void)s;
-    snprintf(dir, sizeof dir, "%s/kiln-cuda-fault-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    return mkdtemp(dir) ? 0 : -1;
+    return kt_tmpdir(dir, sizeof dir, "kiln-cuda-fault");
 }
 
 static int teardown(void **s) {
     (void)s;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return kt_tmpdir_remove(dir);
 }
 
 int main(void) {

@@ -20,12 +20,9 @@
 static char dir[256];
 
 static void gen(const char *path, const char *family, const char *type) {
-    const char *b = getenv("KILN_BINARY_DIR");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "'%s/kiln-gen' -q -p tiny -f %s -t %s --layers 1 --n-vocab 300 -o '%s'", b ? b : ".",
-             family, type, path);
-    if (system(cmd) != 0) fail_msg("failed: %s", cmd);
+    char args[128];
+    snprintf(args, sizeof args, "-p tiny -f %s -t %s --layers 1 --n-vocab 300", family, type);
+    kt_kiln_gen(args, path);
 }
 
 /* Blocks kiln holds (base/mem.h's count: every kiln allocation goes through the hook).
@@ -237,16 +234,12 @@ static void test_gemma3_q8(void **s) {
 
 static int setup(void **s) {
     (void)s;
-    snprintf(dir, sizeof dir, "%s/kiln-alloc-fault-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    return mkdtemp(dir) ? 0 : -1;
+    return kt_tmpdir(dir, sizeof dir, "kiln-alloc-fault");
 }
 
 static int teardown(void **s) {
     (void)s;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return kt_tmpdir_remove(dir);
 }
 
 int main(void) {

@@ -143,3 +143,22 @@ void kt_fill_weights(kt_rng *r, uint32_t dt, uint8_t *w, int64_t n, int64_t k, s
         }
     }
 }
+
+int kt_tmpdir(char *dir, size_t n, const char *prefix) {
+    const char *tmp = getenv("TMPDIR");
+    if (snprintf(dir, n, "%s/%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", prefix) >= (int)n) return -1;
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+int kt_tmpdir_remove(const char *dir) {
+    char cmd[600];
+    if (!dir[0] || snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir) >= (int)sizeof cmd) return -1;
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+void kt_kiln_gen(const char *args, const char *path) {
+    const char *b = getenv("KILN_BINARY_DIR");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s/kiln-gen' -q %s -o '%s'", b ? b : ".", args, path);
+    if (system(cmd) != 0) fail_msg("failed: %s", cmd);
+}

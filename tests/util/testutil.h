@@ -33,5 +33,11 @@ const char *kt_source_dir(void);
 const char *kt_shared_dir(void);
 /* Writes len bytes to a fresh temp file; returns its path (static buffer per call slot). */
 const char *kt_write_temp(const void *data, size_t len, const char *suffix);
+/* A fresh directory $TMPDIR/PREFIX-XXXXXX (TMPDIR unset: /tmp) into dir[n]; 0, or -1.
+ * kt_tmpdir_remove deletes it with everything in it (cmocka group setup / teardown). */
+int kt_tmpdir(char *dir, size_t n, const char *prefix);
+int kt_tmpdir_remove(const char *dir);
+/* Runs $KILN_BINARY_DIR/kiln-gen -q ARGS -o PATH; fails the test when it fails. */
+void kt_kiln_gen(const char *args, const char *path);
 
 #endif /* KILN_TESTS_TESTUTIL_H */
