@@ -234,11 +234,11 @@ void kiln_memcpy_stream(void *dst, const void *src, size_t n) {
 #ifdef KILN_HAVE_SSE2_STREAM
     uint8_t *d = dst;
     const uint8_t *s = src;
-    size_t head = (size_t)(-(uintptr_t)d & 15);
-    if (n < 256 || head > n) {
+    if (n < 256) { /* not worth the fence */
         memcpy(d, s, n);
         return;
     }
+    const size_t head = (size_t)(-(uintptr_t)d & 15); /* to a 16-byte aligned destination */
     memcpy(d, s, head);
     d += head, s += head, n -= head;
     size_t i = 0;

@@ -48,7 +48,9 @@ kiln_status kiln_cuda_matmul_group(const kiln_kctx *c, const kiln_matmul_group_a
  * same without staging q8_0 / q4_0 rows through shared memory, 1 =
  * tiled (activations shared through shared memory by 8 rows, one 32-element group per lane
  * per tile), 2 = tiled with two groups per lane in flight (t <= 4), 0 = direct (each warp
- * reads x itself). Process-wide; not thread-safe against running kernels. */
+ * reads x itself), 5 = as 3 with the staged kernel at 4 warps per CTA for every shape (3
+ * takes 8 when the 16-row tiles are few). Process-wide; not thread-safe against running
+ * kernels. */
 void kiln_cuda_gemv_variant(int kind);
 /* True for the weight dtypes the gemv / embed kernels read. */
 int kiln_cuda_weight_dtype_ok(uint32_t dtype);
