@@ -376,6 +376,47 @@ static void test_r16_errors(void **state) {
     assert_int_equal(kiln_cpu_matmul_avx2(NULL, &a), KILN_ERR_UNSUPPORTED);
 }
 
+/* The fast repack (SSE2 word transposes, full groups) writes exactly the bytes of the
+ * scalar reference, for every R16 type, ragged n, k with a half unit, rows with padding
+ * between them, and an output poisoned first. */
+static void test_r16_fast_equals_ref(void **state) {
+    (void)state;
+    static const uint32_t dts[] = {KILN_DTYPE_Q4_0, KILN_DTYPE_Q4_1, KILN_DTYPE_Q5_0,
+                                   KILN_DTYPE_Q5_1, KILN_DTYPE_Q8_0, KILN_DTYPE_Q4_K,
+                                   KILN_DTYPE_Q5_K, KILN_DTYPE_Q6_K};
+    static const int64_t ns[] = {16, 33, 64, 7};
+    kt_rng r;
+    kt_rng_seed(&r, 0x16a5);
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+        const uint32_t dt = dts[d];
+        const bool k256 = dt == KILN_DTYPE_Q4_K || dt == KILN_DTYPE_Q5_K || dt == KILN_DTYPE_Q6_K;
+        const int64_t ks[] = {k256 ? 256 : 64, k256 ? 768 : 96, k256 ? 2048 : 352};
+        for (size_t ni = 0; ni < 4; ni++)
+            for (size_t ki = 0; ki < 3; ki++) {
+                const int64_t n = ns[ni], k = ks[ki];
+                size_t rb, sz;
+                assert_int_equal(kiln_dtype_row_bytes(dt, k, &rb, NULL), KILN_OK);
+                const size_t stride = rb + 7; /* rows not back to back */
+                uint8_t *w = malloc((size_t)n * stride);
+                assert_non_null(w);
+                for (size_t i = 0; i < (size_t)n * stride; i++) w[i] = (uint8_t)kt_rng_u64(&r);
+                assert_int_equal(kiln_cpu_r16_size(dt, n, k, &sz, NULL), KILN_OK);
+                uint8_t *a = malloc(sz), *b = malloc(sz);
+                assert_non_null(a), assert_non_null(b);
+                memset(a, 0xA5, sz), memset(b, 0x5A, sz);
+                assert_int_equal(kiln_cpu_r16_repack(dt, w, stride, n, k, a, NULL), KILN_OK);
+                assert_int_equal(kiln_cpu_r16_repack_ref(dt, w, stride, n, k, b, NULL), KILN_OK);
+                if (memcmp(a, b, sz)) {
+                    size_t i = 0;
+                    while (a[i] == b[i]) i++;
+                    fail_msg("%s n=%lld k=%lld: byte %zu of %zu differs (%02x vs ref %02x)",
+                             kiln_dtype_name(dt), (long long)n, (long long)k, i, sz, a[i], b[i]);
+                }
+                free(w), free(a), free(b);
+            }
+    }
+}
+
 static void test_avx2(void **state) {
     (void)state;
     if (!kiln_cpu_avx2_ok()) skip(); /* CPU lacks AVX2 + FMA + F16C */
@@ -400,8 +441,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dtype_table), cmocka_unit_test(test_avx512),
         cmocka_unit_test(test_avx512_r16),  cmocka_unit_test(test_avx512_bf16),
-        cmocka_unit_test(test_r16_errors),  cmocka_unit_test(test_avx2),
-        cmocka_unit_test(test_avx2_r16),
+        cmocka_unit_test(test_r16_errors),  cmocka_unit_test(test_r16_fast_equals_ref),
+        cmocka_unit_test(test_avx2),        cmocka_unit_test(test_avx2_r16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -83,5 +83,8 @@ size_t kiln_cpu_r16_group_bytes(uint32_t dtype, int64_t k);
 /* Repacks n plain rows (src_row_bytes apart) into dst (kiln_cpu_r16_size bytes). */
 kiln_status kiln_cpu_r16_repack(uint32_t dtype, const void *src, size_t src_row_bytes, int64_t n,
                                 int64_t k, void *dst, kiln_err *err);
+/* The same bytes by the plain scalar code (the reference the fast path is tested against). */
+kiln_status kiln_cpu_r16_repack_ref(uint32_t dtype, const void *src, size_t src_row_bytes,
+                                    int64_t n, int64_t k, void *dst, kiln_err *err);
 
 #endif /* KILN_KERNELS_CPU_CPU_KERNELS_H */

@@ -5,8 +5,12 @@
  * and the byte layout of each type, cpu_impl.h for the geometry; the kernels are in
  * matmul_r16_{avx512,avx2}.c.
  *
- * Scalar code: it runs once per tensor when a model is bound (or by the loader's
- * transform lane), reading each source byte once.
+ * It runs once per tensor when the loader's transform lane makes the layout, reading
+ * each source byte once. Full 16-row groups take the fast path: the quants are 16 x W
+ * matrices of 32-bit words transposed with SSE2 4 x 4 word transposes (tr16w), every
+ * output byte written once (no clearing first). Partial groups (n % 16 rows), the half
+ * unit at k % 64 take the scalar path, which is also the reference the fast
+ * path is tested against (kiln_cpu_r16_repack_ref, test_cpu_matmul).
  */
 #include "base/mem.h"
 #include "format/dtype.h"
@@ -15,6 +19,9 @@
 #include "kernels/cpu/qblocks.h"
 
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 bool kiln_cpu_r16_supports(uint32_t dtype) {
     switch (dtype) {
@@ -172,8 +179,124 @@ static void pack_sb(uint32_t dt, const uint8_t *const blk[16], uint8_t *o) {
     }
 }
 
-kiln_status kiln_cpu_r16_repack(uint32_t dtype, const void *src, size_t src_row_bytes, int64_t n,
-                                int64_t k, void *dst, kiln_err *err) {
+/* out word 16 w + r = word w of src[r], for w < nw (a multiple of 4): 16 rows of nw
+ * 32-bit words transposed, 4 x 4 at a time. Sources may be unaligned. */
+static void tr16w(const uint8_t *const src[16], int nw, uint8_t *out) {
+#if defined(__SSE2__)
+    for (int w = 0; w < nw; w += 4) {
+        uint8_t *o = out + (size_t)64 * w;
+        for (int rb = 0; rb < 16; rb += 4) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(src[rb] + 4 * w));
+            __m128i b = _mm_loadu_si128((const __m128i *)(src[rb + 1] + 4 * w));
+            __m128i c = _mm_loadu_si128((const __m128i *)(src[rb + 2] + 4 * w));
+            __m128i d = _mm_loadu_si128((const __m128i *)(src[rb + 3] + 4 * w));
+            __m128i t0 = _mm_unpacklo_epi32(a, b), t1 = _mm_unpacklo_epi32(c, d);
+            __m128i t2 = _mm_unpackhi_epi32(a, b), t3 = _mm_unpackhi_epi32(c, d);
+            _mm_storeu_si128((__m128i *)(o + 4 * rb), _mm_unpacklo_epi64(t0, t1));
+            _mm_storeu_si128((__m128i *)(o + 64 + 4 * rb), _mm_unpackhi_epi64(t0, t1));
+            _mm_storeu_si128((__m128i *)(o + 128 + 4 * rb), _mm_unpacklo_epi64(t2, t3));
+            _mm_storeu_si128((__m128i *)(o + 192 + 4 * rb), _mm_unpackhi_epi64(t2, t3));
+        }
+    }
+#else
+    for (int w = 0; w < nw; w++)
+        for (int r = 0; r < 16; r++) memcpy(out + 64 * w + 4 * r, src[r] + 4 * w, 4);
+#endif
+}
+
+/* Fast pack_unit32 for a whole unit (two blocks) of 16 real rows. */
+static void pack_unit32_fast(uint32_t dt, const uint8_t *const blk0[16], size_t bb, uint8_t *o) {
+    const size_t hdr = kiln_r16_hdr(dt), bl = kiln_r16_blk(dt);
+    const bool has_m = dt == KILN_DTYPE_Q4_1 || dt == KILN_DTYPE_Q5_1;
+    const bool five = dt == KILN_DTYPE_Q5_0 || dt == KILN_DTYPE_Q5_1;
+    const size_t qoff = (has_m ? 4 : 2) + (five ? 4 : 0); /* quants within a block */
+    const int nw = dt == KILN_DTYPE_Q8_0 ? 8 : 4;
+    for (int h = 0; h < 2; h++) {
+        uint8_t *q = o + hdr + (size_t)h * bl;
+        const uint8_t *src[16];
+        if (five) memset(q, 0, 64); /* high-bit masks are or'ed together */
+        for (int r = 0; r < 16; r++) {
+            const uint8_t *x = blk0[r] + (size_t)h * bb;
+            memcpy(o + 32 * h + 2 * r, x, 2);
+            if (has_m) memcpy(o + 64 + 32 * h + 2 * r, x + 2, 2);
+            if (five) {
+                uint32_t qh;
+                memcpy(&qh, x + (has_m ? 4 : 2), 4);
+                put_qh32(q, r, qh);
+            }
+            src[r] = x + qoff;
+        }
+        tr16w(src, nw, q + (five ? 64 : 0));
+    }
+}
+
+/* Fast pack_sb for q4_K / q5_K super-blocks of 16 real rows. */
+static void pack_sb_fast(uint32_t dt, const uint8_t *const blk[16], uint8_t *o) {
+    const bool five = dt == KILN_DTYPE_Q5_K;
+    const uint8_t *src[16];
+    if (five) memset(o + 320, 0, 512); /* high-bit masks are or'ed together */
+    for (int r = 0; r < 16; r++) {
+        const uint8_t *x = blk[r];
+        memcpy(o + 2 * r, x, 2);
+        memcpy(o + 32 + 2 * r, x + 2, 2);
+        for (int j = 0; j < 8; j++)
+            kq_scale_min_k4(j, x + 4, o + 64 + 16 * j + r, o + 192 + 16 * j + r);
+        src[r] = x + (five ? 48 : 16);
+        if (!five) continue;
+        for (int c = 0; c < 4; c++)
+            for (int hb = 0; hb < 2; hb++)
+                for (int i = 0; i < 8; i++) {
+                    uint8_t *mp = o + 320 + 128 * c + 64 * hb + 8 * i;
+                    uint32_t w; /* bytes qh[4i .. 4i + 3] */
+                    memcpy(&w, x + 16 + 4 * i, 4);
+                    w = (w >> (2 * c + hb)) & 0x01010101u; /* bit 0 of each byte */
+                    uint32_t nib = (w & 1) | ((w >> 7) & 2) | ((w >> 14) & 4) | ((w >> 21) & 8);
+                    uint64_t m;
+                    memcpy(&m, mp, 8);
+                    m |= (uint64_t)nib << (4 * r);
+                    memcpy(mp, &m, 8);
+                }
+    }
+    tr16w(src, 32, o + (five ? 832 : 320));
+}
+
+/* Fast pack_sb for q6_K super-blocks of 16 real rows: each row's low-nibble pairs and
+ * 2-bit highs are made as contiguous vectors (element order as in pack_sb), then
+ * transposed by words. */
+static void pack_sb_q6k_fast(const uint8_t *const blk[16], uint8_t *o) {
+    uint8_t lo[16][128], hi[16][64];
+    const uint8_t *lp[16], *hp[16];
+    for (int r = 0; r < 16; r++) {
+        const uint8_t *x = blk[r], *ql = x, *qh = x + 128;
+        float d = kiln_fp16_to_f32((uint16_t)(x[208] | x[209] << 8));
+        memcpy(o + 4 * r, &d, 4);
+        for (int s = 0; s < 16; s++) o[64 + 16 * s + r] = x[192 + s];
+        for (int h = 0; h < 2; h++) { /* units 2h (low nibbles) and 2h + 1 (high nibbles) */
+            const uint8_t *a = ql + 64 * h, *b = ql + 64 * h + 32;
+            uint8_t *u0 = lo[r] + 64 * h, *u1 = u0 + 32;
+            for (int l = 0; l < 32; l++) {
+                u0[l] = (uint8_t)((a[l] & 0xF) | (b[l] << 4));
+                u1[l] = (uint8_t)((a[l] >> 4) | (b[l] & 0xF0));
+            }
+            const uint8_t *q = qh + 32 * h;
+            for (int sh = 0; sh < 2; sh++) { /* unit 2h + sh: bits 4sh and 4sh + 2 of qh */
+                uint8_t *u = hi[r] + 16 * (2 * h + sh);
+                for (int j = 0; j < 16; j++) {
+                    const unsigned p = q[j] >> (4 * sh), t = q[16 + j] >> (4 * sh);
+                    u[j] = (uint8_t)((p & 3) | (t & 3) << 2 | ((p >> 2) & 3) << 4 |
+                                     ((t >> 2) & 3) << 6);
+                }
+            }
+        }
+        lp[r] = lo[r];
+        hp[r] = hi[r];
+    }
+    tr16w(lp, 32, o + 320);
+    tr16w(hp, 16, o + 2368);
+}
+
+static kiln_status repack(uint32_t dtype, const void *src, size_t src_row_bytes, int64_t n,
+                          int64_t k, void *dst, bool fast, kiln_err *err) {
     size_t total;
     KILN_TRY(kiln_cpu_r16_size(dtype, n, k, &total, err));
     const kiln_dtype_info *in = kiln_dtype_get(dtype);
@@ -185,18 +308,50 @@ kiln_status kiln_cpu_r16_repack(uint32_t dtype, const void *src, size_t src_row_
                 16 * g + r < n ? (const uint8_t *)src + (size_t)(16 * g + r) * src_row_bytes : NULL;
         uint8_t *o = (uint8_t *)dst + (size_t)g * gb;
         const uint8_t *blk[16];
+        const bool full = fast && 16 * g + 16 <= n;
         if (kiln_r16_is256(dtype)) {
             for (int64_t s = 0; s < k / 256; s++) {
                 for (int r = 0; r < 16; r++) blk[r] = rows[r] ? rows[r] + s * bb : NULL;
-                pack_sb(dtype, blk, o + (size_t)s * kiln_r16_sb(dtype));
+                uint8_t *os = o + (size_t)s * kiln_r16_sb(dtype);
+#if defined(__SSE2__)
+                if (full && s + 2 < k / 256) /* 16 row streams: ask for 2 blocks ahead */
+                    for (int r = 0; r < 16; r++)
+                        for (size_t l = 0; l < bb; l += 64)
+                            _mm_prefetch((const char *)blk[r] + 2 * bb + l, _MM_HINT_T0);
+#endif
+                if (full && dtype == KILN_DTYPE_Q6_K)
+                    pack_sb_q6k_fast(blk, os);
+                else if (full)
+                    pack_sb_fast(dtype, blk, os);
+                else
+                    pack_sb(dtype, blk, os);
             }
         } else {
             for (int64_t c = 0; c < (k + 63) / 64; c++) {
                 for (int r = 0; r < 16; r++) blk[r] = rows[r] ? rows[r] + 2 * c * bb : NULL;
-                pack_unit32(dtype, blk, bb, 64 * c + 64 <= k ? 2 : 1,
-                            o + kiln_r16_unit_off(dtype, c));
+                const int nblk = 64 * c + 64 <= k ? 2 : 1;
+                uint8_t *ou = o + kiln_r16_unit_off(dtype, c);
+#if defined(__SSE2__)
+                if (full && 64 * c + 1024 <= k)
+                    for (int r = 0; r < 16; r++)
+                        _mm_prefetch((const char *)blk[r] + 16 * bb, _MM_HINT_T0);
+#endif
+                if (full && nblk == 2)
+                    pack_unit32_fast(dtype, blk, bb, ou);
+                else
+                    pack_unit32(dtype, blk, bb, nblk, ou);
             }
         }
     }
     return KILN_OK;
+}
+
+kiln_status kiln_cpu_r16_repack(uint32_t dtype, const void *src, size_t src_row_bytes, int64_t n,
+                                int64_t k, void *dst, kiln_err *err) {
+    return repack(dtype, src, src_row_bytes, n, k, dst, true, err);
+}
+
+kiln_status kiln_cpu_r16_repack_ref(uint32_t dtype, const void *src, size_t src_row_bytes,
+                                    int64_t n, int64_t k, void *dst, kiln_err *err) {
+    return repack(dtype, src, src_row_bytes, n, k, dst, false, err);
 }
