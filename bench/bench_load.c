@@ -556,7 +556,7 @@ int main(int argc, char **argv) {
     const char *path = "/tmp/kiln-bench-load.gguf";
     double gib = 1.1;
     int threads = 0, cuda_dev = -1, reps = 3;
-    bool keep = false;
+    bool keep = false, upload_only = false; /* --upload-only: pinned H2D, stream and ring */
     const char *model = NULL, *backend = "cpu";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--file") && i + 1 < argc)
@@ -573,6 +573,8 @@ int main(int argc, char **argv) {
             cuda_dev = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--upload-only"))
+            upload_only = true;
         else if (!strcmp(argv[i], "--keep"))
             keep = true;
         else {
@@ -597,7 +599,7 @@ int main(int argc, char **argv) {
     printf("%-34s %10s %10s %12s\n", "measurement", "ms", "GB/s", "cache before");
 
     double seq = 1e30, cold = 1e30, cold_ur = 1e30, cold_pr = 1e30;
-    for (int r = 0; r < reps; r++) {
+    for (int r = 0; r < reps && !upload_only; r++) {
         uint64_t bytes;
         evict(path);
         double res = resident_fraction(path);
@@ -642,7 +644,7 @@ int main(int argc, char **argv) {
     uint64_t bytes;
     seq_read(path, &bytes);
     double warm = 1e30, warm_lazy = 1e30;
-    for (int r = 0; r < reps; r++) {
+    for (int r = 0; r < reps && !upload_only; r++) {
         kiln_load_request req;
         kiln_load_request_init(&req);
         req.threads = threads;
@@ -665,7 +667,7 @@ int main(int argc, char **argv) {
                                    "transform blocks_x4 (warm)"};
     double tr[3] = {0, 0, 0};
     for (int m = 0; m < 3; m++) {
-        for (int r = 0; r < reps; r++) {
+        for (int r = 0; r < reps && !upload_only; r++) {
             kiln_load_request req;
             kiln_load_request_init(&req);
             req.threads = threads;
@@ -697,7 +699,7 @@ int main(int argc, char **argv) {
         cudaFree(d);
         printf("%-34s %10s %10.2f\n", "pinned H2D cudaMemcpy (256 MiB)", "", best);
         /* the three ways the upload lane's host side can work (KILN_UPLOAD, upload.c) */
-        upload_anatomy(path, threads, cuda_dev, reps);
+        if (!upload_only) upload_anatomy(path, threads, cuda_dev, reps);
         /* the ways the upload lane's host side can work (KILN_UPLOAD*, upload.c) */
         static const struct {
             const char *label, *mode, *threads, *window, *granule, *populate;
@@ -711,12 +713,15 @@ int main(int argc, char **argv) {
             {"stream madvise", "stream", NULL, NULL, NULL, "madvise"},
             {"stream no-populate", "stream", NULL, NULL, NULL, "none"},
             {"direct:1", "direct", "1", NULL, NULL, NULL},
-            {"hybrid:1", "hybrid", "1", NULL, NULL, NULL},
+            {"ring", "ring", NULL, NULL, NULL, NULL},
         };
         static const char *const up_env[] = {"KILN_UPLOAD", "KILN_UPLOAD_THREADS",
                                              "KILN_UPLOAD_WINDOW_MB", "KILN_UPLOAD_GRANULE_KB",
                                              "KILN_UPLOAD_POPULATE"};
         for (int mo = 0; mo < (int)(sizeof up_modes / sizeof up_modes[0]); mo++) {
+            if (upload_only && strcmp(up_modes[mo].label, "stream") &&
+                strcmp(up_modes[mo].label, "ring"))
+                continue;
             const char *vals[5] = {up_modes[mo].mode, up_modes[mo].threads, up_modes[mo].window,
                                    up_modes[mo].granule, up_modes[mo].populate};
             for (int v = 0; v < 5; v++) {
@@ -768,6 +773,10 @@ int main(int argc, char **argv) {
 #else
     if (cuda_dev >= 0) printf("(--cuda ignored: built without CUDA)\n");
 #endif
+    if (upload_only) {
+        if (made && !keep) unlink(path);
+        return 0;
+    }
     printf("\nratios (targets from issue #3):\n");
     printf("  cold alias to ready / seq read   %.3f   (target <= 1.1)\n", cold / seq);
     printf("  cold io_uring copy / seq read    %.3f\n", cold_ur / seq);

@@ -25,6 +25,11 @@
 #   ttft      8B q4_0: bench_sched --mode ttft (128-token prompt, 112 cached vs cold)
 #   load      8B q4_0: bench_load --cuda 0 (upload lane in each KILN_UPLOAD way vs pinned
 #             H2D) and the engine's load for the cuda backend
+#   ring      8B q4_0: bench_load --upload-only over the ring way's knobs (window KiB,
+#             buffers per thread, temporal / streaming stores, threads), each next to the
+#             default way and pinned H2D in the same process
+#   transform 8B q4_0 and q4_K: bench_load --model --backend cpu (the transform lane's R16
+#             repack vs memcpy of the same bytes)
 #   ready     8B q4_0, warm file: whole-process `kiln run -n 1 --backend cuda` next to
 #             llama-completion -n 1 -ngl 99 (when in $LLAMA_BIN), alternating, 3 each
 #   verify    test_cuda_kernels, and test_cuda_e2e on tiny models of every family x type
@@ -67,6 +72,7 @@ for s in "$@"; do
     verify) TG="$TG test_cuda_kernels test_cuda_e2e" ;;
     profile) TG="$TG bench_cuda" ;;
     load) TG="$TG bench_load test_load" ;;
+    ring|transform) TG="$TG bench_load" ;;
   esac
 done
 if [ ! -f $B/CMakeCache.txt ]; then
@@ -164,6 +170,31 @@ for s in "$@"; do
       step test_load 120 env KILN_BINARY_DIR=$PWD/$B test_load
       step bench_load 400 bench_load --file "$f" --cuda 0 --reps 3
       step bench_load_engine 300 bench_load --model "$f" --backend cuda --reps 3 ;;
+    ring)
+      f=$(gen llama3-8b q4_0)
+      cat "$f" >/dev/null
+      : >"$LOG/ring.txt"
+      for cfg in ${RING_CFGS:-"256 2 temporal" "512 2 temporal" "1024 2 temporal" \
+          "2048 2 temporal" "4096 2 temporal" "512 4 temporal" "1024 4 temporal" \
+          "1024 2 stream" "4096 2 stream" "16384 2 stream" "1024 2 temporal 8" \
+          "2048 2 temporal 8"}; do
+        read -r W NB ST TH <<<"$cfg"
+        echo "== window $W KiB, nbuf $NB, $ST stores, threads ${TH:-all}" >>"$LOG/ring.txt"
+        env KILN_UPLOAD_WINDOW_KB=$W KILN_UPLOAD_NBUF=$NB KILN_UPLOAD_STORES=$ST \
+          ${TH:+KILN_UPLOAD_RING_THREADS=$TH} timeout 120 bench_load --file "$f" --cuda 0 --reps 3 \
+          --upload-only 2>&1 | grep -E "pinned|upload lane" >>"$LOG/ring.txt"
+      done
+      cat "$LOG/ring.txt" ;;
+    transform)
+      : >"$LOG/transform.txt"
+      for t in ${TRANSFORM_TYPES:-q4_0 q4_K_M}; do
+        f=$(gen llama3-8b $t)
+        cat "$f" >/dev/null
+        echo "== $t" >>"$LOG/transform.txt"
+        step transform-$t 300 bench_load --model "$f" --backend cpu --reps 3
+        grep -E "transform|memcpy" "$LOG/transform-$t.log" >>"$LOG/transform.txt"
+      done
+      cat "$LOG/transform.txt" ;;
     ready)
       f=$(gen llama3-8b q4_0)
       cat "$f" >/dev/null
