@@ -702,29 +702,31 @@ int main(int argc, char **argv) {
         if (!upload_only) upload_anatomy(path, threads, cuda_dev, reps);
         /* the ways the upload lane's host side can work (KILN_UPLOAD*, upload.c) */
         static const struct {
-            const char *label, *mode, *threads, *window, *granule, *populate;
+            const char *label, *mode, *threads, *window, *granule, *populate, *stores;
+            bool quick; /* run with --upload-only too */
         } up_modes[] = {
-            {"pread", "pread", NULL, NULL, NULL, NULL},
-            {"stream", "stream", NULL, NULL, NULL, NULL},
-            {"stream w64", "stream", NULL, "64", NULL, NULL},
-            {"stream g256", "stream", NULL, NULL, "256", NULL},
-            {"stream w64 g256", "stream", NULL, "64", "256", NULL},
-            {"stream w16 g256", "stream", NULL, "16", "256", NULL},
-            {"stream madvise", "stream", NULL, NULL, NULL, "madvise"},
-            {"stream no-populate", "stream", NULL, NULL, NULL, "none"},
-            {"direct:1", "direct", "1", NULL, NULL, NULL},
-            {"ring", "ring", NULL, NULL, NULL, NULL},
+            {"pread", "pread", NULL, NULL, NULL, NULL, NULL, false},
+            {"stream", "stream", NULL, NULL, NULL, NULL, NULL, true},
+            {"stream temporal", "stream", NULL, NULL, NULL, NULL, "temporal", true},
+            {"stream temporal w8 g256", "stream", NULL, "8", "256", NULL, "temporal", true},
+            {"stream temporal w64", "stream", NULL, "64", NULL, NULL, "temporal", true},
+            {"stream w64", "stream", NULL, "64", NULL, NULL, NULL, false},
+            {"stream g256", "stream", NULL, NULL, "256", NULL, NULL, false},
+            {"stream w16 g256", "stream", NULL, "16", "256", NULL, NULL, false},
+            {"stream madvise", "stream", NULL, NULL, NULL, "madvise", NULL, false},
+            {"stream no-populate", "stream", NULL, NULL, NULL, "none", NULL, false},
+            {"direct:1", "direct", "1", NULL, NULL, NULL, NULL, false},
+            {"ring", "ring", NULL, NULL, NULL, NULL, NULL, true},
         };
-        static const char *const up_env[] = {"KILN_UPLOAD", "KILN_UPLOAD_THREADS",
+        static const char *const up_env[] = {"KILN_UPLOAD",           "KILN_UPLOAD_THREADS",
                                              "KILN_UPLOAD_WINDOW_MB", "KILN_UPLOAD_GRANULE_KB",
-                                             "KILN_UPLOAD_POPULATE"};
+                                             "KILN_UPLOAD_POPULATE",  "KILN_UPLOAD_STORES"};
         for (int mo = 0; mo < (int)(sizeof up_modes / sizeof up_modes[0]); mo++) {
-            if (upload_only && strcmp(up_modes[mo].label, "stream") &&
-                strcmp(up_modes[mo].label, "ring"))
-                continue;
-            const char *vals[5] = {up_modes[mo].mode, up_modes[mo].threads, up_modes[mo].window,
-                                   up_modes[mo].granule, up_modes[mo].populate};
-            for (int v = 0; v < 5; v++) {
+            if (upload_only && !up_modes[mo].quick) continue;
+            const char *vals[6] = {up_modes[mo].mode,     up_modes[mo].threads,
+                                   up_modes[mo].window,   up_modes[mo].granule,
+                                   up_modes[mo].populate, up_modes[mo].stores};
+            for (int v = 0; v < 6; v++) {
                 if (vals[v])
                     setenv(up_env[v], vals[v], 1);
                 else
@@ -768,7 +770,7 @@ int main(int argc, char **argv) {
             printf("  upload lane (%s) / pinned H2D %.3f\n", up_modes[mo].label, up / best);
             if (up / best > up_ratio) up_ratio = up / best;
         }
-        for (int v = 0; v < 5; v++) unsetenv(up_env[v]);
+        for (int v = 0; v < 6; v++) unsetenv(up_env[v]);
     }
 #else
     if (cuda_dev >= 0) printf("(--cuda ignored: built without CUDA)\n");

@@ -28,7 +28,7 @@
 #   ring      8B q4_0: bench_load --upload-only over the ring way's knobs (window KiB,
 #             buffers per thread, temporal / streaming stores, threads), each next to the
 #             default way and pinned H2D in the same process
-#   transform 8B q4_0 and q4_K: bench_load --model --backend cpu (the transform lane's R16
+#   transform 8B q4_0 (R16 streaming vs temporal stores) and q4_K_M: bench_load --model (R16
 #             repack vs memcpy of the same bytes)
 #   ready     8B q4_0, warm file: whole-process `kiln run -n 1 --backend cuda` next to
 #             llama-completion -n 1 -ngl 99 (when in $LLAMA_BIN), alternating, 3 each
@@ -174,25 +174,25 @@ for s in "$@"; do
       f=$(gen llama3-8b q4_0)
       cat "$f" >/dev/null
       : >"$LOG/ring.txt"
-      for cfg in ${RING_CFGS:-"256 2 temporal" "512 2 temporal" "1024 2 temporal" \
-          "2048 2 temporal" "4096 2 temporal" "512 4 temporal" "1024 4 temporal" \
-          "1024 2 stream" "4096 2 stream" "16384 2 stream" "1024 2 temporal 8" \
-          "2048 2 temporal 8"}; do
-        read -r W NB ST TH <<<"$cfg"
-        echo "== window $W KiB, nbuf $NB, $ST stores, threads ${TH:-all}" >>"$LOG/ring.txt"
-        env KILN_UPLOAD_WINDOW_KB=$W KILN_UPLOAD_NBUF=$NB KILN_UPLOAD_STORES=$ST \
-          ${TH:+KILN_UPLOAD_RING_THREADS=$TH} timeout 120 bench_load --file "$f" --cuda 0 --reps 3 \
+      IFS=, read -r -a CFGS <<<"${RING_CFGS:-1024 2 0 0,2048 2 0 0,1024 2 0 1,2048 2 0 1,512 4 0 1,4096 4 0 1,8192 4 0 1}"
+      for cfg in "${CFGS[@]}"; do
+        read -r W NB TH RS <<<"$cfg" # window KiB, buffers per thread, threads (0: all), shared stream
+        echo "== ring window $W KiB, nbuf $NB, threads $TH, one stream $RS" >>"$LOG/ring.txt"
+        env KILN_UPLOAD_WINDOW_KB=$W KILN_UPLOAD_NBUF=$NB KILN_UPLOAD_RING_STREAMS=$RS \
+          $([ "$TH" != 0 ] && echo KILN_UPLOAD_RING_THREADS=$TH) timeout 120 bench_load --file "$f" --cuda 0 --reps 3 \
           --upload-only 2>&1 | grep -E "pinned|upload lane" >>"$LOG/ring.txt"
       done
       cat "$LOG/ring.txt" ;;
     transform)
       : >"$LOG/transform.txt"
-      for t in ${TRANSFORM_TYPES:-q4_0 q4_K_M}; do
+      for ts in ${TRANSFORM_RUNS:-q4_0:stream q4_0:temporal q4_K_M:stream}; do
+        t=${ts%%:*} so=${ts#*:}
         f=$(gen llama3-8b $t)
         cat "$f" >/dev/null
-        echo "== $t" >>"$LOG/transform.txt"
-        step transform-$t 300 bench_load --model "$f" --backend cpu --reps 3
-        grep -E "transform|memcpy" "$LOG/transform-$t.log" >>"$LOG/transform.txt"
+        echo "== $t, R16 $so stores" >>"$LOG/transform.txt"
+        step transform-$t-$so 300 env KILN_R16_STORES=$so bench_load --model "$f" --backend cpu \
+          --reps 2
+        grep -E "transform|memcpy" "$LOG/transform-$t-$so.log" >>"$LOG/transform.txt"
       done
       cat "$LOG/transform.txt" ;;
     ready)

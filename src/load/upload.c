@@ -110,16 +110,20 @@ typedef struct up_knobs {
     int nbuf;      /* ring: buffers per thread */
     bool temporal; /* ring: plain stores (default) instead of streaming stores */
     int threads;   /* ring: threads (0: the loader's) */
+    bool shared;   /* ring: one stream for every thread (KILN_UPLOAD_RING_STREAMS=1) */
 } up_knobs;
 
 static up_knobs upload_knobs(bool ring) {
-    up_knobs k = {ring ? (size_t)1 << 20 : UP_STAGE, UP_GRANULE, 0, 2, true, 0};
+    up_knobs k = {ring ? (size_t)1 << 20 : UP_STAGE, UP_GRANULE, 0, 2, ring, 0, false};
     const char *w = getenv("KILN_UPLOAD_WINDOW_MB"), *g = getenv("KILN_UPLOAD_GRANULE_KB"),
-               *m = getenv("KILN_UPLOAD_POPULATE"), *wk = getenv("KILN_UPLOAD_WINDOW_KB"),
-               *nb = getenv("KILN_UPLOAD_NBUF"), *so = getenv("KILN_UPLOAD_STORES"),
+               *m = getenv("KILN_UPLOAD_POPULATE"), *so = getenv("KILN_UPLOAD_STORES"),
+               *wk = getenv("KILN_UPLOAD_WINDOW_KB"), *nb = getenv("KILN_UPLOAD_NBUF"),
                *rt = getenv("KILN_UPLOAD_RING_THREADS");
     if (w && atoi(w) >= 1 && atoi(w) <= 1024) k.window = (size_t)atoi(w) << 20;
+    if (so && strcmp(so, "temporal") == 0) k.temporal = true; /* stream way too (A/B) */
     if (!ring) return k;
+    const char *rs = getenv("KILN_UPLOAD_RING_STREAMS");
+    k.shared = rs && atoi(rs) == 1;
     if (wk && atoi(wk) >= 64 && atoi(wk) <= 1048576) k.window = (size_t)atoi(wk) << 10;
     if (nb && atoi(nb) >= 1 && atoi(nb) <= 16) k.nbuf = atoi(nb);
     if (so && strcmp(so, "stream") == 0) k.temporal = false;
@@ -357,6 +361,7 @@ typedef struct win_fill {
     uint8_t *dst;
     size_t n, granule;
     int populate;
+    bool temporal; /* plain memcpy instead of streaming stores */
 } win_fill;
 
 /* Granules [b, e) of a window into staging: map the pages first (one read per 64 KiB, the
@@ -374,7 +379,10 @@ static void win_fill_range(void *ctx, int64_t b, int64_t e, int ith) {
         uintptr_t a = (uintptr_t)(f->src + o) & ~(pg - 1);
         (void)madvise((void *)a, (size_t)((uintptr_t)(f->src + z) - a), MADV_POPULATE_READ);
     }
-    kiln_memcpy_stream(f->dst + o, f->src + o, z - o);
+    if (f->temporal)
+        memcpy(f->dst + o, f->src + o, z - o);
+    else
+        kiln_memcpy_stream(f->dst + o, f->src + o, z - o);
 }
 
 /* ---- ring: every thread its own buffers and stream ---- */
@@ -434,6 +442,7 @@ static void ring_worker(up_ring *r, int w) {
         return;
     }
     double tfill = 0, twait = 0;
+    const int sw = q->kn.shared ? 0 : w; /* the stream this worker queues on */
     size_t wi;
     for (int k = 0; e == cudaSuccess && q_take(q, true, &wi); k++) {
         const up_win *win = &q->w[wi];
@@ -441,15 +450,9 @@ static void ring_worker(up_ring *r, int w) {
         uint64_t t0 = kiln_now_ns();
         if (k >= r->nbuf && (e = cudaEventSynchronize(r->ev[bi])) != cudaSuccess) break;
         uint64_t t1 = kiln_now_ns();
-        win_fill f = {(const uint8_t *)win->ws, r->pin[bi], (size_t)(win->we - win->ws),
-                      (size_t)(win->we - win->ws), q->kn.populate};
-        if (q->kn.temporal) {
-            const volatile uint8_t *v = f.src;
-            for (size_t i = 0; q->kn.populate == 0 && i < f.n; i += 65536) (void)v[i];
-            memcpy(f.dst, f.src, f.n);
-        } else {
-            win_fill_range(&f, 0, 1, 0);
-        }
+        win_fill f = {(const uint8_t *)win->ws,    r->pin[bi],     (size_t)(win->we - win->ws),
+                      (size_t)(win->we - win->ws), q->kn.populate, q->kn.temporal};
+        win_fill_range(&f, 0, 1, 0);
         uint64_t t2 = kiln_now_ns();
         twait += (double)(t1 - t0) * 1e-9;
         tfill += (double)(t2 - t1) * 1e-9;
@@ -457,11 +460,11 @@ static void ring_worker(up_ring *r, int w) {
             const up_part *pt = &q->parts[i];
             e = cudaMemcpyAsync((uint8_t *)pt->it->device_ptr + pt->off,
                                 (uint8_t *)r->pin[bi] + (pt->src - win->ws), (size_t)pt->len,
-                                cudaMemcpyHostToDevice, r->stream[w]);
+                                cudaMemcpyHostToDevice, r->stream[sw]);
         }
-        if (e == cudaSuccess) e = cudaEventRecord(r->ev[bi], r->stream[w]);
+        if (e == cudaSuccess) e = cudaEventRecord(r->ev[bi], r->stream[sw]);
     }
-    if (e == cudaSuccess) e = cudaStreamSynchronize(r->stream[w]);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(r->stream[sw]);
     if (e != cudaSuccess) q_fail(q, e, "upload lane: ring copy");
     pthread_mutex_lock(&q->mu);
     r->fill_seconds += tfill;
@@ -511,8 +514,8 @@ static kiln_status stage_window(kiln_load_plan *p, up_stage *sg, const up_q *q, 
     int b;
     KILN_TRY(stage_next(p, sg, &b, err));
     uint64_t tf = kiln_now_ns();
-    win_fill f = {(const uint8_t *)w->ws, sg->pin[b], (size_t)(w->we - w->ws), q->kn.granule,
-                  q->kn.populate};
+    win_fill f = {(const uint8_t *)w->ws, sg->pin[b],     (size_t)(w->we - w->ws),
+                  q->kn.granule,          q->kn.populate, q->kn.temporal};
     kiln_pool_for(sg->pool, (int64_t)((f.n + f.granule - 1) / f.granule), 1, win_fill_range, &f);
     p->rep.upload_fill_seconds += (double)(kiln_now_ns() - tf) * 1e-9;
     for (size_t i = w->p0; i < w->p0 + w->np; i++) {

@@ -18,6 +18,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/qblocks.h"
 
+#include <stdlib.h>
 #include <string.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -181,8 +182,26 @@ static void pack_sb(uint32_t dt, const uint8_t *const blk[16], uint8_t *o) {
 
 /* out word 16 w + r = word w of src[r], for w < nw (a multiple of 4): 16 rows of nw
  * 32-bit words transposed, 4 x 4 at a time. Sources may be unaligned. */
-static void tr16w(const uint8_t *const src[16], int nw, uint8_t *out) {
+static void tr16w(const uint8_t *const src[16], int nw, uint8_t *out, bool nt) {
 #if defined(__SSE2__)
+    if (nt && ((uintptr_t)out & 15) == 0) { /* streaming stores: no read of the destination */
+        for (int w = 0; w < nw; w += 4) {
+            uint8_t *o = out + (size_t)64 * w;
+            for (int rb = 0; rb < 16; rb += 4) {
+                __m128i a = _mm_loadu_si128((const __m128i *)(src[rb] + 4 * w));
+                __m128i b = _mm_loadu_si128((const __m128i *)(src[rb + 1] + 4 * w));
+                __m128i c = _mm_loadu_si128((const __m128i *)(src[rb + 2] + 4 * w));
+                __m128i d = _mm_loadu_si128((const __m128i *)(src[rb + 3] + 4 * w));
+                __m128i t0 = _mm_unpacklo_epi32(a, b), t1 = _mm_unpacklo_epi32(c, d);
+                __m128i t2 = _mm_unpackhi_epi32(a, b), t3 = _mm_unpackhi_epi32(c, d);
+                _mm_stream_si128((__m128i *)(o + 4 * rb), _mm_unpacklo_epi64(t0, t1));
+                _mm_stream_si128((__m128i *)(o + 64 + 4 * rb), _mm_unpackhi_epi64(t0, t1));
+                _mm_stream_si128((__m128i *)(o + 128 + 4 * rb), _mm_unpacklo_epi64(t2, t3));
+                _mm_stream_si128((__m128i *)(o + 192 + 4 * rb), _mm_unpackhi_epi64(t2, t3));
+            }
+        }
+        return;
+    }
     for (int w = 0; w < nw; w += 4) {
         uint8_t *o = out + (size_t)64 * w;
         for (int rb = 0; rb < 16; rb += 4) {
@@ -199,13 +218,15 @@ static void tr16w(const uint8_t *const src[16], int nw, uint8_t *out) {
         }
     }
 #else
+    (void)nt;
     for (int w = 0; w < nw; w++)
         for (int r = 0; r < 16; r++) memcpy(out + 64 * w + 4 * r, src[r] + 4 * w, 4);
 #endif
 }
 
 /* Fast pack_unit32 for a whole unit (two blocks) of 16 real rows. */
-static void pack_unit32_fast(uint32_t dt, const uint8_t *const blk0[16], size_t bb, uint8_t *o) {
+static void pack_unit32_fast(uint32_t dt, const uint8_t *const blk0[16], size_t bb, uint8_t *o,
+                             bool nt) {
     const size_t hdr = kiln_r16_hdr(dt), bl = kiln_r16_blk(dt);
     const bool has_m = dt == KILN_DTYPE_Q4_1 || dt == KILN_DTYPE_Q5_1;
     const bool five = dt == KILN_DTYPE_Q5_0 || dt == KILN_DTYPE_Q5_1;
@@ -226,12 +247,12 @@ static void pack_unit32_fast(uint32_t dt, const uint8_t *const blk0[16], size_t 
             }
             src[r] = x + qoff;
         }
-        tr16w(src, nw, q + (five ? 64 : 0));
+        tr16w(src, nw, q + (five ? 64 : 0), nt);
     }
 }
 
 /* Fast pack_sb for q4_K / q5_K super-blocks of 16 real rows. */
-static void pack_sb_fast(uint32_t dt, const uint8_t *const blk[16], uint8_t *o) {
+static void pack_sb_fast(uint32_t dt, const uint8_t *const blk[16], uint8_t *o, bool nt) {
     const bool five = dt == KILN_DTYPE_Q5_K;
     const uint8_t *src[16];
     if (five) memset(o + 320, 0, 512); /* high-bit masks are or'ed together */
@@ -257,13 +278,13 @@ static void pack_sb_fast(uint32_t dt, const uint8_t *const blk[16], uint8_t *o) 
                     memcpy(mp, &m, 8);
                 }
     }
-    tr16w(src, 32, o + (five ? 832 : 320));
+    tr16w(src, 32, o + (five ? 832 : 320), nt);
 }
 
 /* Fast pack_sb for q6_K super-blocks of 16 real rows: each row's low-nibble pairs and
  * 2-bit highs are made as contiguous vectors (element order as in pack_sb), then
  * transposed by words. */
-static void pack_sb_q6k_fast(const uint8_t *const blk[16], uint8_t *o) {
+static void pack_sb_q6k_fast(const uint8_t *const blk[16], uint8_t *o, bool nt) {
     uint8_t lo[16][128], hi[16][64];
     const uint8_t *lp[16], *hp[16];
     for (int r = 0; r < 16; r++) {
@@ -291,14 +312,17 @@ static void pack_sb_q6k_fast(const uint8_t *const blk[16], uint8_t *o) {
         lp[r] = lo[r];
         hp[r] = hi[r];
     }
-    tr16w(lp, 32, o + 320);
-    tr16w(hp, 16, o + 2368);
+    tr16w(lp, 32, o + 320, nt);
+    tr16w(hp, 16, o + 2368, nt);
 }
 
 static kiln_status repack(uint32_t dtype, const void *src, size_t src_row_bytes, int64_t n,
                           int64_t k, void *dst, bool fast, kiln_err *err) {
     size_t total;
     KILN_TRY(kiln_cpu_r16_size(dtype, n, k, &total, err));
+    /* KILN_R16_STORES=temporal turns the streaming stores of the fast path off (A/B) */
+    const char *so = getenv("KILN_R16_STORES");
+    const bool nt = fast && !(so && strcmp(so, "temporal") == 0);
     const kiln_dtype_info *in = kiln_dtype_get(dtype);
     const size_t bb = in->block_bytes, gb = kiln_r16_gbytes(dtype, k);
     for (int64_t g = 0; g < (n + 15) / 16; g++) {
@@ -320,9 +344,9 @@ static kiln_status repack(uint32_t dtype, const void *src, size_t src_row_bytes,
                             _mm_prefetch((const char *)blk[r] + 2 * bb + l, _MM_HINT_T0);
 #endif
                 if (full && dtype == KILN_DTYPE_Q6_K)
-                    pack_sb_q6k_fast(blk, os);
+                    pack_sb_q6k_fast(blk, os, nt);
                 else if (full)
-                    pack_sb_fast(dtype, blk, os);
+                    pack_sb_fast(dtype, blk, os, nt);
                 else
                     pack_sb(dtype, blk, os);
             }
@@ -337,12 +361,15 @@ static kiln_status repack(uint32_t dtype, const void *src, size_t src_row_bytes,
                         _mm_prefetch((const char *)blk[r] + 16 * bb, _MM_HINT_T0);
 #endif
                 if (full && nblk == 2)
-                    pack_unit32_fast(dtype, blk, bb, ou);
+                    pack_unit32_fast(dtype, blk, bb, ou, nt);
                 else
                     pack_unit32(dtype, blk, bb, nblk, ou);
             }
         }
     }
+#if defined(__SSE2__)
+    if (nt) _mm_sfence(); /* streaming stores are weakly ordered: visible before we return */
+#endif
     return KILN_OK;
 }
 
