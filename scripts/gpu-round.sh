@@ -185,7 +185,7 @@ for s in "$@"; do
       cat "$LOG/ring.txt" ;;
     transform)
       : >"$LOG/transform.txt"
-      for ts in ${TRANSFORM_RUNS:-q4_0:stream q4_0:temporal q4_K_M:stream}; do
+      for ts in ${TRANSFORM_RUNS:-q4_0:temporal q4_K_M:temporal}; do
         t=${ts%%:*} so=${ts#*:}
         f=$(gen llama3-8b $t)
         cat "$f" >/dev/null

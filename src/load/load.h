@@ -205,6 +205,8 @@ typedef struct kiln_load_report {
     /* upload lane, staged: time the lane's thread spent filling slabs (all threads at
      * work) and waiting for a staging buffer's copy to finish (the copy engine behind) */
     double upload_fill_seconds, upload_wait_seconds;
+    /* upload lane: freeing staging, streams and threads at its end (inside the lane's time) */
+    double upload_teardown_seconds;
     bool executed;
 } kiln_load_report;
 

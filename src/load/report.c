@@ -52,10 +52,11 @@ void kiln_load_report_print(const kiln_load_plan *p, FILE *f, bool verbose) {
         fprintf(f,
                 "  upload setup (pinned staging, device arena) %.2f ms, not in the lane's GB/s; "
                 "host side %s, %.2f MiB direct from the page cache (registering %.2f ms); "
-                "filling staging %.2f ms, waiting for the copy engine %.2f ms\n",
+                "filling staging %.2f ms, waiting for the copy engine %.2f ms, teardown %.2f ms\n",
                 r->upload_setup_seconds * 1e3, r->upload_mode ? r->upload_mode : "-",
                 (double)r->upload_direct_bytes / (1 << 20), r->upload_register_seconds * 1e3,
-                r->upload_fill_seconds * 1e3, r->upload_wait_seconds * 1e3);
+                r->upload_fill_seconds * 1e3, r->upload_wait_seconds * 1e3,
+                r->upload_teardown_seconds * 1e3);
     fprintf(f, "  plan %.2f ms, execute %.2f ms, ready in %.2f ms%s\n", r->plan_seconds * 1e3,
             r->exec_seconds * 1e3, r->total_seconds * 1e3, r->executed ? "" : " (not executed)");
     if (r->lane[KILN_LANE_RESIDUAL].tensors) {
@@ -126,6 +127,7 @@ char *kiln_load_report_json(const kiln_load_plan *p, bool verbose) {
         json_object_set_new(root, "upload_register_seconds", json_real(r->upload_register_seconds));
         json_object_set_new(root, "upload_fill_seconds", json_real(r->upload_fill_seconds));
         json_object_set_new(root, "upload_wait_seconds", json_real(r->upload_wait_seconds));
+        json_object_set_new(root, "upload_teardown_seconds", json_real(r->upload_teardown_seconds));
     }
     json_object_set_new(root, "ready_seconds", json_real(r->total_seconds));
     json_object_set_new(root, "executed", json_boolean(r->executed));
