@@ -30,6 +30,9 @@
 #             default way and pinned H2D in the same process
 #   transform 8B q4_0 (R16 streaming vs temporal stores) and q4_K_M: bench_load --model (R16
 #             repack vs memcpy of the same bytes)
+#   starve    bench_sched --mode starve (16 slots: an interactive request's inter-token
+#             p99 / p50 while a batch tenant saturates 15 slots) on this quiet host: llama-110m
+#             q4_0 on the cpu backend (-t 2 and -t 8), 3 runs each, and 8B q4_0 on cuda
 #   ready     8B q4_0, warm file: whole-process `kiln run -n 1 --backend cuda` next to
 #             llama-completion -n 1 -ngl 99 (when in $LLAMA_BIN), alternating, 3 each
 #   verify    test_cuda_kernels, and test_cuda_e2e on tiny models of every family x type
@@ -73,6 +76,7 @@ for s in "$@"; do
     profile) TG="$TG bench_cuda" ;;
     load) TG="$TG bench_load test_load" ;;
     ring|transform) TG="$TG bench_load" ;;
+    starve) TG="$TG bench_sched" ;;
   esac
 done
 if [ ! -f $B/CMakeCache.txt ]; then
@@ -195,6 +199,21 @@ for s in "$@"; do
         grep -E "transform|memcpy" "$LOG/transform-$t-$so.log" >>"$LOG/transform.txt"
       done
       cat "$LOG/transform.txt" ;;
+    starve)
+      f=$(gen llama-110m q4_0)
+      : >"$LOG/starve.txt"
+      for t in 2 8; do
+        for r in 1 2 3; do
+          step starve-cpu-t$t-$r 300 bench_sched -m "$f" -b cpu -t $t --mode starve
+          echo "cpu -t $t run $r: $(grep -E '^\| [0-9]' "$LOG/starve-cpu-t$t-$r.log")" >>"$LOG/starve.txt"
+        done
+      done
+      f=$(gen llama3-8b q4_0)
+      for r in 1 2 3; do
+        step starve-cuda-$r 300 bench_sched -m "$f" -b cuda --mode starve
+        echo "cuda 8B run $r: $(grep -E '^\| [0-9]' "$LOG/starve-cuda-$r.log")" >>"$LOG/starve.txt"
+      done
+      cat "$LOG/starve.txt" ;;
     ready)
       f=$(gen llama3-8b q4_0)
       cat "$f" >/dev/null
