@@ -189,14 +189,15 @@ for s in "$@"; do
       cat "$LOG/ring.txt" ;;
     transform)
       : >"$LOG/transform.txt"
-      for ts in ${TRANSFORM_RUNS:-q4_0:temporal q4_K_M:temporal}; do
-        t=${ts%%:*} so=${ts#*:}
+      n=0
+      for ts in ${TRANSFORM_RUNS:-q4_0 q4_K_M}; do # TYPE[:ENV=VALUE]
+        t=${ts%%:*} ev=; [ "$ts" != "$t" ] && ev=${ts#*:}
         f=$(gen llama3-8b $t)
         cat "$f" >/dev/null
-        echo "== $t, R16 $so stores" >>"$LOG/transform.txt"
-        step transform-$t-$so 300 env KILN_R16_STORES=$so bench_load --model "$f" --backend cpu \
-          --reps 2
-        grep -E "transform|memcpy" "$LOG/transform-$t-$so.log" >>"$LOG/transform.txt"
+        n=$((n + 1))
+        echo "== $t ${ev:-(defaults)}" >>"$LOG/transform.txt"
+        step transform-$n-$t 300 env $ev bench_load --model "$f" --backend cpu --reps 2
+        grep -E "transform|memcpy" "$LOG/transform-$n-$t.log" >>"$LOG/transform.txt"
       done
       cat "$LOG/transform.txt" ;;
     starve)

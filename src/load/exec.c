@@ -364,7 +364,9 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
     kiln_status st = KILN_OK;
     if (!w.chunks || !w.left || !w.readers || !w.scratch)
         st = kiln_err_set(err, KILN_ERR_NOMEM, "load chunks");
-    if (!st && lane == KILN_LANE_TRANSFORM && p->rep.env.io == KILN_IO_MMAP) {
+    const char *kd = getenv("KILN_LOAD_DROP"); /* 0: keep the sources mapped (A/B) */
+    if (!st && lane == KILN_LANE_TRANSFORM && p->rep.env.io == KILN_IO_MMAP &&
+        !(kd && strcmp(kd, "0") == 0)) {
         w.drop = kiln_calloc(p->n ? p->n : 1, sizeof *w.drop);
         if (!w.drop) st = kiln_err_set(err, KILN_ERR_NOMEM, "load chunks");
         for (size_t i = 0; !st && i < p->n; i++) {

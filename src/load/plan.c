@@ -475,6 +475,7 @@ void kiln_load_plan_free(kiln_load_plan *p) {
     for (size_t i = 0; i < p->n; i++)
         if (p->items[i].device_alloc) kiln_upload_free(p->items[i].device_alloc);
     kiln_load_owned_free(p->arena, p->arena_bytes);
+    kiln_upload_staging_free(p);
     kiln_strmap_free(&p->index);
     kiln_free(p->items);
     kiln_free(p->owned);

@@ -69,7 +69,7 @@ void kiln_upload_free(void *device_ptr) {
  * is cut into granules of about UP_GRANULE bytes (whole row groups) so that every thread
  * works on every slab: with the loader's 8 MiB chunks a 32 MiB slab kept 4 of 16 threads
  * busy and the lane ran at 0.21 of pinned H2D (docs/PERF.md). */
-#define UP_NBUF    4
+#define UP_NBUF    4 /* = the plan's stage_pin slots */
 #define UP_STAGE   ((size_t)32 << 20)
 #define UP_GRANULE ((size_t)1 << 20)
 
@@ -595,11 +595,15 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
         if (slab > all) slab = all;
         if (slab > stage) stage = (size_t)slab;
     }
+    if (stage > p->stage_bytes) kiln_upload_staging_free(p); /* too small: made again */
     for (int b = 0; b < UP_NBUF && stage; b++) {
-        CU(cudaHostAlloc(&sg.pin[b], stage, cudaHostAllocPortable),
-           "cudaHostAlloc (pinned staging)");
+        if (!p->stage_pin[b])
+            CU(cudaHostAlloc(&p->stage_pin[b], stage, cudaHostAllocPortable),
+               "cudaHostAlloc (pinned staging)");
+        sg.pin[b] = p->stage_pin[b];
         CU(cudaEventCreateWithFlags(&sg.ev[b], cudaEventDisableTiming), "cudaEventCreate");
     }
+    if (stage > p->stage_bytes) p->stage_bytes = stage;
     nth = p->rep.env.threads > 0 ? p->rep.env.threads : p->rep.env.cores;
     if (nth < 1) nth = 1;
     if ((st = kiln_pool_create(nth, &sg.pool, err))) goto done;
@@ -701,10 +705,8 @@ done:;
         for (int t = 0; t < n_direct; t++) pthread_join(th[t], NULL);
     }
     if (sg.stream) cudaStreamSynchronize(sg.stream);
-    for (int b = 0; b < UP_NBUF; b++) {
+    for (int b = 0; b < UP_NBUF; b++) /* the pinned buffers stay with the plan */
         if (sg.ev[b]) cudaEventDestroy(sg.ev[b]);
-        if (sg.pin[b]) cudaFreeHost(sg.pin[b]);
-    }
     if (sg.stream) cudaStreamDestroy(sg.stream);
     ring_free(&ring);
     for (int t = 0; t < nth && rds; t++) kiln_reader_free(&rds[t]);
@@ -716,6 +718,14 @@ done:;
     kiln_free(q.parts);
     p->rep.upload_teardown_seconds += (double)(kiln_now_ns() - t_down) * 1e-9;
     return st;
+}
+
+void kiln_upload_staging_free(kiln_load_plan *p) {
+    for (int b = 0; b < UP_NBUF; b++) {
+        if (p->stage_pin[b]) cudaFreeHost(p->stage_pin[b]);
+        p->stage_pin[b] = NULL;
+    }
+    p->stage_bytes = 0;
 }
 
 kiln_status kiln_upload_lane(kiln_load_plan *p, kiln_load_item **items, size_t n, kiln_reader *rd,
@@ -747,6 +757,10 @@ kiln_status kiln_cuda_device_init(int device, kiln_err *err) {
 
 void kiln_upload_free(void *device_ptr) {
     (void)device_ptr;
+}
+
+void kiln_upload_staging_free(kiln_load_plan *p) {
+    (void)p;
 }
 
 kiln_status kiln_upload_lane(kiln_load_plan *p, kiln_load_item **items, size_t n, kiln_reader *rd,
