@@ -597,7 +597,7 @@ int main(int argc, char **argv) {
     const char *path = "/tmp/kiln-bench-load.gguf";
     double gib = 1.1;
     int threads = 0, cuda_dev = -1, reps = 3;
-    bool keep = false, upload_only = false; /* --upload-only: pinned H2D, stream and ring */
+    bool keep = false, upload_only = false; /* --upload-only: pinned H2D and the stream rows */
     const char *model = NULL, *backend = "cpu";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--file") && i + 1 < argc)
@@ -756,7 +756,6 @@ int main(int argc, char **argv) {
             {"stream madvise", "stream", NULL, NULL, NULL, "madvise", NULL, false},
             {"stream no-populate", "stream", NULL, NULL, NULL, "none", NULL, false},
             {"direct:1", "direct", "1", NULL, NULL, NULL, NULL, false},
-            {"ring", "ring", NULL, NULL, NULL, NULL, NULL, true},
         };
         static const char *const up_env[] = {"KILN_UPLOAD",           "KILN_UPLOAD_THREADS",
                                              "KILN_UPLOAD_WINDOW_MB", "KILN_UPLOAD_GRANULE_KB",

@@ -25,9 +25,8 @@
 #   ttft      8B q4_0: bench_sched --mode ttft (128-token prompt, 112 cached vs cold)
 #   load      8B q4_0: bench_load --cuda 0 (upload lane in each KILN_UPLOAD way vs pinned
 #             H2D) and the engine's load for the cuda backend
-#   ring      8B q4_0: bench_load --upload-only over the ring way's knobs (window KiB,
-#             buffers per thread, temporal / streaming stores, threads), each next to the
-#             default way and pinned H2D in the same process
+#   upload    8B q4_0: bench_load --upload-only ($UPLOAD_RUNS times, default 3): the
+#             upload lane's stream way (plain / streaming stores) next to pinned H2D
 #   transform 8B q4_0 (R16 streaming vs temporal stores) and q4_K_M: bench_load --model (R16
 #             repack vs memcpy of the same bytes)
 #   starve    bench_sched --mode starve (16 slots: an interactive request's inter-token
@@ -75,7 +74,7 @@ for s in "$@"; do
     verify) TG="$TG test_cuda_kernels test_cuda_e2e" ;;
     profile) TG="$TG bench_cuda" ;;
     load) TG="$TG bench_load test_load" ;;
-    ring|transform) TG="$TG bench_load" ;;
+    upload|transform) TG="$TG bench_load" ;;
     starve) TG="$TG bench_sched" ;;
   esac
 done
@@ -174,19 +173,16 @@ for s in "$@"; do
       step test_load 120 env KILN_BINARY_DIR=$PWD/$B test_load
       step bench_load 400 bench_load --file "$f" --cuda 0 --reps 3
       step bench_load_engine 300 bench_load --model "$f" --backend cuda --reps 3 ;;
-    ring)
+    upload)
       f=$(gen llama3-8b q4_0)
       cat "$f" >/dev/null
-      : >"$LOG/ring.txt"
-      IFS=, read -r -a CFGS <<<"${RING_CFGS:-1024 2 0 0,2048 2 0 0,1024 2 0 1,2048 2 0 1,512 4 0 1,4096 4 0 1,8192 4 0 1}"
-      for cfg in "${CFGS[@]}"; do
-        read -r W NB TH RS <<<"$cfg" # window KiB, buffers per thread, threads (0: all), shared stream
-        echo "== ring window $W KiB, nbuf $NB, threads $TH, one stream $RS" >>"$LOG/ring.txt"
-        env KILN_UPLOAD_WINDOW_KB=$W KILN_UPLOAD_NBUF=$NB KILN_UPLOAD_RING_STREAMS=$RS \
-          $([ "$TH" != 0 ] && echo KILN_UPLOAD_RING_THREADS=$TH) timeout 120 bench_load --file "$f" --cuda 0 --reps 3 \
-          --upload-only 2>&1 | grep -E "pinned|upload lane" >>"$LOG/ring.txt"
+      : >"$LOG/upload.txt"
+      for r in $(seq ${UPLOAD_RUNS:-3}); do
+        echo "== run $r" >>"$LOG/upload.txt"
+        timeout 120 bench_load --file "$f" --cuda 0 --reps 3 --upload-only 2>&1 |
+          grep -E "pinned|upload lane" >>"$LOG/upload.txt"
       done
-      cat "$LOG/ring.txt" ;;
+      cat "$LOG/upload.txt" ;;
     transform)
       : >"$LOG/transform.txt"
       n=0

@@ -84,22 +84,19 @@ void kiln_upload_free(void *device_ptr) {
  *           copied from the page cache itself by KILN_UPLOAD_THREADS threads (default 2),
  *           no host copy;
  *   hybrid  both at once on one queue of windows: staging takes windows from the front,
- *           the direct threads from the back, until they meet;
- *   ring    every thread its own small pinned buffers (KILN_UPLOAD_NBUF of
- *           KILN_UPLOAD_WINDOW_KB) and its own stream: it takes a window, copies it
- *           (KILN_UPLOAD_STORES: temporal stores, so a small ring can stay in the CPU's
- *           cache while the copy engine reads it, or streaming) and queues its copy; no
- *           fork-join per window.
+ *           the direct threads from the back, until they meet.
+ * (A fifth way, every thread with its own small pinned ring and stream, no fork-join per
+ * window, ran at 0.60-0.74 of pinned H2D against 0.71-0.85 for stream in the same runs:
+ * many small copies on 16 streams keep the copy engine waiting; removed, session 7.)
  * Other tensors (a transform on the way, a strided shard) always go through pread staging. */
-typedef enum { UP_PREAD, UP_STREAM, UP_DIRECT, UP_HYBRID, UP_RING } up_mode;
-static const char *const up_mode_name[] = {"pread", "stream", "direct", "hybrid", "ring"};
+typedef enum { UP_PREAD, UP_STREAM, UP_DIRECT, UP_HYBRID } up_mode;
+static const char *const up_mode_name[] = {"pread", "stream", "direct", "hybrid"};
 
 static up_mode upload_mode(void) {
     const char *m = getenv("KILN_UPLOAD");
-    for (int i = 0; m && i < 5; i++)
+    for (int i = 0; m && i < 4; i++)
         if (strcmp(m, up_mode_name[i]) == 0) return (up_mode)i;
-    if (m && *m)
-        KILN_WARN("KILN_UPLOAD=%s: not pread, stream, direct, hybrid or ring; using stream", m);
+    if (m && *m) KILN_WARN("KILN_UPLOAD=%s: not pread, stream, direct or hybrid; using stream", m);
     return UP_STREAM;
 }
 
@@ -109,26 +106,15 @@ static up_mode upload_mode(void) {
 typedef struct up_knobs {
     size_t window, granule;
     int populate;
-    int nbuf;      /* ring: buffers per thread */
     bool temporal; /* plain stores (default) instead of streaming stores */
-    int threads;   /* ring: threads (0: the loader's) */
-    bool shared;   /* ring: one stream for every thread (KILN_UPLOAD_RING_STREAMS=1) */
 } up_knobs;
 
-static up_knobs upload_knobs(bool ring) {
-    up_knobs k = {ring ? (size_t)1 << 20 : UP_STAGE, UP_GRANULE, 0, 2, true, 0, false};
+static up_knobs upload_knobs(void) {
+    up_knobs k = {UP_STAGE, UP_GRANULE, 0, true};
     const char *w = getenv("KILN_UPLOAD_WINDOW_MB"), *g = getenv("KILN_UPLOAD_GRANULE_KB"),
-               *m = getenv("KILN_UPLOAD_POPULATE"), *so = getenv("KILN_UPLOAD_STORES"),
-               *wk = getenv("KILN_UPLOAD_WINDOW_KB"), *nb = getenv("KILN_UPLOAD_NBUF"),
-               *rt = getenv("KILN_UPLOAD_RING_THREADS");
+               *m = getenv("KILN_UPLOAD_POPULATE"), *so = getenv("KILN_UPLOAD_STORES");
     if (w && atoi(w) >= 1 && atoi(w) <= 1024) k.window = (size_t)atoi(w) << 20;
     if (so && strcmp(so, "stream") == 0) k.temporal = false; /* streaming stores (A/B) */
-    if (!ring) return k;
-    const char *rs = getenv("KILN_UPLOAD_RING_STREAMS");
-    k.shared = rs && atoi(rs) == 1;
-    if (wk && atoi(wk) >= 64 && atoi(wk) <= 1048576) k.window = (size_t)atoi(wk) << 10;
-    if (nb && atoi(nb) >= 1 && atoi(nb) <= 16) k.nbuf = atoi(nb);
-    if (rt && atoi(rt) >= 1 && atoi(rt) <= 256) k.threads = atoi(rt);
     if (g && atoi(g) >= 64 && atoi(g) <= 65536) k.granule = (size_t)atoi(g) << 10;
     if (m && strcmp(m, "madvise") == 0) k.populate = 1;
     if (m && strcmp(m, "none") == 0) k.populate = 2;
@@ -386,98 +372,6 @@ static void win_fill_range(void *ctx, int64_t b, int64_t e, int ith) {
         kiln_memcpy_stream(f->dst + o, f->src + o, z - o);
 }
 
-/* ---- ring: every thread its own buffers and stream ---- */
-
-typedef struct up_ring {
-    up_q *q;
-    int nthreads, nbuf;
-    void **pin;                        /* nthreads x nbuf */
-    cudaEvent_t *ev;                   /* nthreads x nbuf */
-    cudaStream_t *stream;              /* nthreads */
-    double fill_seconds, wait_seconds; /* summed over the threads, under q->mu */
-} up_ring;
-
-static kiln_status ring_setup(up_ring *r, int nth, kiln_err *err) {
-    up_q *q = r->q;
-    r->nthreads = q->kn.threads ? q->kn.threads : nth;
-    r->nbuf = q->kn.nbuf;
-    const size_t nb = (size_t)r->nthreads * (size_t)r->nbuf;
-    r->pin = kiln_calloc(nb, sizeof *r->pin);
-    r->ev = kiln_calloc(nb, sizeof *r->ev);
-    r->stream = kiln_calloc((size_t)r->nthreads, sizeof *r->stream);
-    if (!r->pin || !r->ev || !r->stream)
-        return kiln_err_set(err, KILN_ERR_NOMEM, "upload lane: ring of %zu buffers", nb);
-    cudaError_t e = cudaSuccess;
-    for (size_t i = 0; i < nb && e == cudaSuccess; i++) {
-        e = cudaHostAlloc(&r->pin[i], q->kn.window, cudaHostAllocPortable);
-        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&r->ev[i], cudaEventDisableTiming);
-    }
-    for (int t = 0; t < r->nthreads && e == cudaSuccess; t++)
-        e = cudaStreamCreateWithFlags(&r->stream[t], cudaStreamNonBlocking);
-    return e == cudaSuccess ? KILN_OK : cuda_err(e, "upload lane: ring staging", err);
-}
-
-static void ring_free(up_ring *r) {
-    const size_t nb = (size_t)r->nthreads * (size_t)r->nbuf;
-    for (int t = 0; r->stream && t < r->nthreads; t++)
-        if (r->stream[t]) {
-            cudaStreamSynchronize(r->stream[t]);
-            cudaStreamDestroy(r->stream[t]);
-        }
-    for (size_t i = 0; r->pin && r->ev && i < nb; i++) {
-        if (r->ev[i]) cudaEventDestroy(r->ev[i]);
-        if (r->pin[i]) cudaFreeHost(r->pin[i]);
-    }
-    kiln_free(r->pin);
-    kiln_free(r->ev);
-    kiln_free(r->stream);
-}
-
-/* Ring worker w: windows from the front of the queue, each into the next of its own
- * buffers (waiting for that buffer's previous copy), then its copies on its own stream. */
-static void ring_worker(up_ring *r, int w) {
-    up_q *q = r->q;
-    cudaError_t e = cudaSetDevice(q->device);
-    if (e != cudaSuccess) {
-        q_fail(q, e, "upload lane: cudaSetDevice (ring)");
-        return;
-    }
-    double tfill = 0, twait = 0;
-    const int sw = q->kn.shared ? 0 : w; /* the stream this worker queues on */
-    size_t wi;
-    for (int k = 0; e == cudaSuccess && q_take(q, true, &wi); k++) {
-        const up_win *win = &q->w[wi];
-        const size_t bi = (size_t)w * (size_t)r->nbuf + (size_t)(k % r->nbuf);
-        uint64_t t0 = kiln_now_ns();
-        if (k >= r->nbuf && (e = cudaEventSynchronize(r->ev[bi])) != cudaSuccess) break;
-        uint64_t t1 = kiln_now_ns();
-        win_fill f = {(const uint8_t *)win->ws,    r->pin[bi],     (size_t)(win->we - win->ws),
-                      (size_t)(win->we - win->ws), q->kn.populate, q->kn.temporal};
-        win_fill_range(&f, 0, 1, 0);
-        uint64_t t2 = kiln_now_ns();
-        twait += (double)(t1 - t0) * 1e-9;
-        tfill += (double)(t2 - t1) * 1e-9;
-        for (size_t i = win->p0; i < win->p0 + win->np && e == cudaSuccess; i++) {
-            const up_part *pt = &q->parts[i];
-            e = cudaMemcpyAsync((uint8_t *)pt->it->device_ptr + pt->off,
-                                (uint8_t *)r->pin[bi] + (pt->src - win->ws), (size_t)pt->len,
-                                cudaMemcpyHostToDevice, r->stream[sw]);
-        }
-        if (e == cudaSuccess) e = cudaEventRecord(r->ev[bi], r->stream[sw]);
-    }
-    if (e == cudaSuccess) e = cudaStreamSynchronize(r->stream[sw]);
-    if (e != cudaSuccess) q_fail(q, e, "upload lane: ring copy");
-    pthread_mutex_lock(&q->mu);
-    r->fill_seconds += tfill;
-    r->wait_seconds += twait;
-    pthread_mutex_unlock(&q->mu);
-}
-
-static void ring_range(void *ctx, int64_t b, int64_t e, int ith) {
-    (void)ith;
-    for (int64_t w = b; w < e; w++) ring_worker(ctx, (int)w);
-}
-
 /* ---- one device ---- */
 
 typedef struct up_stage {
@@ -540,11 +434,7 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
     pthread_t th[16];
     const up_mode mode = upload_mode();
     up_fill f = {.p = p, .mu = PTHREAD_MUTEX_INITIALIZER};
-    up_q q = {.p = p,
-              .device = device,
-              .mu = PTHREAD_MUTEX_INITIALIZER,
-              .kn = upload_knobs(mode == UP_RING)};
-    up_ring ring = {.q = &q};
+    up_q q = {.p = p, .device = device, .mu = PTHREAD_MUTEX_INITIALIZER, .kn = upload_knobs()};
     p->rep.upload_mode = up_mode_name[mode];
 
     bool any = false;
@@ -584,7 +474,7 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
     if (mode != UP_PREAD && (st = build_windows(&q, items, n, err))) goto done;
 
     /* staging: windows and the largest slab of the other tensors */
-    size_t stage = q.nw && mode != UP_RING ? q.kn.window : 0;
+    size_t stage = q.nw ? q.kn.window : 0;
     for (size_t i = 0; i < n; i++) {
         kiln_load_item *it = items[i];
         if (it->target.device != device || it->done || (q.nw && from_mapping(p, it))) continue;
@@ -637,14 +527,8 @@ static kiln_status upload_device(kiln_load_plan *p, kiln_load_item **items, size
             goto done;
         }
     }
-    if (q.nw && mode == UP_RING) {
-        if ((st = ring_setup(&ring, nth, err))) goto done;
-        kiln_pool_for(sg.pool, ring.nthreads, 1, ring_range, &ring);
-        p->rep.upload_fill_seconds += ring.fill_seconds / ring.nthreads;
-        p->rep.upload_wait_seconds += ring.wait_seconds / ring.nthreads;
-    }
     size_t wi;
-    while (mode != UP_DIRECT && mode != UP_RING && q_take(&q, true, &wi))
+    while (mode != UP_DIRECT && q_take(&q, true, &wi))
         if ((st = stage_window(p, &sg, &q, &q.w[wi], err))) break;
     for (int t = 0; t < n_direct; t++) pthread_join(th[t], NULL);
     n_direct = 0;
@@ -708,7 +592,6 @@ done:;
     for (int b = 0; b < UP_NBUF; b++) /* the pinned buffers stay with the plan */
         if (sg.ev[b]) cudaEventDestroy(sg.ev[b]);
     if (sg.stream) cudaStreamDestroy(sg.stream);
-    ring_free(&ring);
     for (int t = 0; t < nth && rds; t++) kiln_reader_free(&rds[t]);
     for (int t = 0; t < nth && scratch; t++) kiln_free(scratch[t]);
     kiln_free(rds);

@@ -550,13 +550,13 @@ static void test_upload(void **state) {
     kiln_load_plan_free(p);
     /* every way of filling the lane (KILN_UPLOAD, upload.c), whole tensors and a row shard,
      * the native layout and a transform on the way */
-    static const char *const modes[] = {"pread", "stream", "direct", "hybrid", "ring", "ring"};
-    for (int c = 0; c < 6 * 3; c++) {
+    static const char *const modes[] = {"pread", "stream", "direct", "hybrid", "stream"};
+    for (int c = 0; c < 5 * 3; c++) {
         const int layout = c % 3 == 1, shard = c % 3 == 2;
         setenv("KILN_UPLOAD", modes[c / 3], 1);
-        if (c / 3 == 5) { /* the ring with 64 KiB windows, one buffer, streaming stores */
-            setenv("KILN_UPLOAD_WINDOW_KB", "64", 1);
-            setenv("KILN_UPLOAD_NBUF", "1", 1);
+        if (c / 3 == 4) { /* stream with 1 MiB windows, 64 KiB granules, streaming stores */
+            setenv("KILN_UPLOAD_WINDOW_MB", "1", 1);
+            setenv("KILN_UPLOAD_GRANULE_KB", "64", 1);
             setenv("KILN_UPLOAD_STORES", "stream", 1);
         }
         kiln_load_request req;
@@ -589,8 +589,8 @@ static void test_upload(void **state) {
         kiln_load_plan_free(p);
     }
     unsetenv("KILN_UPLOAD");
-    unsetenv("KILN_UPLOAD_WINDOW_KB");
-    unsetenv("KILN_UPLOAD_NBUF");
+    unsetenv("KILN_UPLOAD_WINDOW_MB");
+    unsetenv("KILN_UPLOAD_GRANULE_KB");
     unsetenv("KILN_UPLOAD_STORES");
 #else
     print_message("skipped: built without CUDA\n");
