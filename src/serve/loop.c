@@ -24,7 +24,88 @@ struct kiln_srv_loop {
     bool draining;
     int busy;    /* submitted requests without all their final events */
     int running; /* of those, requests that have had an event (generating) */
+    /* parked requests, oldest first (loop.h) */
+    kiln_srv_req *park_head, *park_tail;
+    bool no_park;
+    void (*wake)(void *user);
 };
+
+/* Under the mutex: takes r off the parked list; returns whom to wake (after the unlock). */
+static void *unpark(kiln_srv_loop *l, kiln_srv_req *r) {
+    if (!r->parked) return NULL;
+    if (r->park_prev)
+        r->park_prev->park_next = r->park_next;
+    else
+        l->park_head = r->park_next;
+    if (r->park_next)
+        r->park_next->park_prev = r->park_prev;
+    else
+        l->park_tail = r->park_prev;
+    r->park_prev = r->park_next = NULL;
+    r->parked = false;
+    return r->user;
+}
+
+void kiln_srv_loop_set_wake(kiln_srv_loop *l, void (*wake)(void *user)) {
+    l->wake = wake;
+}
+
+bool kiln_srv_park(kiln_srv_loop *l, kiln_srv_req *r, bool final_only) {
+    if (l->no_park || !l->wake) return false;
+    if (r->parked) return true;
+    r->parked = true;
+    r->park_final_only = final_only;
+    r->t_parked = kiln_now_ns();
+    r->park_prev = l->park_tail;
+    r->park_next = NULL;
+    if (l->park_tail)
+        l->park_tail->park_next = r;
+    else
+        l->park_head = r;
+    l->park_tail = r;
+    return true;
+}
+
+/* Unparks (under the mutex) and wakes (outside it) the parked requests that pass: all
+ * when min_age_ns is UINT64_MAX, else those parked for min_age_ns (the list is oldest
+ * first). A woken connection stays suspended until its wake: nothing frees it meanwhile. */
+static int wake_parked(kiln_srv_loop *l, uint64_t min_age_ns, bool stop) {
+    int n = 0;
+    for (;;) {
+        void *users[64];
+        int k = 0;
+        pthread_mutex_lock(&l->mu);
+        if (stop) l->no_park = true;
+        uint64_t now = kiln_now_ns();
+        while (k < 64 && l->park_head && (stop || now - l->park_head->t_parked >= min_age_ns)) {
+            kiln_srv_req *r = l->park_head;
+            r->idle_woken = true;
+            users[k++] = unpark(l, r);
+        }
+        pthread_mutex_unlock(&l->mu);
+        for (int i = 0; i < k; i++) l->wake(users[i]);
+        n += k;
+        if (k < 64) return n;
+    }
+}
+
+bool kiln_srv_unpark(kiln_srv_loop *l, kiln_srv_req *r) {
+    return unpark(l, r) != NULL;
+}
+
+int kiln_srv_wake_idle(kiln_srv_loop *l, uint64_t min_age_ns) {
+    return l->wake ? wake_parked(l, min_age_ns, false) : 0;
+}
+
+void kiln_srv_stop_parking(kiln_srv_loop *l) {
+    if (l->wake)
+        wake_parked(l, 0, true);
+    else {
+        pthread_mutex_lock(&l->mu);
+        l->no_park = true;
+        pthread_mutex_unlock(&l->mu);
+    }
+}
 
 static void choice_free(kiln_srv_choice *c) {
     kiln_free(c->text);
@@ -198,8 +279,10 @@ static kiln_sink_result sink(void *user, const kiln_token_event *ev) {
             l->busy--;
             r->version++;
             pthread_cond_broadcast(&r->cv);
-            bool last = --r->refs == 0;
+            void *wake = unpark(l, r);
+            bool last = --r->refs == 0; /* (never while parked: the server holds a ref) */
             pthread_mutex_unlock(&l->mu);
+            if (wake) l->wake(wake);
             if (last) req_destroy(r);
             return KILN_SINK_OK;
         }
@@ -213,12 +296,14 @@ static kiln_sink_result sink(void *user, const kiln_token_event *ev) {
         l->running++;
     }
     r->version++;
+    void *wake = r->park_final_only ? NULL : unpark(l, r);
     pthread_mutex_unlock(&l->mu);
-    /* woken after the unlock, the connection thread finds the mutex free (woken under it,
-     * it would block on it at once and its unlock would cost a futex wake); r stays
-     * valid: the loop's reference goes only with the last final event, which this
-     * thread (the scheduler's, the only caller of sinks) has not sent yet */
+    /* woken after the unlock, a waiter finds the mutex free (woken under it, it would
+     * block on it at once); r stays valid: the loop's reference goes only with the last
+     * final event, which this thread (the scheduler's, the only caller of sinks) has not
+     * sent yet. The wake resumes a suspended connection: it cannot be freed before. */
     pthread_cond_broadcast(&r->cv);
+    if (wake) l->wake(wake);
     return KILN_SINK_OK;
 }
 
