@@ -58,7 +58,7 @@ typedef struct kiln_http_server {
     uint64_t stream_cpu_ns, stream_awake_ns, stream_collect_ns, stream_tokens;
     /* any thread: the wall time of the loop's resumes (sink, idle tick, stop) and of
      * the prompt workers' CPU time */
-    atomic_uint_fast64_t wake_ns, wakes, prep_cpu_ns, preps;
+    atomic_uint_fast64_t wake_ns, wakes, wake_batches, prep_cpu_ns, preps;
 } kiln_http_server;
 
 struct kiln_http_conn {

@@ -37,7 +37,7 @@ typedef kiln_http_server server;
 typedef kiln_http_conn conn;
 
 /* how long a request stays parked before its connection looks at the client (ms) */
-#define KILN_IDLE_LOOK_MS 100
+#define KILN_IDLE_LOOK_MS 200
 
 /* ---- responses ----------------------------------------------------------------------- */
 
@@ -184,16 +184,18 @@ static void stream_close(server *s, conn *cx) {
     }
 }
 
-/* The loop's wake function (loop.h): resumes a parked connection. Runs on the scheduler
- * thread (its sink), the main thread (idle tick) or at shutdown; its wall time is
- * counted as HTTP time (one mutex and one eventfd write in libmicrohttpd). */
-static void conn_wake(void *user) {
-    conn *cx = user;
-    server *s = cx->s; /* (once resumed, cx may be gone at once: nothing of it after) */
-    uint64_t t0 = kiln_now_ns();
-    MHD_resume_connection(cx->c);
-    atomic_fetch_add(&s->wake_ns, kiln_now_ns() - t0);
-    atomic_fetch_add(&s->wakes, 1);
+/* The loop's wake function (loop.h): resumes parked connections, a step's at once (one
+ * wakeup of the HTTP thread). Runs on the scheduler thread (its sink), the main thread
+ * (idle tick) or at shutdown; its CPU time is counted as HTTP time (a mutex and an
+ * eventfd write in libmicrohttpd per connection). */
+static void conns_wake(void *const *users, int n) {
+    if (n <= 0) return;
+    server *s = ((conn *)users[0])->s; /* (a resumed cx may be gone at once) */
+    uint64_t c0 = thread_cpu_ns();
+    for (int i = 0; i < n; i++) MHD_resume_connection(((conn *)users[i])->c);
+    atomic_fetch_add(&s->wake_ns, sub0(thread_cpu_ns(), c0));
+    atomic_fetch_add(&s->wakes, (uint64_t)n);
+    atomic_fetch_add(&s->wake_batches, 1);
 }
 
 static bool peer_gone(int fd) {
@@ -533,6 +535,8 @@ static enum MHD_Result handle_get(server *s, conn *cx, struct MHD_Connection *c,
                      "kiln_http_resume_seconds_total %.6f\n"
                      "# TYPE kiln_http_resumes_total counter\n"
                      "kiln_http_resumes_total %llu\n"
+                     "# TYPE kiln_http_resume_batches_total counter\n"
+                     "kiln_http_resume_batches_total %llu\n"
                      "# TYPE kiln_http_prepare_cpu_seconds_total counter\n"
                      "kiln_http_prepare_cpu_seconds_total %.6f\n"
                      "# TYPE kiln_http_prepared_total counter\n"
@@ -540,6 +544,7 @@ static enum MHD_Result handle_get(server *s, conn *cx, struct MHD_Connection *c,
                      extra ? extra : "", (double)(awake + wake) * 1e-9, (double)(cpu + wake) * 1e-9,
                      (double)s->stream_collect_ns * 1e-9, (unsigned long long)s->stream_tokens,
                      (double)wake * 1e-9, (unsigned long long)atomic_load(&s->wakes),
+                     (unsigned long long)atomic_load(&s->wake_batches),
                      (double)atomic_load(&s->prep_cpu_ns) * 1e-9,
                      (unsigned long long)atomic_load(&s->preps)) < 0)
             tail = NULL;
@@ -775,7 +780,7 @@ kiln_status kiln_serve_run(const kiln_serve_opts *o, const kiln_model *m, kiln_e
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     kiln_srv_loop_opts lo = {o->slots, o->max_queue, o->max_step, o->n_ctx, o->deterministic};
     if ((st = kiln_srv_loop_create(m, e, &lo, &s->tenants, &s->loop, err))) goto done;
-    kiln_srv_loop_set_wake(s->loop, conn_wake);
+    kiln_srv_loop_set_wake(s->loop, conns_wake);
     /* prompt workers: a long prompt's parse, template and tokenizer would otherwise hold
      * the one HTTP thread (and every stream) for its whole time; none started: the HTTP
      * thread prepares requests itself */
@@ -844,7 +849,7 @@ kiln_status kiln_serve_run(const kiln_serve_opts *o, const kiln_model *m, kiln_e
     /* the main thread's tick: requests parked (queued, prefilling, not streamed) for
      * KILN_IDLE_LOOK_MS are woken so that their connections look at the client */
     int sig = 0;
-    while (!(sig = wait_signal(&sigs, KILN_IDLE_LOOK_MS)))
+    while (!(sig = wait_signal(&sigs, KILN_IDLE_LOOK_MS / 2)))
         kiln_srv_wake_idle(s->loop, KILN_IDLE_LOOK_MS * 1000000ull);
     fprintf(stderr, "kiln serve: %s: draining %d requests\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
             kiln_srv_loop_busy(s->loop));
