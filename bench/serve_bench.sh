@@ -6,10 +6,15 @@
 # prompt/output lengths, end-of-text banned so both generate max_tokens), kiln with
 # --slots N, llama-server with --parallel N (continuous batching is on by default).
 # Prints one JSON line per (server, clients) plus kiln's server time per streamed token
-# outside the generation loop, from /metrics (docs/SERVE.md): http_cpu_us_per_token = the
-# connection threads' CPU time per token (wakeup, formatting, libmicrohttpd's poll() and
-# send()), http_us_per_token = the wall time of the same, http_collect_us_per_token = its
-# part collecting and formatting chunks under the loop lock. Env: THREADS (default 2),
+# outside the generation loop, from /metrics (docs/SERVE.md "Server time per streamed
+# token"): http_cpu_us_per_token = the CPU time of libmicrohttpd's one thread while a
+# stream is open (wakeups, formatting, send(), accepting and parsing requests) plus the
+# resumes of parked connections (in the scheduler's sink), per token;
+# http_us_per_token = the same thread's time running or waiting for a core, plus the
+# resumes; http_collect_us_per_token = the part collecting and formatting chunks under
+# the loop lock; http_resumes_per_token / http_batches_per_step = resumes per token and
+# resume bursts per scheduler step (1: one wakeup of the HTTP thread per step). Env:
+# THREADS (default 2),
 # REQS (requests per client, default 4), RATE (requests/s per client, default 1), EOS
 # (banned ids, default 0,2 = SmolLM2's), PORT (kiln's; llama-server's is PORT + 1;
 # default 18181).
@@ -37,11 +42,13 @@ for n in "${CLIENTS[@]}"; do
   m=$(curl -s http://127.0.0.1:$PORT/metrics)
   s=$(echo "$m" | awk '/^kiln_http_stream_seconds_total/{print $2}')
   k=$(echo "$m" | awk '/^kiln_http_stream_tokens_total/{print $2}')
-  st=$(echo "$m" | awk '/^kiln_step_seconds_total/{print $2}')
   cs=$(echo "$m" | awk '/^kiln_http_stream_cpu_seconds_total/{print $2}')
   ks=$(echo "$m" | awk '/^kiln_http_stream_collect_seconds_total/{print $2}')
+  rs=$(echo "$m" | awk '/^kiln_http_resumes_total/{print $2}')
+  bs=$(echo "$m" | awk '/^kiln_http_resume_batches_total/{print $2}')
+  ns=$(echo "$m" | awk '/^kiln_steps_total/{print $2}')
   kill -TERM $PID; wait $PID || true; PID=
-  echo "kiln $out http_us_per_token=$(python3 -c "print(round($s/$k*1e6,2) if $k else 0)") http_cpu_us_per_token=$(python3 -c "print(round(${cs:-0}/$k*1e6,2) if $k else 0)") http_collect_us_per_token=$(python3 -c "print(round(${ks:-0}/$k*1e6,2) if $k else 0)") step_s=$st"
+  echo "kiln $out http_us_per_token=$(python3 -c "print(round($s/$k*1e6,2) if $k else 0)") http_cpu_us_per_token=$(python3 -c "print(round(${cs:-0}/$k*1e6,2) if $k else 0)") http_collect_us_per_token=$(python3 -c "print(round(${ks:-0}/$k*1e6,2) if $k else 0)") http_resumes_per_token=$(python3 -c "print(round(${rs:-0}/$k,2) if $k else 0)") http_batches_per_step=$(python3 -c "print(round(${bs:-0}/${ns:-1},2) if ${ns:-0} else 0)")"
   if [ -n "$LS" ]; then
     "$LS" -m "$MODEL" --port $((PORT + 1)) -t "$THREADS" --parallel "$n" -c $((2048 * n)) --no-webui \
       "${LA[@]}" >"$T/ls.log" 2>&1 & PID=$!

@@ -80,7 +80,7 @@ static int flush_pending(kiln_srv_loop *l) {
         pthread_mutex_lock(&l->mu);
         int k = l->n_pend < 64 ? l->n_pend : 64;
         l->n_pend -= k;
-        memcpy(users, l->pend + l->n_pend, (size_t)k * sizeof(*users));
+        if (k) memcpy(users, l->pend + l->n_pend, (size_t)k * sizeof(*users));
         pthread_mutex_unlock(&l->mu);
         if (k) l->wake(users, k);
         n += k;
@@ -109,12 +109,16 @@ bool kiln_srv_park(kiln_srv_loop *l, kiln_srv_req *r, bool final_only) {
  * first); first, what a step left held. A woken connection stays suspended until its
  * wake: nothing frees it meanwhile. */
 static int wake_parked(kiln_srv_loop *l, uint64_t min_age_ns, bool stop) {
+    if (stop) { /* before the flush: a sink that holds a wake after it flushes at once */
+        pthread_mutex_lock(&l->mu);
+        l->no_park = true;
+        pthread_mutex_unlock(&l->mu);
+    }
     int n = flush_pending(l);
     for (;;) {
         void *users[64];
         int k = 0;
         pthread_mutex_lock(&l->mu);
-        if (stop) l->no_park = true;
         uint64_t now = kiln_now_ns();
         kiln_srv_req *next;
         for (kiln_srv_req *r = l->park_head; r && k < 64; r = next) {
@@ -372,6 +376,7 @@ static kiln_sink_result sink(void *user, const kiln_token_event *ev) {
     }
     void *wake = r->park_final_only ? NULL : unpark(l, r);
     if (wake && pend_push(l, wake)) wake = NULL;
+    if (l->no_park) flush = true; /* shutting down: nothing waits for a batch */
     pthread_mutex_unlock(&l->mu);
     /* woken after the unlock, a waiter finds the mutex free (woken under it, it would
      * block on it at once); r stays valid: the loop's reference goes only with the last
