@@ -87,7 +87,7 @@ struct kiln_http_conn {
     uint64_t seen;
     size_t sent_text[KILN_OAI_MAX_N], sent_lp[KILN_OAI_MAX_N];
     bool sent_finish[KILN_OAI_MAX_N];
-    bool role_sent, usage_sent, done_sent, end;
+    bool role_sent, done_sent;
     char *out;
     size_t out_len, out_off, out_cap;
     /* a content chunk's bytes around its choice, from jansson once per stream
