@@ -20,6 +20,9 @@
 # default 18181).
 # KILN_ARGS / LS_ARGS (extra flags, e.g. "--backend cuda --kv-f16" / "-ngl 99 -fa on"
 # on a GPU).
+# STEADY=TOKENS: instead, kiln alone with N streams started at once, each TOKENS tokens
+# long (end-of-text banned), per client count: the steady-state server time per token
+# (kiln_http_stream_cpu_seconds_total / tokens over the run) and output tok/s.
 set -euo pipefail
 KILN=$1 MODEL=$2 LS=${3:-}
 shift $(( $# >= 3 ? 3 : $# ))
@@ -32,6 +35,26 @@ LG=$HERE/../tests/serve/loadgen.py
 T=$(mktemp -d); trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
 PID=
 wait_http() { for _ in $(seq 600); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.2; done; return 1; }
+if [ -n "${STEADY:-}" ]; then
+  "$KILN" serve -m "$MODEL" --port $PORT -t "$THREADS" --slots 128 --queue 4096 -c 2048 \
+    --alias bench "${KA[@]}" 2>"$T/kiln.log" & PID=$!
+  wait_http $PORT || { tail "$T/kiln.log"; exit 1; }
+  met() { curl -s http://127.0.0.1:$PORT/metrics | awk '/^kiln_http_stream_cpu_seconds_total/{c=$2}
+    /^kiln_http_stream_tokens_total/{t=$2} END{print c, t}'; }
+  ban=$(python3 -c "import json; print(json.dumps({i: -100 for i in '$EOS'.split(',')}))")
+  for n in "${CLIENTS[@]}"; do
+    read -r c0 t0 <<<"$(met)"; w0=$(date +%s.%N); pids=()
+    for k in $(seq "$n"); do
+      curl -sN http://127.0.0.1:$PORT/v1/completions -o /dev/null -d "{\"model\":\"bench\",\"prompt\":\"Once upon a time $k\",\"stream\":true,\"max_tokens\":$STEADY,\"logit_bias\":$ban}" &
+      pids+=($!)
+    done
+    wait "${pids[@]}"
+    read -r c1 t1 <<<"$(met)"; w1=$(date +%s.%N)
+    python3 -c "print('kiln steady streams=$n tokens=%d http_cpu_us_per_token=%.1f out_tok_per_s=%.1f' % ($t1-$t0, ($c1-$c0)/max(1,$t1-$t0)*1e6, ($t1-$t0)/($w1-$w0)))"
+  done
+  kill -TERM $PID; wait $PID || true
+  exit 0
+fi
 for n in "${CLIENTS[@]}"; do
   reqs=$(( n * REQS ))
   "$KILN" serve -m "$MODEL" --port $PORT -t "$THREADS" --slots "$n" --queue 4096 -c 2048 \
