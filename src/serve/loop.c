@@ -24,7 +24,138 @@ struct kiln_srv_loop {
     bool draining;
     int busy;    /* submitted requests without all their final events */
     int running; /* of those, requests that have had an event (generating) */
+    /* parked requests, oldest first (loop.h) */
+    kiln_srv_req *park_head, *park_tail;
+    bool no_park;
+    void (*wake)(void *const *users, int n);
+    /* step batching (loop.h): unparked users waiting for the batch's end */
+    void **pend;
+    int n_pend, cap_pend;
+    uint64_t feed_seq; /* the current batch (choices' fed_seq) */
+    int live, fed;     /* live choices; of those, fed in this batch */
 };
+
+/* a streaming request that is generating is looked at by the idle tick after this */
+#define KILN_SRV_LIVE_LOOK_NS 2000000000ull
+
+/* Under the mutex: takes r off the parked list; returns whom to wake (after the unlock). */
+static void *unpark(kiln_srv_loop *l, kiln_srv_req *r) {
+    if (!r->parked) return NULL;
+    if (r->park_prev)
+        r->park_prev->park_next = r->park_next;
+    else
+        l->park_head = r->park_next;
+    if (r->park_next)
+        r->park_next->park_prev = r->park_prev;
+    else
+        l->park_tail = r->park_prev;
+    r->park_prev = r->park_next = NULL;
+    r->parked = false;
+    return r->user;
+}
+
+void kiln_srv_loop_set_wake(kiln_srv_loop *l, void (*wake)(void *const *users, int n)) {
+    l->wake = wake;
+}
+
+/* Under the mutex: holds u for the batch's end; false when out of memory (wake it now). */
+static bool pend_push(kiln_srv_loop *l, void *u) {
+    if (l->n_pend == l->cap_pend) {
+        int nc = l->cap_pend ? l->cap_pend * 2 : 64;
+        void **q = kiln_realloc(l->pend, (size_t)nc * sizeof(*q));
+        if (!q) return false;
+        l->pend = q;
+        l->cap_pend = nc;
+    }
+    l->pend[l->n_pend++] = u;
+    return true;
+}
+
+/* Wakes everything held (takes the mutex; wakes outside it). A held user's connection
+ * stays suspended until then: nothing frees it meanwhile. */
+static int flush_pending(kiln_srv_loop *l) {
+    int n = 0;
+    for (;;) {
+        void *users[64];
+        pthread_mutex_lock(&l->mu);
+        int k = l->n_pend < 64 ? l->n_pend : 64;
+        l->n_pend -= k;
+        if (k) memcpy(users, l->pend + l->n_pend, (size_t)k * sizeof(*users));
+        pthread_mutex_unlock(&l->mu);
+        if (k) l->wake(users, k);
+        n += k;
+        if (k < 64) return n;
+    }
+}
+
+bool kiln_srv_park(kiln_srv_loop *l, kiln_srv_req *r, bool final_only) {
+    if (l->no_park || !l->wake) return false;
+    if (r->parked) return true;
+    r->parked = true;
+    r->park_final_only = final_only;
+    r->t_parked = kiln_now_ns();
+    r->park_prev = l->park_tail;
+    r->park_next = NULL;
+    if (l->park_tail)
+        l->park_tail->park_next = r;
+    else
+        l->park_head = r;
+    l->park_tail = r;
+    return true;
+}
+
+/* Unparks (under the mutex) and wakes (outside it) the parked requests that pass: all
+ * when stop (and no parking after), else those parked for min_age_ns (the list is oldest
+ * first); first, what a step left held. A woken connection stays suspended until its
+ * wake: nothing frees it meanwhile. */
+static int wake_parked(kiln_srv_loop *l, uint64_t min_age_ns, bool stop) {
+    if (stop) { /* before the flush: a sink that holds a wake after it flushes at once */
+        pthread_mutex_lock(&l->mu);
+        l->no_park = true;
+        pthread_mutex_unlock(&l->mu);
+    }
+    int n = flush_pending(l);
+    for (;;) {
+        void *users[64];
+        int k = 0;
+        pthread_mutex_lock(&l->mu);
+        uint64_t now = kiln_now_ns();
+        kiln_srv_req *next;
+        for (kiln_srv_req *r = l->park_head; r && k < 64; r = next) {
+            next = r->park_next;
+            uint64_t age = now - r->t_parked;
+            if (!stop && age < min_age_ns) break; /* (oldest first: the rest are younger) */
+            /* a stream that has tokens coming is woken by them, and a gone client fails
+             * its next write: looked at only after a long pause (preempted) */
+            if (!stop && r->state == 2 && !r->park_final_only && age < KILN_SRV_LIVE_LOOK_NS)
+                continue;
+            r->idle_woken = true;
+            users[k++] = unpark(l, r);
+        }
+        pthread_mutex_unlock(&l->mu);
+        if (k) l->wake(users, k);
+        n += k;
+        if (k < 64) return n;
+    }
+}
+
+bool kiln_srv_unpark(kiln_srv_loop *l, kiln_srv_req *r) {
+    return unpark(l, r) != NULL;
+}
+
+int kiln_srv_wake_idle(kiln_srv_loop *l, uint64_t min_age_ns) {
+    return l->wake ? wake_parked(l, min_age_ns, false) : 0;
+}
+
+void kiln_srv_stop_parking(kiln_srv_loop *l) {
+    if (l->wake)
+        wake_parked(l, 0, true);
+    else {
+        pthread_mutex_lock(&l->mu);
+        l->no_park = true;
+        pthread_mutex_unlock(&l->mu);
+    }
+}
 
 static void choice_free(kiln_srv_choice *c) {
     kiln_free(c->text);
@@ -191,6 +322,11 @@ static kiln_sink_result sink(void *user, const kiln_token_event *ev) {
                          ev->error ? ": " : "", ev->error ? ev->error : "");
             }
         }
+        if (c->live) { /* a final event ends the batch (below) */
+            c->live = false;
+            l->live--;
+            if (c->fed_seq == l->feed_seq) l->fed--;
+        }
         if (++r->n_final == r->n_choices) {
             if (r->state == 2) l->running--;
             r->state = 3;
@@ -198,8 +334,14 @@ static kiln_sink_result sink(void *user, const kiln_token_event *ev) {
             l->busy--;
             r->version++;
             pthread_cond_broadcast(&r->cv);
-            bool last = --r->refs == 0;
+            void *wake = unpark(l, r);
+            if (wake && pend_push(l, wake)) wake = NULL;
+            l->feed_seq++;
+            l->fed = 0;
+            bool last = --r->refs == 0; /* (never while parked: the server holds a ref) */
             pthread_mutex_unlock(&l->mu);
+            if (wake) l->wake(&wake, 1);
+            flush_pending(l);
             if (last) req_destroy(r);
             return KILN_SINK_OK;
         }
@@ -213,12 +355,36 @@ static kiln_sink_result sink(void *user, const kiln_token_event *ev) {
         l->running++;
     }
     r->version++;
+    /* step batching (loop.h): is this the batch's last token? */
+    bool flush = ev->finish != KILN_FINISH_NONE;
+    if (!flush) {
+        if (!c->live) {
+            c->live = true;
+            l->live++;
+        }
+        if (c->fed_seq == l->feed_seq) { /* fed twice: a new step began, the batch ends */
+            flush = true;
+            l->feed_seq++;
+            l->fed = 0;
+        }
+        c->fed_seq = l->feed_seq;
+        if (++l->fed >= l->live) {
+            flush = true;
+            l->feed_seq++;
+            l->fed = 0;
+        }
+    }
+    void *wake = r->park_final_only ? NULL : unpark(l, r);
+    if (wake && pend_push(l, wake)) wake = NULL;
+    if (l->no_park) flush = true; /* shutting down: nothing waits for a batch */
     pthread_mutex_unlock(&l->mu);
-    /* woken after the unlock, the connection thread finds the mutex free (woken under it,
-     * it would block on it at once and its unlock would cost a futex wake); r stays
-     * valid: the loop's reference goes only with the last final event, which this
-     * thread (the scheduler's, the only caller of sinks) has not sent yet */
+    /* woken after the unlock, a waiter finds the mutex free (woken under it, it would
+     * block on it at once); r stays valid: the loop's reference goes only with the last
+     * final event, which this thread (the scheduler's, the only caller of sinks) has not
+     * sent yet. A wake resumes a suspended connection: it cannot be freed before. */
     pthread_cond_broadcast(&r->cv);
+    if (wake) l->wake(&wake, 1);
+    if (flush) flush_pending(l);
     return KILN_SINK_OK;
 }
 
@@ -382,6 +548,7 @@ kiln_status kiln_srv_loop_create(const kiln_model *m, kiln_engine *e, const kiln
     l->model = m;
     l->vocab = m->vocab;
     l->o = *o;
+    l->feed_seq = 1;
     pthread_mutex_init(&l->mu, NULL);
     kiln_sched_opts so;
     kiln_sched_opts_default(&so);
@@ -413,6 +580,7 @@ kiln_status kiln_srv_loop_create(const kiln_model *m, kiln_engine *e, const kiln
 void kiln_srv_loop_free(kiln_srv_loop *l) {
     if (!l) return;
     kiln_sched_free(l->s); /* ends pending requests: their sinks run (refs drop) */
+    kiln_free(l->pend);
     pthread_mutex_destroy(&l->mu);
     kiln_free(l);
 }

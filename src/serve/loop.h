@@ -7,10 +7,24 @@
  *
  * Ownership and threads: kiln_srv_loop borrows the model and engine (the caller frees
  * them after kiln_srv_loop_free) and owns the scheduler and its thread. A request is
- * created by a connection thread, submitted once, read under kiln_srv_wait /
- * kiln_srv_lock, and released by both sides (refcount; the loop's reference goes with
- * the last choice's final event). Everything a connection thread reads (text, ids,
- * logprobs, finish) is guarded by the loop's mutex.
+ * created by the server, submitted once, read under kiln_srv_wait / kiln_srv_lock, and
+ * released by both sides (refcount; the loop's reference goes with the last choice's
+ * final event). Everything the server reads (text, ids, logprobs, finish) is guarded by
+ * the loop's mutex.
+ *
+ * Parking (the server's one HTTP thread never waits): a connection with nothing to send
+ * parks its request (kiln_srv_park, under the lock, while it suspends itself) and
+ * returns; the sink unparks it when the request changes (or only at its end:
+ * final_only) and the server's wake function gets r->user after the unlock. A parked
+ * request is unparked exactly once, by the sink, kiln_srv_wake_idle or
+ * kiln_srv_stop_parking, so a wake always follows its park.
+ *
+ * Step batching: the sink runs once per token of every choice; the wakes of one
+ * scheduler step are held and given to the wake function together (one wakeup of the
+ * HTTP thread per step, not one per stream): when every live choice (one that has had
+ * a token and not its final event) has had its token since the last batch, when a
+ * choice has a second token before that (a new step began: a choice preempted or
+ * parked by the scheduler got none), at a final event, and at kiln_srv_wake_idle.
  */
 #ifndef KILN_SERVE_LOOP_H
 #define KILN_SERVE_LOOP_H
@@ -44,6 +58,8 @@ typedef struct kiln_srv_choice {
     size_t n_ids, ids_cap;
     json_t *lp; /* array of {token, logprob, bytes, top_logprobs} per generated token */
     kiln_srv_finish finish;
+    bool live;        /* has had a token and not its final event (step batching) */
+    uint64_t fed_seq; /* the batch in which it last had a token */
 } kiln_srv_choice;
 
 typedef struct kiln_srv_loop kiln_srv_loop;
@@ -75,8 +91,12 @@ typedef struct kiln_srv_req {
     char err_msg[256];
     int refs;
     pthread_cond_t cv;
-    uint64_t http_ns; /* time the connection thread spent formatting/sending */
-    void *user;       /* the submitter's */
+    void *user; /* the submitter's (given to the wake function) */
+    /* parking, guarded by the loop mutex */
+    bool parked, park_final_only;
+    bool idle_woken; /* unparked by kiln_srv_wake_idle (not by news); the server clears it */
+    uint64_t t_parked;
+    struct kiln_srv_req *park_prev, *park_next;
 } kiln_srv_req;
 
 typedef struct kiln_srv_loop_opts {
@@ -112,6 +132,24 @@ void kiln_srv_req_release(kiln_srv_loop *l, kiln_srv_req *r);
 bool kiln_srv_wait(kiln_srv_loop *l, kiln_srv_req *r, uint64_t seen, int timeout_ms);
 void kiln_srv_lock(kiln_srv_loop *l);
 void kiln_srv_unlock(kiln_srv_loop *l);
+
+/* The function that wakes parked requests' connections (server.c: resumes them), n >= 1
+ * distinct users at a time; set once before the first submit. Called on the scheduler
+ * thread (from the sink) or the caller of kiln_srv_wake_idle / kiln_srv_stop_parking,
+ * never under the loop mutex. */
+void kiln_srv_loop_set_wake(kiln_srv_loop *l, void (*wake)(void *const *users, int n));
+/* Under kiln_srv_lock: parks r until its next change (final_only: until its end), a
+ * kiln_srv_wake_idle or kiln_srv_stop_parking. False (not parked) after
+ * kiln_srv_stop_parking: the caller must not wait. */
+bool kiln_srv_park(kiln_srv_loop *l, kiln_srv_req *r, bool final_only);
+/* Under kiln_srv_lock: takes r off the parked list without waking it (its connection
+ * is going away); false when it was not parked. */
+bool kiln_srv_unpark(kiln_srv_loop *l, kiln_srv_req *r);
+/* Wakes what a step left held, and the requests parked for at least min_age_ns
+ * (idle_woken set: their connections look at the client). Returns how many. */
+int kiln_srv_wake_idle(kiln_srv_loop *l, uint64_t min_age_ns);
+/* No parking from now on; wakes every parked request (shutdown). */
+void kiln_srv_stop_parking(kiln_srv_loop *l);
 
 /* Gauges for /metrics (Prometheus text, malloc'ed). */
 char *kiln_srv_loop_metrics(kiln_srv_loop *l);

@@ -1,6 +1,6 @@
 /*
- * serve.h — `kiln serve`: the OpenAI-compatible HTTP server (libmicrohttpd, one thread
- * per connection; jansson for JSON). Routes:
+ * serve.h — `kiln serve`: the OpenAI-compatible HTTP server (libmicrohttpd, one epoll
+ * thread with suspended connections, prompt workers; jansson for JSON). Routes:
  *   POST /v1/chat/completions, POST /v1/completions (SSE streaming and not)
  *   GET  /v1/models, /health, /metrics (Prometheus text), /v1/tenants/{id}/usage, /
  *        (the embedded web chat page)

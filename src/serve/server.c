@@ -1,9 +1,12 @@
-/* server.c — HTTP routing, limits, auth, SSE and responses of `kiln serve` (serve.h). */
+/* server.c — HTTP routing, limits, auth, SSE and responses of `kiln serve` (serve.h):
+ * libmicrohttpd's one epoll thread with suspended connections, the prompt workers, the
+ * lifecycle (conn.h; docs/SERVE.md "Threads"). */
 #include "serve/serve.h"
 #include "base/mem.h"
 
 #include "base/log.h"
 #include "base/timer.h"
+#include "serve/conn.h"
 #include "serve/loop.h"
 #include "serve/oai.h"
 #include "serve/tenants.h"
@@ -11,6 +14,7 @@
 #include "tok/tok.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -29,65 +33,11 @@
 extern const unsigned char kiln_web_index[];
 extern const size_t kiln_web_index_len;
 
-typedef struct server {
-    kiln_serve_opts o;
-    const kiln_model *model;
-    kiln_srv_loop *loop;
-    kiln_srv_tenants tenants;
-    kiln_chat_template *tpl;
-    char model_id[256];
-    char bos[256], eos[256];
-    int32_t n_vocab;
-    int64_t created;
-    atomic_bool draining;
-    atomic_uint_fast64_t req_counter;
-    /* server time outside the scheduler per streamed token: for every finished stream,
-     * its connection thread's CPU time from the response's first content callback to its
-     * end (woken by a token, collecting and formatting chunks, libmicrohttpd's chunk
-     * framing, poll() and send(), going back to sleep; not the time asleep), the wall
-     * time of the same work (time awake: includes waiting for a core) and its tokens;
-     * of the wall time, the part spent collecting and formatting under the loop lock */
-    atomic_uint_fast64_t stream_ns, stream_cpu_ns, stream_tokens, stream_collect_ns;
-} server;
+typedef kiln_http_server server;
+typedef kiln_http_conn conn;
 
-/* per connection */
-typedef struct conn {
-    server *s;
-    kiln_oai_kind kind;
-    char *body;
-    size_t len, cap;
-    bool too_big, started;
-    kiln_srv_tenant *tenant;
-    bool admitted;
-    kiln_oai_req p;
-    bool parsed;
-    kiln_srv_req *r;
-    int fd;
-    /* streaming */
-    char id[48];
-    uint64_t seen;
-    size_t sent_text[KILN_OAI_MAX_N], sent_lp[KILN_OAI_MAX_N];
-    bool sent_finish[KILN_OAI_MAX_N];
-    bool role_sent, usage_sent, done_sent, end;
-    bool rejected; /* the scheduler refused it (503/429): counted as such, not as a cancel */
-    char *out;
-    size_t out_len, out_off, out_cap;
-    /* a content chunk's bytes around its choice, from jansson once per stream
-     * ("data: {...,"choices":[" and "]...}\n\n"; chunk_head NULL: not built yet) */
-    char *chunk_head, *chunk_tail;
-    size_t chunk_head_len, chunk_tail_len;
-    bool chunk_fast_off; /* building them failed: jansson for every chunk */
-    uint64_t t_last_tok;
-    int64_t tokens_seen;
-    /* the stream's own time (server.stream_*): set at the first content callback */
-    bool stream_timed, stream_counted;
-    pthread_t stream_thread;
-    uint64_t stream_cpu0; /* the thread's CPU clock at the first callback */
-    uint64_t t_awake;     /* when the thread last stopped waiting for a token */
-    uint64_t awake_ns;    /* wall time awake so far */
-    uint64_t collect_ns;  /* of which in stream_collect (and the unlock after it) */
-    int wait_ms;          /* the next wait for a token (backs off while none comes) */
-} conn;
+/* how long a request stays parked before its connection looks at the client (ms) */
+#define KILN_IDLE_LOOK_MS 200
 
 /* ---- responses ----------------------------------------------------------------------- */
 
@@ -176,364 +126,10 @@ static bool build_prompt(server *s, conn *cx, kiln_tokens *toks, kiln_oai_error 
     return true;
 }
 
-/* ---- JSON of results ----------------------------------------------------------------- */
+/* ---- HTTP-thread time ---------------------------------------------------------------- */
 
-static const char *finish_name(kiln_srv_finish f) {
-    return f == KILN_FIN_STOP ? "stop" : f == KILN_FIN_LENGTH ? "length" : NULL;
-}
-
-static int64_t completion_tokens(const kiln_srv_req *r) {
-    int64_t n = 0;
-    for (int i = 0; i < r->n_choices; i++) n += r->ch[i].n_generated;
-    return n;
-}
-
-static json_t *usage_json(const kiln_srv_req *r) {
-    int64_t out = completion_tokens(r);
-    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)r->n_prompt,
-                     "completion_tokens", (json_int_t)out, "total_tokens",
-                     (json_int_t)(r->n_prompt + (size_t)out));
-}
-
-/* completions-style logprobs {tokens, token_logprobs, top_logprobs, text_offset} from
- * chat-style entries [from, to) */
-static json_t *legacy_logprobs(const json_t *lp, size_t from, size_t to, size_t text_base) {
-    json_t *o = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs",
-                          "text_offset");
-    if (!o) return NULL;
-    size_t off = text_base;
-    for (size_t i = from; i < to; i++) {
-        json_t *e = json_array_get(lp, i);
-        const char *tok = json_string_value(json_object_get(e, "token"));
-        json_array_append(json_object_get(o, "tokens"), json_object_get(e, "token"));
-        json_array_append(json_object_get(o, "token_logprobs"), json_object_get(e, "logprob"));
-        json_t *tops = json_object();
-        size_t k;
-        json_t *t;
-        json_array_foreach(json_object_get(e, "top_logprobs"), k, t) json_object_set(
-            tops, json_string_value(json_object_get(t, "token")), json_object_get(t, "logprob"));
-        json_array_append_new(json_object_get(o, "top_logprobs"), tops);
-        json_array_append_new(json_object_get(o, "text_offset"), json_integer((json_int_t)off));
-        off += tok ? strlen(tok) : 0;
-    }
-    return o;
-}
-
-static json_t *slice(const json_t *a, size_t from, size_t to) {
-    json_t *o = json_array();
-    for (size_t i = from; o && i < to; i++) json_array_append(o, json_array_get(a, i));
-    return o;
-}
-
-/* the final (non-streamed) body; under the loop lock */
-static json_t *final_json(server *s, conn *cx) {
-    kiln_srv_req *r = cx->r;
-    bool chat = cx->kind == KILN_OAI_CHAT;
-    json_t *choices = json_array();
-    for (int i = 0; i < r->n_choices; i++) {
-        kiln_srv_choice *c = &r->ch[i];
-        const char *fin = finish_name(c->finish);
-        json_t *ch = json_object();
-        json_object_set_new(ch, "index", json_integer(i));
-        if (chat) {
-            json_t *msg = json_object();
-            json_t *calls = NULL;
-            char *content = NULL;
-            json_object_set_new(msg, "role", json_string("assistant"));
-            if (cx->p.has_tools &&
-                kiln_oai_parse_tool_calls(c->text ? c->text : "", c->len,
-                                          atomic_fetch_add(&s->req_counter, 1), &calls, &content)) {
-                json_object_set_new(msg, "content", content ? json_string(content) : json_null());
-                json_object_set_new(msg, "tool_calls", calls);
-                kiln_free(content);
-                fin = "tool_calls";
-            } else {
-                json_object_set_new(msg, "content", json_stringn(c->text ? c->text : "", c->len));
-            }
-            json_object_set_new(ch, "message", msg);
-            json_object_set_new(ch, "logprobs",
-                                c->lp ? json_pack("{s:O}", "content", c->lp) : json_null());
-        } else {
-            json_object_set_new(ch, "text", json_stringn(c->text ? c->text : "", c->len));
-            json_object_set_new(ch, "logprobs",
-                                c->lp ? legacy_logprobs(c->lp, 0, json_array_size(c->lp), 0)
-                                      : json_null());
-        }
-        json_object_set_new(ch, "finish_reason", fin ? json_string(fin) : json_null());
-        if (cx->p.echo_ids) {
-            json_t *ids = json_array();
-            for (size_t k = 0; k < c->n_ids; k++)
-                json_array_append_new(ids, json_integer(c->ids[k]));
-            json_object_set_new(ch, "token_ids", ids);
-        }
-        json_array_append_new(choices, ch);
-    }
-    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o}", "id", cx->id, "object",
-                          chat ? "chat.completion" : "text_completion", "created",
-                          (json_int_t)time(NULL), "model", s->model_id, "system_fingerprint",
-                          "kiln", "choices", choices, "usage", usage_json(r));
-    if (o && cx->p.echo_ids) {
-        json_t *ids = json_array();
-        for (size_t k = 0; k < r->n_prompt; k++)
-            json_array_append_new(ids, json_integer(r->prompt[k]));
-        json_object_set_new(o, "prompt_token_ids", ids);
-    }
-    return o;
-}
-
-/* ---- streaming ----------------------------------------------------------------------- */
-
-/* Room for n more bytes in cx->out. */
-static bool out_reserve(conn *cx, size_t n) {
-    if (cx->out_len + n <= cx->out_cap) return true;
-    size_t nc = (cx->out_len + n) * 2 + 256;
-    char *q = kiln_realloc(cx->out, nc);
-    if (!q) return false;
-    cx->out = q;
-    cx->out_cap = nc;
-    return true;
-}
-
-static void out_append(conn *cx, const char *s, size_t n) {
-    if (!out_reserve(cx, n)) return;
-    memcpy(cx->out + cx->out_len, s, n);
-    cx->out_len += n;
-}
-
-static void sse(conn *cx, json_t *j) {
-    char *s = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    if (!s) return;
-    out_append(cx, "data: ", 6);
-    out_append(cx, s, strlen(s));
-    out_append(cx, "\n\n", 2);
-    kiln_free(s);
-}
-
-static json_t *chunk(server *s, conn *cx, json_t *choice) {
-    bool chat = cx->kind == KILN_OAI_CHAT;
-    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", cx->id, "object",
-                          chat ? "chat.completion.chunk" : "text_completion", "created",
-                          (json_int_t)s->created, "model", s->model_id, "system_fingerprint",
-                          "kiln", "choices", choice);
-    if (o && cx->p.include_usage) json_object_set_new(o, "usage", json_null());
-    return o;
-}
-
-/* The bytes of chunk(s, cx, choice) before and after its choice, from jansson (so the
- * id, model name and usage field are exactly as chunk() writes them). */
-static bool chunk_frame(server *s, conn *cx) {
-    if (cx->chunk_head) return true;
-    if (cx->chunk_fast_off) return false;
-    cx->chunk_fast_off = true;
-    json_t *o = chunk(s, cx, json_integer(0));
-    char *d = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (!d) return false;
-    static const char mark[] = ",\"choices\":[0]";
-    /* a ," cannot occur inside a dumped string (its " is escaped): the first is the key */
-    const char *m = strstr(d, mark);
-    if (m) {
-        /* head: up to and with the '['; tail: from the ']' after the placeholder 0 */
-        const char *zero = m + sizeof(mark) - 3;
-        size_t head = (size_t)(zero - d), tail = strlen(zero + 1);
-        cx->chunk_head = kiln_malloc(6 + head);
-        cx->chunk_tail = kiln_malloc(tail + 2);
-        if (cx->chunk_head && cx->chunk_tail) {
-            memcpy(cx->chunk_head, "data: ", 6);
-            memcpy(cx->chunk_head + 6, d, head);
-            cx->chunk_head_len = 6 + head;
-            memcpy(cx->chunk_tail, zero + 1, tail);
-            memcpy(cx->chunk_tail + tail, "\n\n", 2);
-            cx->chunk_tail_len = tail + 2;
-            cx->chunk_fast_off = false;
-        } else {
-            kiln_free(cx->chunk_head);
-            kiln_free(cx->chunk_tail);
-            cx->chunk_head = cx->chunk_tail = NULL;
-        }
-    }
-    kiln_free(d);
-    return !cx->chunk_fast_off;
-}
-
-/* Appends the content chunk of choice i (text[0..n), finish reason fin or null) to
- * cx->out as sse(cx, chunk(...)) of the jansson path writes it, without building JSON
- * objects (no logprobs, no tool calls). False, with nothing appended, when the text is
- * not valid UTF-8 or memory is short: the caller takes the jansson path. */
-static bool chunk_fast(server *s, conn *cx, int i, const char *text, size_t n, const char *fin) {
-    if (!chunk_frame(s, cx)) return false;
-    bool chat = cx->kind == KILN_OAI_CHAT;
-    /* head {"index":I,"delta":{"content":Q},"logprobs":null,"finish_reason":"length"} tail */
-    size_t need = cx->chunk_head_len + 96 + 6 * n + cx->chunk_tail_len;
-    if (!out_reserve(cx, need)) return false;
-    char *d = cx->out + cx->out_len;
-    memcpy(d, cx->chunk_head, cx->chunk_head_len);
-    d += cx->chunk_head_len;
-    /* (no snprintf: cold, its code costs more than the rest of the chunk) */
-    static const char k_index[] = "{\"index\":";
-    memcpy(d, k_index, sizeof(k_index) - 1);
-    d += sizeof(k_index) - 1;
-    char digits[12];
-    int nd = 0;
-    unsigned u = (unsigned)i;
-    do {
-        digits[nd++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    while (nd) *d++ = digits[--nd];
-    *d++ = ',';
-    static const char k_delta[] = "\"delta\":{\"content\":", k_text[] = "\"text\":";
-    const char *key = chat ? k_delta : k_text;
-    size_t key_len = chat ? sizeof(k_delta) - 1 : sizeof(k_text) - 1;
-    memcpy(d, key, key_len);
-    d += key_len;
-    size_t q = kiln_oai_json_quote(text, n, d);
-    if (!q) return false;
-    d += q;
-    if (chat) *d++ = '}';
-    static const char lp[] = ",\"logprobs\":null,\"finish_reason\":";
-    memcpy(d, lp, sizeof(lp) - 1);
-    d += sizeof(lp) - 1;
-    if (fin) {
-        *d++ = '"';
-        memcpy(d, fin, strlen(fin));
-        d += strlen(fin);
-        *d++ = '"';
-    } else {
-        memcpy(d, "null", 4);
-        d += 4;
-    }
-    *d++ = '}';
-    memcpy(d, cx->chunk_tail, cx->chunk_tail_len);
-    d += cx->chunk_tail_len;
-    cx->out_len = (size_t)(d - cx->out);
-    return true;
-}
-
-/* Formats everything new in cx->r into cx->out; under the loop lock. */
-static void stream_collect(server *s, conn *cx) {
-    kiln_srv_req *r = cx->r;
-    bool chat = cx->kind == KILN_OAI_CHAT;
-    if (chat && !cx->role_sent) {
-        for (int i = 0; i < r->n_choices; i++)
-            sse(cx, chunk(s, cx,
-                          json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", i, "delta", "role",
-                                    "assistant", "content", "", "logprobs", "finish_reason")));
-        cx->role_sent = true;
-    }
-    if (r->err_code && r->err_code != KILN_ERR_CANCELLED && !cx->done_sent) {
-        kiln_oai_error e;
-        kiln_oai_fail(&e, 500, "server_error", "", NULL, "generation failed: %s", r->err_msg);
-        char *b = kiln_oai_error_body(&e);
-        if (b) {
-            out_append(cx, "data: ", 6);
-            out_append(cx, b, strlen(b));
-            out_append(cx, "\n\n", 2);
-            kiln_free(b);
-        }
-        out_append(cx, "data: [DONE]\n\n", 14);
-        cx->done_sent = true;
-        return;
-    }
-    int64_t toks_now = 0;
-    for (int i = 0; i < r->n_choices; i++) {
-        kiln_srv_choice *c = &r->ch[i];
-        toks_now += (int64_t)c->n_ids;
-        if (cx->sent_finish[i]) continue;
-        bool hold = chat && cx->p.has_tools && c->finish == KILN_FIN_NONE;
-        size_t nlp = c->lp ? json_array_size(c->lp) : 0;
-        const char *fin = finish_name(c->finish);
-        if (!hold && !c->lp && !(chat && cx->p.has_tools) && c->len > cx->sent_text[i] &&
-            chunk_fast(s, cx, i, c->text + cx->sent_text[i], c->len - cx->sent_text[i],
-                       c->finish != KILN_FIN_NONE ? fin : NULL)) {
-            /* the common chunk: new text, no logprobs, no tool calls */
-            if (c->finish != KILN_FIN_NONE && fin) cx->sent_finish[i] = true;
-            cx->sent_text[i] = c->len;
-        } else if (!hold && (c->len > cx->sent_text[i] || nlp > cx->sent_lp[i])) {
-            json_t *calls = NULL;
-            char *content = NULL;
-            bool tools =
-                chat && cx->p.has_tools &&
-                kiln_oai_parse_tool_calls(c->text, c->len, atomic_fetch_add(&s->req_counter, 1),
-                                          &calls, &content);
-            json_t *ch = json_object();
-            json_object_set_new(ch, "index", json_integer(i));
-            if (chat) {
-                json_t *delta = json_object();
-                if (tools) {
-                    if (content) json_object_set_new(delta, "content", json_string(content));
-                    size_t k;
-                    json_t *call;
-                    json_array_foreach(calls, k, call)
-                        json_object_set_new(call, "index", json_integer((int)k));
-                    json_object_set_new(delta, "tool_calls", calls);
-                    kiln_free(content);
-                    fin = "tool_calls";
-                } else {
-                    json_object_set_new(
-                        delta, "content",
-                        json_stringn(c->text + cx->sent_text[i], c->len - cx->sent_text[i]));
-                }
-                json_object_set_new(ch, "delta", delta);
-                json_object_set_new(
-                    ch, "logprobs",
-                    c->lp ? json_pack("{s:o}", "content", slice(c->lp, cx->sent_lp[i], nlp))
-                          : json_null());
-            } else {
-                json_object_set_new(
-                    ch, "text",
-                    json_stringn(c->text + cx->sent_text[i], c->len - cx->sent_text[i]));
-                json_object_set_new(
-                    ch, "logprobs",
-                    c->lp ? legacy_logprobs(c->lp, cx->sent_lp[i], nlp, cx->sent_text[i])
-                          : json_null());
-            }
-            /* the finish reason rides on the last content chunk when it is known */
-            json_object_set_new(ch, "finish_reason",
-                                fin && c->finish != KILN_FIN_NONE ? json_string(fin) : json_null());
-            if (fin && c->finish != KILN_FIN_NONE) cx->sent_finish[i] = true;
-            cx->sent_text[i] = c->len;
-            cx->sent_lp[i] = nlp;
-            sse(cx, chunk(s, cx, ch));
-        }
-        if (!cx->sent_finish[i] && fin) {
-            json_t *ch = chat ? json_pack("{s:i, s:{}, s:n, s:s}", "index", i, "delta", "logprobs",
-                                          "finish_reason", fin)
-                              : json_pack("{s:i, s:s, s:n, s:s}", "index", i, "text", "",
-                                          "logprobs", "finish_reason", fin);
-            sse(cx, chunk(s, cx, ch));
-            cx->sent_finish[i] = true;
-        }
-    }
-    /* inter-token times: from the connection's view of new tokens */
-    if (toks_now > cx->tokens_seen) {
-        uint64_t now = kiln_now_ns();
-        if (cx->t_last_tok)
-            kiln_srv_observe(&s->tenants, cx->tenant, KILN_HIST_ITL,
-                             (double)(now - cx->t_last_tok) * 1e-9 /
-                                 (double)(toks_now - cx->tokens_seen));
-        cx->t_last_tok = now;
-        cx->tokens_seen = toks_now;
-    }
-    if (r->state == 3 && !cx->done_sent) {
-        if (cx->p.include_usage) {
-            json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", cx->id, "object",
-                                  chat ? "chat.completion.chunk" : "text_completion", "created",
-                                  (json_int_t)s->created, "model", s->model_id,
-                                  "system_fingerprint", "kiln", "choices", "usage", usage_json(r));
-            sse(cx, o);
-        }
-        out_append(cx, "data: [DONE]\n\n", 14);
-        cx->done_sent = true;
-    }
-}
-
-static bool peer_gone(int fd) {
-    if (fd < 0) return false;
-    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
-    if (poll(&p, 1, 0) <= 0) return false;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+static uint64_t sub0(uint64_t a, uint64_t b) {
+    return a > b ? a - b : 0;
 }
 
 /* This thread's CPU time (0 when the clock is unavailable). */
@@ -543,31 +139,81 @@ static uint64_t thread_cpu_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Adds a stream's time and tokens to the server's counters, once, from its own thread
- * (the CPU clock is the calling thread's; from another thread the stream is left out). */
-static void stream_count(server *s, conn *cx) {
-    if (!cx->stream_timed || cx->stream_counted ||
-        !pthread_equal(cx->stream_thread, pthread_self()))
-        return;
-    cx->stream_counted = true;
-    uint64_t cpu = thread_cpu_ns();
-    atomic_fetch_add(&s->stream_cpu_ns, cpu > cx->stream_cpu0 ? cpu - cx->stream_cpu0 : 0);
-    atomic_fetch_add(&s->stream_ns, cx->awake_ns + (kiln_now_ns() - cx->t_awake));
-    atomic_fetch_add(&s->stream_collect_ns, cx->collect_ns);
-    atomic_fetch_add(&s->stream_tokens, (uint64_t)cx->tokens_seen);
+/* This thread's time running or waiting for a core (/proc/thread-self/schedstat: ns on
+ * the CPU, ns runnable in the run queue); 0 when unreadable. */
+static uint64_t thread_awake_ns(void) {
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    char b[128];
+    ssize_t n = read(fd, b, sizeof(b) - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    b[n] = 0;
+    unsigned long long run = 0, wait = 0;
+    if (sscanf(b, "%llu %llu", &run, &wait) != 2) return 0;
+    return (uint64_t)(run + wait);
 }
 
+/* True on libmicrohttpd's thread (the first caller of on_request; on_completed also
+ * runs on the thread of MHD_stop_daemon at shutdown). */
+static bool on_http_thread(server *s) {
+    if (!s->http_thread_known) {
+        s->http_thread = pthread_self();
+        s->http_thread_known = true;
+    }
+    return pthread_equal(s->http_thread, pthread_self()) != 0;
+}
+
+/* A stream opens / closes a window of HTTP-thread time (server.stream_*: while at least
+ * one stream is open, all of the thread's time counts). */
+static void stream_open(server *s, conn *cx) {
+    if (cx->stream_open || !on_http_thread(s)) return;
+    cx->stream_open = true;
+    if (s->streams_open++ == 0) {
+        s->win_cpu0 = thread_cpu_ns();
+        s->win_awake0 = thread_awake_ns();
+    }
+}
+
+static void stream_close(server *s, conn *cx) {
+    if (!cx->stream_open) return;
+    cx->stream_open = false;
+    if (--s->streams_open == 0 && on_http_thread(s)) {
+        s->stream_cpu_ns += sub0(thread_cpu_ns(), s->win_cpu0);
+        s->stream_awake_ns += sub0(thread_awake_ns(), s->win_awake0);
+    }
+}
+
+/* The loop's wake function (loop.h): resumes parked connections, a step's at once (one
+ * wakeup of the HTTP thread). Runs on the scheduler thread (its sink), the main thread
+ * (idle tick) or at shutdown; its CPU time is counted as HTTP time (a mutex and an
+ * eventfd write in libmicrohttpd per connection). */
+static void conns_wake(void *const *users, int n) {
+    if (n <= 0) return;
+    server *s = ((conn *)users[0])->s; /* (a resumed cx may be gone at once) */
+    uint64_t c0 = thread_cpu_ns();
+    for (int i = 0; i < n; i++) MHD_resume_connection(((conn *)users[i])->c);
+    atomic_fetch_add(&s->wake_ns, sub0(thread_cpu_ns(), c0));
+    atomic_fetch_add(&s->wakes, (uint64_t)n);
+    atomic_fetch_add(&s->wake_batches, 1);
+}
+
+static bool peer_gone(int fd) {
+    if (fd < 0) return false;
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+/* ---- streaming ----------------------------------------------------------------------- */
+
+/* libmicrohttpd's content reader of a stream, on its one thread: hands out what is
+ * formatted, formats what is new, and otherwise parks the request and suspends the
+ * connection (returning 0 bytes) until the sink resumes it: it never waits. */
 static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     conn *cx = cls;
     server *s = cx->s;
-    if (!cx->stream_timed) {
-        cx->stream_timed = true;
-        cx->stream_thread = pthread_self();
-        cx->stream_cpu0 = thread_cpu_ns();
-        cx->t_awake = kiln_now_ns();
-        cx->wait_ms = 50;
-    }
     for (;;) {
         if (cx->out_off < cx->out_len) {
             size_t n = cx->out_len - cx->out_off;
@@ -577,32 +223,39 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
             if (cx->out_off == cx->out_len) cx->out_off = cx->out_len = 0;
             return (ssize_t)n;
         }
-        if (cx->done_sent) {
-            stream_count(s, cx);
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        }
-        uint64_t t_sleep = kiln_now_ns();
-        cx->awake_ns += t_sleep - cx->t_awake;
-        /* a wait that times out checks the client: after 50 ms, then 100, then every
-         * 200 ms, so that long waits (queued, prefilling, long steps) cost a few wakeups,
-         * not one per 50 ms; once tokens flow, a gone client also fails the writes */
-        bool changed = kiln_srv_wait(s->loop, cx->r, cx->seen, cx->wait_ms);
-        /* kiln_srv_wait returns with the lock held */
-        cx->t_awake = kiln_now_ns();
-        if (changed) {
-            cx->seen = cx->r->version;
-            stream_collect(s, cx);
+        if (cx->done_sent) return MHD_CONTENT_READER_END_OF_STREAM;
+        uint64_t t0 = kiln_now_ns();
+        kiln_srv_lock(s->loop);
+        kiln_srv_req *r = cx->r;
+        if (r->version != cx->seen) {
+            cx->seen = r->version;
+            int64_t before = cx->tokens_seen;
+            kiln_http_stream_collect(s, cx);
             kiln_srv_unlock(s->loop);
-            cx->collect_ns += kiln_now_ns() - cx->t_awake;
+            s->stream_tokens += (uint64_t)(cx->tokens_seen - before);
+            s->stream_collect_ns += kiln_now_ns() - t0;
             continue;
         }
-        if (cx->wait_ms < 200) cx->wait_ms *= 2;
-        kiln_srv_unlock(s->loop);
-        if (peer_gone(cx->fd)) {
-            kiln_srv_cancel(s->loop, cx->r);
-            stream_count(s, cx);
+        bool look = r->idle_woken;
+        r->idle_woken = false;
+        if (look) {
+            /* woken by the idle tick, not by news: is the client still there? */
+            kiln_srv_unlock(s->loop);
+            if (peer_gone(cx->fd)) {
+                kiln_srv_cancel(s->loop, r);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+            continue;
+        }
+        /* parked and suspended under the lock: the sink's wake comes after the suspend */
+        if (!kiln_srv_park(s->loop, r, false)) {
+            kiln_srv_unlock(s->loop); /* shutting down past the drain */
+            kiln_srv_cancel(s->loop, r);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
+        MHD_suspend_connection(cx->c);
+        kiln_srv_unlock(s->loop);
+        return 0;
     }
 }
 
@@ -610,12 +263,13 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void conn_free(server *s, conn *cx) {
     if (!cx) return;
-    stream_count(s, cx); /* a stream that the client left mid-send */
+    stream_close(s, cx);
     if (cx->r) {
         kiln_srv_lock(s->loop);
+        (void)kiln_srv_unpark(s->loop, cx->r); /* (a suspended connection does not end) */
         bool done = cx->r->state == 3 && cx->r->err_code != KILN_ERR_CANCELLED;
         bool cancelled = cx->r->state != 3 || cx->r->err_code == KILN_ERR_CANCELLED;
-        int64_t in = (int64_t)cx->r->n_prompt, out = completion_tokens(cx->r);
+        int64_t in = (int64_t)cx->r->n_prompt, out = kiln_http_completion_tokens(cx->r);
         uint64_t ts = cx->r->t_submit, tf = cx->r->t_first, td = cx->r->t_done;
         kiln_srv_unlock(s->loop);
         if (cancelled && !cx->rejected) {
@@ -642,23 +296,33 @@ static void stream_free_cb(void *cls) {
     (void)cls; /* freed in request_completed */
 }
 
-static enum MHD_Result start_generation(server *s, conn *cx, struct MHD_Connection *c) {
+/* An error answer of the prompt worker (sent by the HTTP thread). */
+static bool prep_fail(conn *cx, const kiln_oai_error *e, int retry_after) {
+    cx->prep_err = *e;
+    cx->prep_http = e->http ? e->http : 500;
+    cx->prep_retry = retry_after;
+    return false;
+}
+
+/* Parse, render the template, tokenize, admit and submit; on a prompt worker (or the
+ * HTTP thread when there is none). Touches no libmicrohttpd state. */
+static bool prepare(server *s, conn *cx) {
     kiln_oai_error e;
     if (!kiln_oai_parse(cx->kind, cx->body ? cx->body : "", cx->len, s->n_vocab, &cx->p, &e)) {
         cx->parsed = true;
-        return send_error(s, cx, c, &e, 0);
+        return prep_fail(cx, &e, 0);
     }
     cx->parsed = true;
     if (strcmp(cx->p.model, s->model_id) != 0) {
         kiln_oai_fail(&e, 404, "invalid_request_error", "model", "model_not_found",
                       "The model '%.100s' does not exist; this server serves '%s'", cx->p.model,
                       s->model_id);
-        return send_error(s, cx, c, &e, 0);
+        return prep_fail(cx, &e, 0);
     }
     kiln_tokens toks = {0};
     if (!build_prompt(s, cx, &toks, &e)) {
         kiln_tokens_free(&toks);
-        return send_error(s, cx, c, &e, 0);
+        return prep_fail(cx, &e, 0);
     }
     int64_t n_ctx = s->o.n_ctx;
     int64_t max_tokens = cx->p.max_tokens;
@@ -674,7 +338,7 @@ static enum MHD_Result start_generation(server *s, conn *cx, struct MHD_Connecti
                       (long long)(max_tokens > 0 ? max_tokens : 0),
                       cx->kind == KILN_OAI_CHAT ? "messages" : "prompt");
         kiln_tokens_free(&toks);
-        return send_error(s, cx, c, &e, 0);
+        return prep_fail(cx, &e, 0);
     }
     if (max_tokens < 0) max_tokens = n_ctx - (int64_t)toks.n;
     const char *why = NULL;
@@ -684,7 +348,7 @@ static enum MHD_Result start_generation(server *s, conn *cx, struct MHD_Connecti
         kiln_oai_fail(&e, 429, "rate_limit_exceeded", "", "rate_limit_exceeded",
                       "tenant '%s' is over its %s quota; retry after %d s", cx->tenant->id, why,
                       retry);
-        return send_error(s, cx, c, &e, retry);
+        return prep_fail(cx, &e, retry);
     }
     cx->admitted = true;
     uint64_t seed =
@@ -695,11 +359,15 @@ static enum MHD_Result start_generation(server *s, conn *cx, struct MHD_Connecti
     kiln_err_clear(&err);
     kiln_status st = kiln_srv_req_create(&cx->p, toks.ids, toks.n, max_tokens, seed, &cx->r, &err);
     kiln_tokens_free(&toks);
-    if (st) return fail(s, cx, c, 500, "server_error", "", NULL, 0, "out of memory");
+    if (st) {
+        kiln_oai_fail(&e, 500, "server_error", "", NULL, "out of memory");
+        return prep_fail(cx, &e, 0);
+    }
     snprintf(cx->id, sizeof(cx->id), "%s-%llx%08llx",
              cx->kind == KILN_OAI_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)time(NULL),
              (unsigned long long)atomic_fetch_add(&s->req_counter, 1));
     snprintf(cx->r->tenant, sizeof(cx->r->tenant), "%s", cx->tenant->id);
+    cx->r->user = cx;
     int http = 0, retry_after = 0;
     if ((st = kiln_srv_submit(s->loop, cx->r, &http, &retry_after, &err))) {
         cx->rejected = true;
@@ -709,47 +377,122 @@ static enum MHD_Result start_generation(server *s, conn *cx, struct MHD_Connecti
         const char *code = http == 503   ? (st == KILN_ERR_STATE ? "shutting_down" : "queue_full")
                            : http == 429 ? "rate_limit_exceeded"
                                          : NULL;
-        return fail(s, cx, c, http ? http : 500, type, "", code,
-                    http == 503 && retry_after < 1 ? 1 : retry_after, err.msg);
+        kiln_oai_fail(&e, http ? http : 500, type, "", code, "%s", err.msg);
+        return prep_fail(cx, &e, http == 503 && retry_after < 1 ? 1 : retry_after);
     }
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    cx->fd = ci ? ci->connect_fd : -1;
-    if (cx->p.stream) {
-        struct MHD_Response *resp = MHD_create_response_from_callback(
-            MHD_SIZE_UNKNOWN, 16384, stream_cb, cx, stream_free_cb);
-        if (!resp) return MHD_NO;
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-        enum MHD_Result r = MHD_queue_response(c, MHD_HTTP_OK, resp);
-        MHD_destroy_response(resp);
-        kiln_srv_count_status(&s->tenants, cx->tenant, 200);
-        return r;
-    }
-    /* not streamed: wait here (this connection's own thread), watching for the client */
+    return true;
+}
+
+static void *prep_worker(void *arg) {
+    server *s = arg;
+    pthread_mutex_lock(&s->job_mu);
     for (;;) {
-        kiln_srv_wait(s->loop, cx->r, cx->seen, 50);
-        cx->seen = cx->r->version;
-        bool done = cx->r->state == 3;
-        kiln_srv_unlock(s->loop);
-        if (done) break;
-        if (peer_gone(cx->fd)) {
-            kiln_srv_cancel(s->loop, cx->r);
-            return MHD_NO;
-        }
+        while (!s->job_head && !s->job_quit) pthread_cond_wait(&s->job_cv, &s->job_mu);
+        conn *cx = s->job_head;
+        if (!cx) break; /* quitting, and nothing left */
+        s->job_head = cx->job_next;
+        if (!s->job_head) s->job_tail = NULL;
+        pthread_mutex_unlock(&s->job_mu);
+        uint64_t c0 = thread_cpu_ns();
+        (void)prepare(s, cx);
+        cx->prep_done = true;
+        atomic_fetch_add(&s->prep_cpu_ns, sub0(thread_cpu_ns(), c0));
+        atomic_fetch_add(&s->preps, 1);
+        /* the connection was suspended before it was queued; its handler runs next */
+        MHD_resume_connection(cx->c);
+        pthread_mutex_lock(&s->job_mu);
     }
-    kiln_srv_lock(s->loop);
+    pthread_mutex_unlock(&s->job_mu);
+    return NULL;
+}
+
+/* A non-streamed answer: park (suspended) until the request is done, looking at the
+ * client when the idle tick wakes it; then the body. On the HTTP thread. */
+static enum MHD_Result await_final(server *s, conn *cx, struct MHD_Connection *c) {
+    kiln_srv_req *r = cx->r;
+    for (;;) {
+        kiln_srv_lock(s->loop);
+        if (r->state == 3) break;
+        bool look = r->idle_woken;
+        r->idle_woken = false;
+        if (look) {
+            kiln_srv_unlock(s->loop);
+            if (peer_gone(cx->fd)) {
+                kiln_srv_cancel(s->loop, r);
+                return MHD_NO;
+            }
+            continue;
+        }
+        if (!kiln_srv_park(s->loop, r, true)) {
+            kiln_srv_unlock(s->loop);
+            kiln_srv_cancel(s->loop, r);
+            return fail(s, cx, c, 503, "server_error", "", "shutting_down", 5,
+                        "the server is shutting down");
+        }
+        MHD_suspend_connection(c);
+        kiln_srv_unlock(s->loop);
+        return MHD_YES;
+    }
     json_t *body = NULL;
-    kiln_status ec = cx->r->err_code;
+    kiln_status ec = r->err_code;
     char msg[256];
-    snprintf(msg, sizeof(msg), "%s", cx->r->err_msg);
-    if (!ec) body = final_json(s, cx);
+    snprintf(msg, sizeof(msg), "%s", r->err_msg);
+    if (!ec) body = kiln_http_final_json(s, cx);
     kiln_srv_unlock(s->loop);
     if (ec) return fail(s, cx, c, 500, "server_error", "", NULL, 0, msg);
     if (!body) return fail(s, cx, c, 500, "server_error", "", NULL, 0, "out of memory");
     kiln_srv_count_status(&s->tenants, cx->tenant, 200);
     return send_json(c, 200, body);
+}
+
+/* After prepare: its error, the stream's response, or the wait for the whole answer. */
+static enum MHD_Result respond(server *s, conn *cx, struct MHD_Connection *c) {
+    if (cx->prep_http) {
+        cx->prep_http = 0;
+        return send_error(s, cx, c, &cx->prep_err, cx->prep_retry);
+    }
+    if (!cx->r) return MHD_NO;
+    if (!cx->p.stream) return await_final(s, cx, c);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_cb, cx, stream_free_cb);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    kiln_srv_count_status(&s->tenants, cx->tenant, 200);
+    if (ret == MHD_YES) stream_open(s, cx);
+    return ret;
+}
+
+/* The body is in: hand the request to a prompt worker (the connection suspended until
+ * it is done), or prepare it here when there is no worker (or they have stopped). */
+static enum MHD_Result start_generation(server *s, conn *cx, struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    cx->fd = ci ? ci->connect_fd : -1;
+    pthread_mutex_lock(&s->job_mu);
+    if (s->n_workers == 0 || s->job_quit) {
+        pthread_mutex_unlock(&s->job_mu);
+        uint64_t c0 = thread_cpu_ns();
+        (void)prepare(s, cx);
+        cx->prep_done = true;
+        atomic_fetch_add(&s->prep_cpu_ns, sub0(thread_cpu_ns(), c0));
+        atomic_fetch_add(&s->preps, 1);
+        return respond(s, cx, c);
+    }
+    /* suspended before it is queued, so the worker's resume follows the suspend */
+    MHD_suspend_connection(c);
+    cx->job_next = NULL;
+    if (s->job_tail)
+        s->job_tail->job_next = cx;
+    else
+        s->job_head = cx;
+    s->job_tail = cx;
+    pthread_cond_signal(&s->job_cv);
+    pthread_mutex_unlock(&s->job_mu);
+    return MHD_YES;
 }
 
 static enum MHD_Result handle_get(server *s, conn *cx, struct MHD_Connection *c, const char *url) {
@@ -771,8 +514,14 @@ static enum MHD_Result handle_get(server *s, conn *cx, struct MHD_Connection *c,
     if (!strcmp(url, "/metrics")) {
         char *extra = kiln_srv_loop_metrics(s->loop);
         char *tail = NULL;
-        uint64_t ns = atomic_load(&s->stream_ns), nt = atomic_load(&s->stream_tokens);
-        uint64_t cns = atomic_load(&s->stream_cpu_ns), kns = atomic_load(&s->stream_collect_ns);
+        /* the HTTP thread's time over the windows with a stream open (this one's so far
+         * included) plus the loop's resumes (docs/SERVE.md) */
+        uint64_t cpu = s->stream_cpu_ns, awake = s->stream_awake_ns;
+        if (s->streams_open > 0 && on_http_thread(s)) {
+            cpu += sub0(thread_cpu_ns(), s->win_cpu0);
+            awake += sub0(thread_awake_ns(), s->win_awake0);
+        }
+        uint64_t wake = atomic_load(&s->wake_ns);
         if (asprintf(&tail,
                      "%s# TYPE kiln_http_stream_seconds_total counter\n"
                      "kiln_http_stream_seconds_total %.6f\n"
@@ -781,9 +530,23 @@ static enum MHD_Result handle_get(server *s, conn *cx, struct MHD_Connection *c,
                      "# TYPE kiln_http_stream_collect_seconds_total counter\n"
                      "kiln_http_stream_collect_seconds_total %.6f\n"
                      "# TYPE kiln_http_stream_tokens_total counter\n"
-                     "kiln_http_stream_tokens_total %llu\n",
-                     extra ? extra : "", (double)ns * 1e-9, (double)cns * 1e-9, (double)kns * 1e-9,
-                     (unsigned long long)nt) < 0)
+                     "kiln_http_stream_tokens_total %llu\n"
+                     "# TYPE kiln_http_resume_seconds_total counter\n"
+                     "kiln_http_resume_seconds_total %.6f\n"
+                     "# TYPE kiln_http_resumes_total counter\n"
+                     "kiln_http_resumes_total %llu\n"
+                     "# TYPE kiln_http_resume_batches_total counter\n"
+                     "kiln_http_resume_batches_total %llu\n"
+                     "# TYPE kiln_http_prepare_cpu_seconds_total counter\n"
+                     "kiln_http_prepare_cpu_seconds_total %.6f\n"
+                     "# TYPE kiln_http_prepared_total counter\n"
+                     "kiln_http_prepared_total %llu\n",
+                     extra ? extra : "", (double)(awake + wake) * 1e-9, (double)(cpu + wake) * 1e-9,
+                     (double)s->stream_collect_ns * 1e-9, (unsigned long long)s->stream_tokens,
+                     (double)wake * 1e-9, (unsigned long long)atomic_load(&s->wakes),
+                     (unsigned long long)atomic_load(&s->wake_batches),
+                     (double)atomic_load(&s->prep_cpu_ns) * 1e-9,
+                     (unsigned long long)atomic_load(&s->preps)) < 0)
             tail = NULL;
         kiln_free(extra);
         kiln_srv_count_status(&s->tenants, NULL, 200);
@@ -839,6 +602,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cx = kiln_calloc(1, sizeof(*cx));
         if (!cx) return MHD_NO;
         cx->s = s;
+        cx->c = c;
         cx->fd = -1;
         *con_cls = cx;
         if (!strcmp(method, "POST")) {
@@ -892,7 +656,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
-    if (cx->started) return MHD_YES;
+    if (cx->started) /* resumed: the prompt worker is done, or the answer moved */
+        return cx->prep_done ? respond(s, cx, c) : MHD_YES;
     cx->started = true;
     if (cx->too_big) {
         char m[128];
@@ -931,6 +696,22 @@ void kiln_serve_opts_default(kiln_serve_opts *o) {
     o->deterministic = true;
 }
 
+static void workers_stop(server *s) {
+    pthread_mutex_lock(&s->job_mu);
+    s->job_quit = true;
+    pthread_cond_broadcast(&s->job_cv);
+    pthread_mutex_unlock(&s->job_mu);
+    for (int i = 0; i < s->n_workers; i++) pthread_join(s->workers[i], NULL);
+    s->n_workers = 0; /* (job_quit stays: the HTTP thread prepares inline from now on) */
+}
+
+/* Waits up to ms for SIGINT/SIGTERM (the signal, or 0); SIGPIPE is swallowed. */
+static int wait_signal(const sigset_t *sigs, int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    int sig = sigtimedwait(sigs, NULL, &ts);
+    return sig == SIGINT || sig == SIGTERM ? sig : 0;
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
     char b[512];
@@ -959,7 +740,18 @@ kiln_status kiln_serve_run(const kiln_serve_opts *o, const kiln_model *m, kiln_e
         size_t n = strlen(s->model_id);
         if (n > 5 && !strcmp(s->model_id + n - 5, ".gguf")) s->model_id[n - 5] = 0;
     }
+    if (pthread_mutex_init(&s->job_mu, NULL)) {
+        kiln_free(s);
+        return kiln_err_set(err, KILN_ERR_NOMEM, "server");
+    }
+    if (pthread_cond_init(&s->job_cv, NULL)) {
+        pthread_mutex_destroy(&s->job_mu);
+        kiln_free(s);
+        return kiln_err_set(err, KILN_ERR_NOMEM, "server");
+    }
     if ((st = kiln_srv_tenants_load(o->tenants, &s->tenants, err))) {
+        pthread_cond_destroy(&s->job_cv);
+        pthread_mutex_destroy(&s->job_mu);
         kiln_free(s);
         return st;
     }
@@ -988,6 +780,17 @@ kiln_status kiln_serve_run(const kiln_serve_opts *o, const kiln_model *m, kiln_e
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     kiln_srv_loop_opts lo = {o->slots, o->max_queue, o->max_step, o->n_ctx, o->deterministic};
     if ((st = kiln_srv_loop_create(m, e, &lo, &s->tenants, &s->loop, err))) goto done;
+    kiln_srv_loop_set_wake(s->loop, conns_wake);
+    /* prompt workers: a long prompt's parse, template and tokenizer would otherwise hold
+     * the one HTTP thread (and every stream) for its whole time; none started: the HTTP
+     * thread prepares requests itself */
+    for (int i = 0; i < 2 && i < KILN_HTTP_MAX_WORKERS; i++) {
+        if (pthread_create(&s->workers[i], NULL, prep_worker, s)) {
+            KILN_WARN("serve: cannot start a prompt worker (%d running)", s->n_workers);
+            break;
+        }
+        s->n_workers++;
+    }
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof(addr));
     addr.sin_family = AF_INET;
@@ -996,9 +799,9 @@ kiln_status kiln_serve_run(const kiln_serve_opts *o, const kiln_model *m, kiln_e
         st = kiln_err_set(err, KILN_ERR_INVALID_ARG, "--host %s is not an IPv4 address", o->host);
         goto done;
     }
-    /* one descriptor per connection (poll(), not select(): descriptors past FD_SETSIZE =
-     * 1024 are refused by select; plus the model, logs, the listening socket): raise
-     * the soft open-file limit to fit, else serve fewer connections */
+    /* one descriptor per connection (epoll: no FD_SETSIZE limit; plus the model, logs,
+     * the listening socket, epoll and its eventfd): raise the soft open-file limit to
+     * fit, else serve fewer connections */
     unsigned max_conn = o->max_connections > 0 ? (unsigned)o->max_connections : 4096u;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)max_conn + 128) {
@@ -1015,14 +818,15 @@ kiln_status kiln_serve_run(const kiln_serve_opts *o, const kiln_model *m, kiln_e
         }
     }
     const unsigned hdr_to = o->header_timeout_s > 0 ? (unsigned)o->header_timeout_s : 15u;
-    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                             MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+    /* one thread, epoll; a connection with nothing to send is suspended (never a
+     * blocking callback) and resumed by the loop (conn.h) */
+    d = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+                             MHD_USE_ERROR_LOG,
                          (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &addr,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
                          max_conn, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-                         MHD_OPTION_CONNECTION_TIMEOUT, hdr_to, MHD_OPTION_THREAD_STACK_SIZE,
-                         (size_t)(1 << 20), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                         MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+                         MHD_OPTION_CONNECTION_TIMEOUT, hdr_to, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                         NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
     if (!d) {
         st = kiln_err_set(err, KILN_ERR_IO, "cannot listen on %s:%d (in use, or not allowed)",
                           o->host, o->port);
@@ -1042,9 +846,11 @@ kiln_status kiln_serve_run(const kiln_serve_opts *o, const kiln_model *m, kiln_e
             if (fclose(f) == 0) rename(tmp, o->ready_file);
         }
     }
+    /* the main thread's tick: requests parked (queued, prefilling, not streamed) for
+     * KILN_IDLE_LOOK_MS are woken so that their connections look at the client */
     int sig = 0;
-    while (sigwait(&sigs, &sig) == 0 && sig == SIGPIPE) {
-    }
+    while (!(sig = wait_signal(&sigs, KILN_IDLE_LOOK_MS / 2)))
+        kiln_srv_wake_idle(s->loop, KILN_IDLE_LOOK_MS * 1000000ull);
     fprintf(stderr, "kiln serve: %s: draining %d requests\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
             kiln_srv_loop_busy(s->loop));
     atomic_store(&s->draining, true);
@@ -1055,14 +861,21 @@ kiln_status kiln_serve_run(const kiln_serve_opts *o, const kiln_model *m, kiln_e
         const union MHD_DaemonInfo *ci =
             MHD_get_daemon_info(d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
         if (kiln_srv_loop_busy(s->loop) == 0 && (!ci || ci->num_connections == 0)) break;
-        usleep(20000);
+        (void)wait_signal(&sigs, 20);
+        kiln_srv_wake_idle(s->loop, KILN_IDLE_LOOK_MS * 1000000ull);
     }
     fprintf(stderr, "kiln serve: stopped\n");
 done:
+    /* libmicrohttpd must not be stopped with a suspended connection: the workers resume
+     * theirs, then every parked one is woken and none parks again */
+    workers_stop(s);
+    if (s->loop) kiln_srv_stop_parking(s->loop);
     if (d) MHD_stop_daemon(d);
     kiln_srv_loop_free(s->loop);
     kiln_chat_template_free(s->tpl);
     kiln_srv_tenants_free(&s->tenants);
+    pthread_cond_destroy(&s->job_cv);
+    pthread_mutex_destroy(&s->job_mu);
     kiln_free(s);
     return st;
 }
