@@ -257,6 +257,42 @@ static void test_errors(void **state) {
     }
 }
 
+/* The render limits (jinja_vars.max_steps / max_bytes, which the fuzz targets and the
+ * server set) stop a runaway template with a status, not a hang or an unbounded buffer. */
+static void test_limits(void **state) {
+    (void)state;
+    static const struct {
+        const char *src, *want;
+        size_t max_bytes;
+        uint64_t max_steps;
+    } cases[] = {
+        {"{% for i in range(1000) %}{% for j in range(1000) %}{% set x = j %}{% endfor %}{% endfor "
+         "%}",
+         "step limit reached", 0, 5000},
+        {"{% for i in range(1000) %}xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx{% endfor %}", "limit", 4096,
+         0},
+        {"{% set ns = namespace(x='ab') %}{% for i in range(40) %}{% set ns.x = ns.x + ns.x %}"
+         "{% endfor %}{{ ns.x }}",
+         "limit", 1u << 16, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln_err err;
+        kiln_err_clear(&err);
+        jinja_template *t = NULL;
+        char *out = NULL;
+        assert_int_equal(jinja_parse(cases[i].src, strlen(cases[i].src), &t, &err), KILN_OK);
+        jinja_vars v = {0};
+        v.max_bytes = cases[i].max_bytes;
+        v.max_steps = cases[i].max_steps;
+        kiln_status st = jinja_render(t, &v, &out, NULL, &err);
+        if (!st || !strstr(err.msg, cases[i].want))
+            fail_msg("template %zu: want error '%s', got %s '%s'", i, cases[i].want,
+                     st ? "error" : "success", st ? err.msg : "(output)");
+        free(out);
+        jinja_free(t);
+    }
+}
+
 /* Templates and special tokens from model metadata (the GGUF keys). */
 static void test_from_meta(void **state) {
     (void)state;
@@ -313,9 +349,8 @@ static void test_from_meta(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_real_templates),
-        cmocka_unit_test(test_features),
-        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_real_templates), cmocka_unit_test(test_features),
+        cmocka_unit_test(test_errors),         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_from_meta),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
