@@ -207,6 +207,18 @@ static bool peer_gone(int fd) {
 
 /* ---- streaming ----------------------------------------------------------------------- */
 
+/* Called under the loop lock. When the idle tick (not news) woke r: unlocks, checks that
+ * the client is still there and returns 0 (look again), or 1 when it is gone (r cancelled).
+ * Otherwise returns -1, still locked. */
+static int idle_check(server *s, conn *cx, kiln_srv_req *r) {
+    if (!r->idle_woken) return -1;
+    r->idle_woken = false;
+    kiln_srv_unlock(s->loop);
+    if (!peer_gone(cx->fd)) return 0;
+    kiln_srv_cancel(s->loop, r);
+    return 1;
+}
+
 /* libmicrohttpd's content reader of a stream, on its one thread: hands out what is
  * formatted, formats what is new, and otherwise parks the request and suspends the
  * connection (returning 0 bytes) until the sink resumes it: it never waits. */
@@ -236,17 +248,9 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
             s->stream_collect_ns += kiln_now_ns() - t0;
             continue;
         }
-        bool look = r->idle_woken;
-        r->idle_woken = false;
-        if (look) {
-            /* woken by the idle tick, not by news: is the client still there? */
-            kiln_srv_unlock(s->loop);
-            if (peer_gone(cx->fd)) {
-                kiln_srv_cancel(s->loop, r);
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            }
-            continue;
-        }
+        const int ic = idle_check(s, cx, r);
+        if (ic > 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (ic == 0) continue;
         /* parked and suspended under the lock: the sink's wake comes after the suspend */
         if (!kiln_srv_park(s->loop, r, false)) {
             kiln_srv_unlock(s->loop); /* shutting down past the drain */
@@ -383,6 +387,15 @@ static bool prepare(server *s, conn *cx) {
     return true;
 }
 
+/* prepare() with its CPU time counted (kiln_http_prepare_cpu_seconds_total). */
+static void prepare_counted(server *s, conn *cx) {
+    uint64_t c0 = thread_cpu_ns();
+    (void)prepare(s, cx);
+    cx->prep_done = true;
+    atomic_fetch_add(&s->prep_cpu_ns, sub0(thread_cpu_ns(), c0));
+    atomic_fetch_add(&s->preps, 1);
+}
+
 static void *prep_worker(void *arg) {
     server *s = arg;
     pthread_mutex_lock(&s->job_mu);
@@ -393,11 +406,7 @@ static void *prep_worker(void *arg) {
         s->job_head = cx->job_next;
         if (!s->job_head) s->job_tail = NULL;
         pthread_mutex_unlock(&s->job_mu);
-        uint64_t c0 = thread_cpu_ns();
-        (void)prepare(s, cx);
-        cx->prep_done = true;
-        atomic_fetch_add(&s->prep_cpu_ns, sub0(thread_cpu_ns(), c0));
-        atomic_fetch_add(&s->preps, 1);
+        prepare_counted(s, cx);
         /* the connection was suspended before it was queued; its handler runs next */
         MHD_resume_connection(cx->c);
         pthread_mutex_lock(&s->job_mu);
@@ -413,16 +422,9 @@ static enum MHD_Result await_final(server *s, conn *cx, struct MHD_Connection *c
     for (;;) {
         kiln_srv_lock(s->loop);
         if (r->state == 3) break;
-        bool look = r->idle_woken;
-        r->idle_woken = false;
-        if (look) {
-            kiln_srv_unlock(s->loop);
-            if (peer_gone(cx->fd)) {
-                kiln_srv_cancel(s->loop, r);
-                return MHD_NO;
-            }
-            continue;
-        }
+        const int ic = idle_check(s, cx, r);
+        if (ic > 0) return MHD_NO;
+        if (ic == 0) continue;
         if (!kiln_srv_park(s->loop, r, true)) {
             kiln_srv_unlock(s->loop);
             kiln_srv_cancel(s->loop, r);
@@ -475,11 +477,7 @@ static enum MHD_Result start_generation(server *s, conn *cx, struct MHD_Connecti
     pthread_mutex_lock(&s->job_mu);
     if (s->n_workers == 0 || s->job_quit) {
         pthread_mutex_unlock(&s->job_mu);
-        uint64_t c0 = thread_cpu_ns();
-        (void)prepare(s, cx);
-        cx->prep_done = true;
-        atomic_fetch_add(&s->prep_cpu_ns, sub0(thread_cpu_ns(), c0));
-        atomic_fetch_add(&s->preps, 1);
+        prepare_counted(s, cx);
         return respond(s, cx, c);
     }
     /* suspended before it is queued, so the worker's resume follows the suspend */

@@ -182,26 +182,18 @@ static void pack_sb(uint32_t dt, const uint8_t *const blk[16], uint8_t *o) {
 
 /* out word 16 w + r = word w of src[r], for w < nw (a multiple of 4): 16 rows of nw
  * 32-bit words transposed, 4 x 4 at a time. Sources may be unaligned. */
+#if defined(__SSE2__)
+static inline void st16(uint8_t *p, __m128i v, bool nt) {
+    if (nt)
+        _mm_stream_si128((__m128i *)p, v); /* aligned: checked by tr16w */
+    else
+        _mm_storeu_si128((__m128i *)p, v);
+}
+#endif
+
 static void tr16w(const uint8_t *const src[16], int nw, uint8_t *out, bool nt) {
 #if defined(__SSE2__)
-    if (nt && ((uintptr_t)out & 15) == 0) { /* streaming stores: no read of the destination */
-        for (int w = 0; w < nw; w += 4) {
-            uint8_t *o = out + (size_t)64 * w;
-            for (int rb = 0; rb < 16; rb += 4) {
-                __m128i a = _mm_loadu_si128((const __m128i *)(src[rb] + 4 * w));
-                __m128i b = _mm_loadu_si128((const __m128i *)(src[rb + 1] + 4 * w));
-                __m128i c = _mm_loadu_si128((const __m128i *)(src[rb + 2] + 4 * w));
-                __m128i d = _mm_loadu_si128((const __m128i *)(src[rb + 3] + 4 * w));
-                __m128i t0 = _mm_unpacklo_epi32(a, b), t1 = _mm_unpacklo_epi32(c, d);
-                __m128i t2 = _mm_unpackhi_epi32(a, b), t3 = _mm_unpackhi_epi32(c, d);
-                _mm_stream_si128((__m128i *)(o + 4 * rb), _mm_unpacklo_epi64(t0, t1));
-                _mm_stream_si128((__m128i *)(o + 64 + 4 * rb), _mm_unpackhi_epi64(t0, t1));
-                _mm_stream_si128((__m128i *)(o + 128 + 4 * rb), _mm_unpacklo_epi64(t2, t3));
-                _mm_stream_si128((__m128i *)(o + 192 + 4 * rb), _mm_unpackhi_epi64(t2, t3));
-            }
-        }
-        return;
-    }
+    nt = nt && ((uintptr_t)out & 15) == 0; /* streaming stores: no read of the destination */
     for (int w = 0; w < nw; w += 4) {
         uint8_t *o = out + (size_t)64 * w;
         for (int rb = 0; rb < 16; rb += 4) {
@@ -211,10 +203,10 @@ static void tr16w(const uint8_t *const src[16], int nw, uint8_t *out, bool nt) {
             __m128i d = _mm_loadu_si128((const __m128i *)(src[rb + 3] + 4 * w));
             __m128i t0 = _mm_unpacklo_epi32(a, b), t1 = _mm_unpacklo_epi32(c, d);
             __m128i t2 = _mm_unpackhi_epi32(a, b), t3 = _mm_unpackhi_epi32(c, d);
-            _mm_storeu_si128((__m128i *)(o + 4 * rb), _mm_unpacklo_epi64(t0, t1));
-            _mm_storeu_si128((__m128i *)(o + 64 + 4 * rb), _mm_unpackhi_epi64(t0, t1));
-            _mm_storeu_si128((__m128i *)(o + 128 + 4 * rb), _mm_unpacklo_epi64(t2, t3));
-            _mm_storeu_si128((__m128i *)(o + 192 + 4 * rb), _mm_unpackhi_epi64(t2, t3));
+            st16(o + 4 * rb, _mm_unpacklo_epi64(t0, t1), nt);
+            st16(o + 64 + 4 * rb, _mm_unpackhi_epi64(t0, t1), nt);
+            st16(o + 128 + 4 * rb, _mm_unpacklo_epi64(t2, t3), nt);
+            st16(o + 192 + 4 * rb, _mm_unpackhi_epi64(t2, t3), nt);
         }
     }
 #else
