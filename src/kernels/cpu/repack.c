@@ -243,11 +243,15 @@ static void pack_unit32_fast(uint32_t dt, const uint8_t *const blk0[16], size_t 
     }
 }
 
+/* Bit b of each of the 4 bytes of w, as a nibble (byte e -> bit e). */
+static inline uint32_t bits4(uint32_t w, int b) {
+    return ((((w >> b) & 0x01010101u) * 0x01020408u) >> 24) & 0xF;
+}
+
 /* Fast pack_sb for q4_K / q5_K super-blocks of 16 real rows. */
 static void pack_sb_fast(uint32_t dt, const uint8_t *const blk[16], uint8_t *o, bool nt) {
     const bool five = dt == KILN_DTYPE_Q5_K;
     const uint8_t *src[16];
-    if (five) memset(o + 320, 0, 512); /* high-bit masks are or'ed together */
     for (int r = 0; r < 16; r++) {
         const uint8_t *x = blk[r];
         memcpy(o + 2 * r, x, 2);
@@ -255,20 +259,17 @@ static void pack_sb_fast(uint32_t dt, const uint8_t *const blk[16], uint8_t *o, 
         for (int j = 0; j < 8; j++)
             kq_scale_min_k4(j, x + 4, o + 64 + 16 * j + r, o + 192 + 16 * j + r);
         src[r] = x + (five ? 48 : 16);
-        if (!five) continue;
-        for (int c = 0; c < 4; c++)
-            for (int hb = 0; hb < 2; hb++)
-                for (int i = 0; i < 8; i++) {
-                    uint8_t *mp = o + 320 + 128 * c + 64 * hb + 8 * i;
-                    uint32_t w; /* bytes qh[4i .. 4i + 3] */
-                    memcpy(&w, x + 16 + 4 * i, 4);
-                    w = (w >> (2 * c + hb)) & 0x01010101u; /* bit 0 of each byte */
-                    uint32_t nib = (w & 1) | ((w >> 7) & 2) | ((w >> 14) & 4) | ((w >> 21) & 8);
-                    uint64_t m;
-                    memcpy(&m, mp, 8);
-                    m |= (uint64_t)nib << (4 * r);
-                    memcpy(mp, &m, 8);
-                }
+    }
+    if (five) { /* mask (c, hb, i): bit 4r + e = bit 2c + hb of qh_r[4i + e] */
+        for (int i = 0; i < 8; i++) {
+            uint32_t w[16];
+            for (int r = 0; r < 16; r++) memcpy(&w[r], blk[r] + 16 + 4 * i, 4);
+            for (int b = 0; b < 8; b++) { /* b = 2c + hb */
+                uint64_t m = 0;
+                for (int r = 0; r < 16; r++) m |= (uint64_t)bits4(w[r], b) << (4 * r);
+                memcpy(o + 320 + 128 * (b >> 1) + 64 * (b & 1) + 8 * i, &m, 8);
+            }
+        }
     }
     tr16w(src, 32, o + (five ? 832 : 320), nt);
 }
