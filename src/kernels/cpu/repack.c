@@ -227,17 +227,18 @@ static void pack_unit32_fast(uint32_t dt, const uint8_t *const blk0[16], size_t 
     for (int h = 0; h < 2; h++) {
         uint8_t *q = o + hdr + (size_t)h * bl;
         const uint8_t *src[16];
-        if (five) memset(q, 0, 64); /* high-bit masks are or'ed together */
+        uint32_t qh[16];
         for (int r = 0; r < 16; r++) {
             const uint8_t *x = blk0[r] + (size_t)h * bb;
             memcpy(o + 32 * h + 2 * r, x, 2);
             if (has_m) memcpy(o + 64 + 32 * h + 2 * r, x + 2, 2);
-            if (five) {
-                uint32_t qh;
-                memcpy(&qh, x + (has_m ? 4 : 2), 4);
-                put_qh32(q, r, qh);
-            }
+            if (five) memcpy(&qh[r], x + (has_m ? 4 : 2), 4);
             src[r] = x + qoff;
+        }
+        for (int j = 0; five && j < 8; j++) { /* mask j: bit 4r + e = bit 4j + e of qh_r */
+            uint64_t m = 0;
+            for (int r = 0; r < 16; r++) m |= (uint64_t)((qh[r] >> (4 * j)) & 0xF) << (4 * r);
+            memcpy(q + 8 * j, &m, 8);
         }
         tr16w(src, nw, q + (five ? 64 : 0), nt);
     }
