@@ -78,8 +78,8 @@ void kiln_upload_free(void *device_ptr) {
  *   stream  tensors that lie in a cached file as the device wants them (the mmap reader,
  *           native layout, contiguous rows) are cut into page-aligned windows of the file's
  *           mapping, copied into pinned staging by every thread (plain stores; streaming
- *           stores with KILN_UPLOAD_STORES=stream: 0.73 vs 0.75 of pinned H2D, 7 runs each,
- *           session 7);
+ *           stores with KILN_UPLOAD_STORES=stream: 0.78-0.89 vs 0.82-0.95 of pinned H2D in
+ *           the same runs, session 7 runs 4-5, docs/PERF_GPU.md);
  *   direct  those windows registered with the driver (cudaHostRegister, read-only) and
  *           copied from the page cache itself by KILN_UPLOAD_THREADS threads (default 2),
  *           no host copy;
