@@ -244,15 +244,91 @@ static void pack_unit32_fast(uint32_t dt, const uint8_t *const blk0[16], size_t 
     }
 }
 
+#if !defined(__SSE2__)
 /* Bit b of each of the 4 bytes of w, as a nibble (byte e -> bit e). */
 static inline uint32_t bits4(uint32_t w, int b) {
     return ((((w >> b) & 0x01010101u) * 0x01020408u) >> 24) & 0xF;
 }
+#else
+/* 16 x 16 bytes transposed in registers: v[b] byte r <- v[r] byte b (4 rounds of unpacks). */
+static inline void tr16x16b(__m128i v[16]) {
+    __m128i a[16], b[16], c[16];
+    for (int i = 0; i < 8; i++) { /* a[8h + i]: rows 2i, 2i + 1, bytes 8h .. 8h + 7 */
+        a[i] = _mm_unpacklo_epi8(v[2 * i], v[2 * i + 1]);
+        a[8 + i] = _mm_unpackhi_epi8(v[2 * i], v[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; h++) /* b[4q + j]: rows 4j .. 4j + 3, bytes 4q .. 4q + 3 */
+        for (int j = 0; j < 4; j++) {
+            b[8 * h + j] = _mm_unpacklo_epi16(a[8 * h + 2 * j], a[8 * h + 2 * j + 1]);
+            b[8 * h + 4 + j] = _mm_unpackhi_epi16(a[8 * h + 2 * j], a[8 * h + 2 * j + 1]);
+        }
+    for (int q = 0; q < 4; q++) /* c[4q + 2j + s]: rows 8j .. 8j + 7, bytes 4q + 2s, + 1 */
+        for (int j = 0; j < 2; j++) {
+            c[4 * q + 2 * j] = _mm_unpacklo_epi32(b[4 * q + 2 * j], b[4 * q + 2 * j + 1]);
+            c[4 * q + 2 * j + 1] = _mm_unpackhi_epi32(b[4 * q + 2 * j], b[4 * q + 2 * j + 1]);
+        }
+    for (int q = 0; q < 4; q++)
+        for (int s = 0; s < 2; s++) {
+            v[4 * q + 2 * s] = _mm_unpacklo_epi64(c[4 * q + s], c[4 * q + 2 + s]);
+            v[4 * q + 2 * s + 1] = _mm_unpackhi_epi64(c[4 * q + s], c[4 * q + 2 + s]);
+        }
+}
+
+/* The first 16 bytes of each row's block (d, dmin, the 12 packed 6-bit scales and mins)
+ * -> the R16 header: d and dmin as 16 x 2 bytes, scales and mins as [8][16] bytes
+ * (kq_scale_min_k4 on 16 rows at once). */
+static void k4_header16(const uint8_t *const blk[16], uint8_t *o) {
+    __m128i v[16];
+    for (int r = 0; r < 16; r++) v[r] = _mm_loadu_si128((const __m128i *)blk[r]);
+    tr16x16b(v);
+    _mm_storeu_si128((__m128i *)o, _mm_unpacklo_epi8(v[0], v[1]));
+    _mm_storeu_si128((__m128i *)(o + 16), _mm_unpackhi_epi8(v[0], v[1]));
+    _mm_storeu_si128((__m128i *)(o + 32), _mm_unpacklo_epi8(v[2], v[3]));
+    _mm_storeu_si128((__m128i *)(o + 48), _mm_unpackhi_epi8(v[2], v[3]));
+    const __m128i *q = v + 4;
+    const __m128i m63 = _mm_set1_epi8(63), m0f = _mm_set1_epi8(0x0F), m30 = _mm_set1_epi8(0x30);
+    for (int j = 0; j < 4; j++) {
+        _mm_storeu_si128((__m128i *)(o + 64 + 16 * j), _mm_and_si128(q[j], m63));
+        _mm_storeu_si128((__m128i *)(o + 192 + 16 * j), _mm_and_si128(q[j + 4], m63));
+    }
+    for (int j = 4; j < 8; j++) { /* (x >> 6) << 4 of a byte = (x >> 2) & 0x30 */
+        const __m128i sc = _mm_or_si128(_mm_and_si128(q[j + 4], m0f),
+                                        _mm_and_si128(_mm_srli_epi16(q[j - 4], 2), m30));
+        const __m128i mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q[j + 4], 4), m0f),
+                                        _mm_and_si128(_mm_srli_epi16(q[j], 2), m30));
+        _mm_storeu_si128((__m128i *)(o + 64 + 16 * j), sc);
+        _mm_storeu_si128((__m128i *)(o + 192 + 16 * j), mn);
+    }
+}
+#endif
 
 /* Fast pack_sb for q4_K / q5_K super-blocks of 16 real rows. */
 static void pack_sb_fast(uint32_t dt, const uint8_t *const blk[16], uint8_t *o, bool nt) {
     const bool five = dt == KILN_DTYPE_Q5_K;
     const uint8_t *src[16];
+#if defined(__SSE2__)
+    k4_header16(blk, o);
+    for (int r = 0; r < 16; r++) src[r] = blk[r] + (five ? 48 : 16);
+    if (five) { /* mask (c, hb, i): bit 4r + e = bit 2c + hb of qh_r[4i + e] */
+        _Alignas(16) uint8_t t[512];
+        const uint8_t *qh[16];
+        for (int r = 0; r < 16; r++) qh[r] = blk[r] + 16;
+        tr16w(qh, 8, t, false); /* word 16i + r = qh_r[4i .. 4i + 3] */
+        for (int i = 0; i < 8; i++) {
+            __m128i w[4];
+            for (int q = 0; q < 4; q++)
+                w[q] = _mm_load_si128((const __m128i *)(t + 64 * i + 16 * q));
+            for (int b = 0; b < 8; b++) { /* b = 2c + hb: bit b of each byte to its sign bit */
+                uint64_t m = 0;
+                for (int q = 0; q < 4; q++)
+                    m |= (uint64_t)(uint16_t)_mm_movemask_epi8(
+                             _mm_sll_epi16(w[q], _mm_cvtsi32_si128(7 - b)))
+                         << (16 * q);
+                memcpy(o + 320 + 128 * (b >> 1) + 64 * (b & 1) + 8 * i, &m, 8);
+            }
+        }
+    }
+#else
     for (int r = 0; r < 16; r++) {
         const uint8_t *x = blk[r];
         memcpy(o + 2 * r, x, 2);
@@ -272,6 +348,7 @@ static void pack_sb_fast(uint32_t dt, const uint8_t *const blk[16], uint8_t *o, 
             }
         }
     }
+#endif
     tr16w(src, 32, o + (five ? 832 : 320), nt);
 }
 
@@ -281,10 +358,45 @@ static void pack_sb_fast(uint32_t dt, const uint8_t *const blk[16], uint8_t *o, 
 static void pack_sb_q6k_fast(const uint8_t *const blk[16], uint8_t *o, bool nt) {
     uint8_t lo[16][128], hi[16][64];
     const uint8_t *lp[16], *hp[16];
+#if defined(__SSE2__)
+    {
+        __m128i v[16]; /* the 16 int8 sub-block scales of 16 rows -> [16][16] */
+        for (int r = 0; r < 16; r++) v[r] = _mm_loadu_si128((const __m128i *)(blk[r] + 192));
+        tr16x16b(v);
+        for (int s = 0; s < 16; s++) _mm_storeu_si128((__m128i *)(o + 64 + 16 * s), v[s]);
+    }
+    const __m128i m0f = _mm_set1_epi8(0x0F), mf0 = _mm_set1_epi8((char)0xF0);
+    const __m128i m3 = _mm_set1_epi8(3), mc = _mm_set1_epi8(0x0C);
+#endif
     for (int r = 0; r < 16; r++) {
         const uint8_t *x = blk[r], *ql = x, *qh = x + 128;
         float d = kiln_fp16_to_f32((uint16_t)(x[208] | x[209] << 8));
         memcpy(o + 4 * r, &d, 4);
+#if defined(__SSE2__)
+        for (int h = 0; h < 2; h++) { /* units 2h (low nibbles) and 2h + 1 (high nibbles) */
+            for (int f = 0; f < 2; f++) {
+                const __m128i a = _mm_loadu_si128((const __m128i *)(ql + 64 * h + 16 * f));
+                const __m128i b = _mm_loadu_si128((const __m128i *)(ql + 64 * h + 32 + 16 * f));
+                const __m128i u0 =
+                    _mm_or_si128(_mm_and_si128(a, m0f), _mm_and_si128(_mm_slli_epi16(b, 4), mf0));
+                const __m128i u1 =
+                    _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 4), m0f), _mm_and_si128(b, mf0));
+                _mm_storeu_si128((__m128i *)(lo[r] + 64 * h + 16 * f), u0);
+                _mm_storeu_si128((__m128i *)(lo[r] + 64 * h + 32 + 16 * f), u1);
+            }
+            const __m128i q0 = _mm_loadu_si128((const __m128i *)(qh + 32 * h));
+            const __m128i q1 = _mm_loadu_si128((const __m128i *)(qh + 32 * h + 16));
+            for (int sh = 0; sh < 2; sh++) { /* unit 2h + sh: bits 4sh and 4sh + 2 of qh */
+                const __m128i p = sh ? _mm_srli_epi16(q0, 4) : q0;
+                const __m128i t = sh ? _mm_srli_epi16(q1, 4) : q1;
+                __m128i u =
+                    _mm_or_si128(_mm_and_si128(p, m3), _mm_slli_epi16(_mm_and_si128(t, m3), 2));
+                u = _mm_or_si128(u, _mm_slli_epi16(_mm_and_si128(p, mc), 2));
+                u = _mm_or_si128(u, _mm_slli_epi16(_mm_and_si128(t, mc), 4));
+                _mm_storeu_si128((__m128i *)(hi[r] + 16 * (2 * h + sh)), u);
+            }
+        }
+#else
         for (int s = 0; s < 16; s++) o[64 + 16 * s + r] = x[192 + s];
         for (int h = 0; h < 2; h++) { /* units 2h (low nibbles) and 2h + 1 (high nibbles) */
             const uint8_t *a = ql + 64 * h, *b = ql + 64 * h + 32;
@@ -303,6 +415,7 @@ static void pack_sb_q6k_fast(const uint8_t *const blk[16], uint8_t *o, bool nt) 
                 }
             }
         }
+#endif
         lp[r] = lo[r];
         hp[r] = hi[r];
     }
