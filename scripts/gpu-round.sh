@@ -29,6 +29,9 @@
 #             upload lane's stream way (plain / streaming stores) next to pinned H2D
 #   transform 8B q4_0 (R16 streaming vs temporal stores) and q4_K_M: bench_load --model (R16
 #             repack vs memcpy of the same bytes)
+#   wakeup    bench_wakeup: the kernel's floor per streamed token (eventfd wakeup of an
+#             epoll thread + one loopback send, 5 ms apart like an 8B decode step; and the
+#             producer sending itself), 3 runs (issue 13)
 #   starve    bench_sched --mode starve (16 slots: an interactive request's inter-token
 #             p99 / p50 while a batch tenant saturates 15 slots) on this quiet host: llama-110m
 #             q4_0 on the cpu backend (-t 2 and -t 8), 3 runs each, and 8B q4_0 on cuda
@@ -75,6 +78,7 @@ for s in "$@"; do
     profile) TG="$TG bench_cuda" ;;
     load) TG="$TG bench_load test_load" ;;
     upload|transform) TG="$TG bench_load" ;;
+    wakeup) TG="$TG bench_wakeup" ;;
     starve) TG="$TG bench_sched" ;;
   esac
 done
@@ -196,6 +200,14 @@ for s in "$@"; do
         grep -E "transform|memcpy" "$LOG/transform-$n-$t.log" >>"$LOG/transform.txt"
       done
       cat "$LOG/transform.txt" ;;
+    wakeup)
+      : >"$LOG/wakeup.txt"
+      for r in 1 2 3; do
+        for a in "-g 0" "-g 5000" "-g 5000 -d" "-g 5000 -s 8" "-g 5000 -s 8 -d"; do
+          timeout 60 bench_wakeup -n 1000 $a >>"$LOG/wakeup.txt" 2>&1
+        done
+      done
+      cat "$LOG/wakeup.txt" ;;
     starve)
       f=$(gen llama-110m q4_0)
       : >"$LOG/starve.txt"
