@@ -123,6 +123,13 @@ typedef struct kiln_sched_opts {
     int32_t latency_step_tokens; /* budget of a step while a slot of an interactive tenant
                                     decodes, so prefill chunks do not stretch its
                                     inter-token time (0: 64; >= step_tokens: off)      */
+    /* Called after every scheduler step that did work (engine step, admissions,
+     * cancellations, retirements), once all of that step's sink calls have returned, and
+     * after the shutdown's final events; on the thread that ran the step (the scheduler's
+     * thread once started). A server batches the wakeups of one step's streams on it.
+     * Must not call back into the scheduler's stepping. NULL: none. */
+    void (*on_step_end)(void *user);
+    void *step_end_user;
 } kiln_sched_opts;
 
 void kiln_sched_opts_default(kiln_sched_opts *o);

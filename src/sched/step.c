@@ -1028,6 +1028,7 @@ kiln_status ks_step(kiln_sched *s, bool *worked, kiln_err *err) {
                  (double)(t1 - t0 - eng_ns) * 1e-3);
         ks_trace_event(&s->trace, "step", 'X', t0, t1 - t0, a);
     }
+    if (*worked && s->o.on_step_end) s->o.on_step_end(s->o.step_end_user);
     return st;
 }
 
@@ -1041,6 +1042,7 @@ void ks_shutdown_all(kiln_sched *s) {
         if (s->slots && s->slots[i]) finish(s, s->slots[i], KILN_FINISH_SHUTDOWN, NULL);
     for (int32_t ti = 0; ti < s->n_t; ti++)
         while (s->t[ti].qhead) finish(s, s->t[ti].qhead, KILN_FINISH_SHUTDOWN, NULL);
+    if (s->o.on_step_end) s->o.on_step_end(s->o.step_end_user);
 }
 
 /* ---- checks (tests) ---- */

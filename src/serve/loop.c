@@ -31,8 +31,6 @@ struct kiln_srv_loop {
     /* step batching (loop.h): unparked users waiting for the batch's end */
     void **pend;
     int n_pend, cap_pend;
-    uint64_t feed_seq; /* the current batch (choices' fed_seq) */
-    int live, fed;     /* live choices; of those, fed in this batch */
 };
 
 /* a streaming request that is generating is looked at by the idle tick after this */
@@ -86,6 +84,12 @@ static int flush_pending(kiln_srv_loop *l) {
         n += k;
         if (k < 64) return n;
     }
+}
+
+/* The scheduler's step-end hook (kiln_sched_opts.on_step_end): one wake for every stream
+ * the step fed. */
+static void step_end(void *user) {
+    (void)flush_pending((kiln_srv_loop *)user);
 }
 
 bool kiln_srv_park(kiln_srv_loop *l, kiln_srv_req *r, bool final_only) {
@@ -322,11 +326,6 @@ static kiln_sink_result sink(void *user, const kiln_token_event *ev) {
                          ev->error ? ": " : "", ev->error ? ev->error : "");
             }
         }
-        if (c->live) { /* a final event ends the batch (below) */
-            c->live = false;
-            l->live--;
-            if (c->fed_seq == l->feed_seq) l->fed--;
-        }
         if (++r->n_final == r->n_choices) {
             if (r->state == 2) l->running--;
             r->state = 3;
@@ -336,8 +335,6 @@ static kiln_sink_result sink(void *user, const kiln_token_event *ev) {
             pthread_cond_broadcast(&r->cv);
             void *wake = unpark(l, r);
             if (wake && pend_push(l, wake)) wake = NULL;
-            l->feed_seq++;
-            l->fed = 0;
             bool last = --r->refs == 0; /* (never while parked: the server holds a ref) */
             pthread_mutex_unlock(&l->mu);
             if (wake) l->wake(&wake, 1);
@@ -355,25 +352,9 @@ static kiln_sink_result sink(void *user, const kiln_token_event *ev) {
         l->running++;
     }
     r->version++;
-    /* step batching (loop.h): is this the batch's last token? */
+    /* step batching (loop.h): held until the scheduler's step ends (step_end), or now
+     * at a final event */
     bool flush = ev->finish != KILN_FINISH_NONE;
-    if (!flush) {
-        if (!c->live) {
-            c->live = true;
-            l->live++;
-        }
-        if (c->fed_seq == l->feed_seq) { /* fed twice: a new step began, the batch ends */
-            flush = true;
-            l->feed_seq++;
-            l->fed = 0;
-        }
-        c->fed_seq = l->feed_seq;
-        if (++l->fed >= l->live) {
-            flush = true;
-            l->feed_seq++;
-            l->fed = 0;
-        }
-    }
     void *wake = r->park_final_only ? NULL : unpark(l, r);
     if (wake && pend_push(l, wake)) wake = NULL;
     if (l->no_park) flush = true; /* shutting down: nothing waits for a batch */
@@ -548,7 +529,6 @@ kiln_status kiln_srv_loop_create(const kiln_model *m, kiln_engine *e, const kiln
     l->model = m;
     l->vocab = m->vocab;
     l->o = *o;
-    l->feed_seq = 1;
     pthread_mutex_init(&l->mu, NULL);
     kiln_sched_opts so;
     kiln_sched_opts_default(&so);
@@ -556,6 +536,8 @@ kiln_status kiln_srv_loop_create(const kiln_model *m, kiln_engine *e, const kiln
     so.max_queued = o->max_queue;
     so.step_tokens = o->max_step;
     so.deterministic = o->deterministic;
+    so.on_step_end = step_end;
+    so.step_end_user = l;
     kiln_status st = kiln_sched_create(e, m->vocab, &so, &l->s, err);
     for (int i = 0; !st && tenants && i < tenants->n; i++) {
         kiln_tenant_config tc;

@@ -21,10 +21,8 @@
  *
  * Step batching: the sink runs once per token of every choice; the wakes of one
  * scheduler step are held and given to the wake function together (one wakeup of the
- * HTTP thread per step, not one per stream): when every live choice (one that has had
- * a token and not its final event) has had its token since the last batch, when a
- * choice has a second token before that (a new step began: a choice preempted or
- * parked by the scheduler got none), at a final event, and at kiln_srv_wake_idle.
+ * HTTP thread per step, not one per stream) when the step ends (the scheduler's
+ * on_step_end hook), at a final event, and at kiln_srv_wake_idle.
  */
 #ifndef KILN_SERVE_LOOP_H
 #define KILN_SERVE_LOOP_H
@@ -58,8 +56,6 @@ typedef struct kiln_srv_choice {
     size_t n_ids, ids_cap;
     json_t *lp; /* array of {token, logprob, bytes, top_logprobs} per generated token */
     kiln_srv_finish finish;
-    bool live;        /* has had a token and not its final event (step batching) */
-    uint64_t fed_seq; /* the batch in which it last had a token */
 } kiln_srv_choice;
 
 typedef struct kiln_srv_loop kiln_srv_loop;
