@@ -171,23 +171,6 @@ kiln_status kiln_load_produce(const kiln_load_plan *p, const kiln_load_item *it,
         src = kiln_load_src(p, it) + (uint64_t)r0 * it->src_stride;
     } else {
         if (!scratch) return kiln_err_set(err, KILN_ERR_INTERNAL, "no staging buffer");
-        const int64_t g = it->layout->row_group > 0 ? it->layout->row_group : 1;
-        if (contiguous && it->src->file != KILN_LOAD_MEMORY && rows > g) {
-            /* read and transform 256 KiB at a time: the staged bytes are transformed while
-             * they are still in the core's cache (row-group-aligned pieces) */
-            int64_t sub =
-                (int64_t)(((size_t)256 << 10) / (it->src_row_bytes ? it->src_row_bytes : 1));
-            sub = sub / g * g;
-            if (sub < g) sub = g;
-            for (int64_t a = 0; a < rows; a += sub) {
-                const int64_t n = rows - a < sub ? rows - a : sub;
-                KILN_TRY(read_range(rd, it, off + (uint64_t)a * it->src_stride, scratch,
-                                    (size_t)(it->src_row_bytes * (uint64_t)n), err));
-                KILN_TRY(it->layout->run(it->src->dtype, it->shape[0], it->src->fixup, scratch, n,
-                                         (uint8_t *)dst + (size_t)a * it->out_row_bytes, err));
-            }
-            return KILN_OK;
-        }
         if (contiguous) {
             KILN_TRY(read_range(rd, it, off, scratch, src_bytes, err));
         } else {
@@ -381,14 +364,8 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
     kiln_status st = KILN_OK;
     if (!w.chunks || !w.left || !w.readers || !w.scratch)
         st = kiln_err_set(err, KILN_ERR_NOMEM, "load chunks");
-    /* KILN_TRANSFORM_READ=pread (A/B): with a warm file, transforms read their rows with
-     * pread in 256 KiB pieces instead of from the file's mapping (no page faults) */
-    const char *trd = getenv("KILN_TRANSFORM_READ");
-    const bool t_pread = lane == KILN_LANE_TRANSFORM && p->rep.env.io == KILN_IO_MMAP && trd &&
-                         strcmp(trd, "pread") == 0;
-    const kiln_io lane_io = t_pread ? KILN_IO_PREAD : p->rep.env.io;
     const char *kd = getenv("KILN_LOAD_DROP"); /* 0: keep the sources mapped (A/B) */
-    if (!st && lane == KILN_LANE_TRANSFORM && lane_io == KILN_IO_MMAP &&
+    if (!st && lane == KILN_LANE_TRANSFORM && p->rep.env.io == KILN_IO_MMAP &&
         !(kd && strcmp(kd, "0") == 0)) {
         w.drop = kiln_calloc(p->n ? p->n : 1, sizeof *w.drop);
         if (!w.drop) st = kiln_err_set(err, KILN_ERR_NOMEM, "load chunks");
@@ -421,11 +398,11 @@ static kiln_status run_parallel(kiln_load_plan *p, kiln_pool *pool, kiln_lane la
         bool identity =
             strcmp(it->layout->name, "native") == 0 && it->src->fixup == KILN_FIXUP_NONE;
         bool contiguous = it->src_stride == it->src_row_bytes;
-        if (it->lane == lane && !identity && (lane_io != KILN_IO_MMAP || !contiguous))
+        if (it->lane == lane && !identity && (p->rep.env.io != KILN_IO_MMAP || !contiguous))
             need_scratch = true;
     }
     for (int t = 0; !st && t < nth && lane == KILN_LANE_TRANSFORM; t++) {
-        st = kiln_reader_init(&w.readers[t], p, lane_io, err);
+        st = kiln_reader_init(&w.readers[t], p, p->rep.env.io, err);
         if (!st && need_scratch && p->max_chunk_src) {
             w.scratch[t] = kiln_alloc_aligned(p->max_chunk_src);
             if (!w.scratch[t]) st = kiln_err_set(err, KILN_ERR_NOMEM, "staging buffer");
