@@ -341,8 +341,8 @@ int main(int argc, char **argv) {
                 printf("%s t=%lld (T16): %.3f ms per step (%.0f GB/s of weights)\n", tok,
                        (long long)tt[ti], ms16[ti], total / (ms16[ti] * 1e-3) / 1e9);
             }
-            static const int cf[][2] = {{4, 1}, {4, 2},  {4, 4},  {8, 1}, {8, 2},
-                                        {8, 4}, {16, 1}, {16, 2}, {16, 4}};
+            static const int cf[][2] = {{8, 1},  {8, 2},  {8, 4},  {16, 1},
+                                        {16, 2}, {16, 4}, {32, 1}, {32, 2}};
             for (size_t c = 0; c < sizeof cf / sizeof cf[0]; c++) {
                 kiln_cuda_t16_config(cf[c][0], cf[c][1]);
                 const double v =

@@ -237,8 +237,8 @@ static void test_matmul_t16(void **state) {
     for (size_t d = 0; d < 2; d++)
         for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
             one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, false);
-    static const int sws[] = {4, 8, 16}, us[] = {1, 2, 4};
-    for (int a = 0; a < 3; a++)
+    static const int sws[] = {4, 8, 16, 32}, us[] = {1, 2, 4};
+    for (int a = 0; a < 4; a++)
         for (int b = 0; b < 3; b++) {
             kiln_cuda_t16_config(sws[a], us[b]);
             for (size_t d = 0; d < 2; d++)

@@ -59,7 +59,7 @@ int kiln_cuda_weight_dtype_ok(uint32_t dtype);
  * k % 128 == 0), passes of up to 8 tokens, batch invariant; plain rows go to
  * kiln_cuda_matmul_gemv_inv. Workspace: kiln_cuda_gemv_workspace. */
 kiln_status kiln_cuda_matmul_t16(const kiln_kctx *c, const kiln_matmul_args *a);
-/* Benchmarks / tests: warps per CTA (4, 8, 16) and superchunks per warp in flight (1, 2,
+/* Benchmarks / tests: warps per CTA (4, 8, 16, 32) and superchunks per warp in flight (1, 2,
  * 4) of the T16 gemv; 0 = by shape (the default). Process-wide. */
 void kiln_cuda_t16_config(int sw, int u);
 /* T16 weights (n x k) -> f16 hi halves at out[0, n k), 2^11-scaled lo at out[n k, 2 n k)

@@ -13,7 +13,8 @@
  *
  * Work split: one CTA per 16-row tile; its SW warps split the tile's k / 128 superchunks
  * (warp w takes w, w + SW, ...), each warp issuing the loads of U superchunks (q4_0: 3
- * x 16 bytes per lane each, q8_0: 5) before the first mma; the warps' partial sums meet in
+ * x 16 bytes per lane each, q8_0: 5) before the first mma (U = 2, SW = 16 for k >= 4096:
+ * t16_split); the warps' partial sums meet in
  * shared memory in warp order (kc_mma_store). SW and U depend on the shape (n, k) only,
  * never on the token count: a token's sums are computed in the same order whatever else
  * shares the pass (batch invariant; each token is its own mma column). Tokens: passes of
@@ -99,6 +100,11 @@ __global__ void __launch_bounds__(SW * 32)
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t sc = s0 + (int64_t)u * SW;
+            /* a superchunk past the tile reloads the round's first (an L2 hit, in flight
+             * with it; U = 4 x 16 warps on k = 4096 does that for half its loads: 4.23 vs
+             * 3.30 ms at U = 2, device run 1). Skipping the load instead made the
+             * compiler keep every load in flight at 68-88 registers: half the CTAs per SM
+             * of the measured 64. */
             const uint8_t *c = tb + (size_t)(sc < nsc ? sc : s0) * SCB;
 #pragma unroll
             for (int i = 0; i < NQ; i++) q[u][i] = kc_ldw(c + i * 512 + lane * 16);
@@ -147,23 +153,24 @@ static size_t t16_scratch(int64_t k) {
            (size_t)(k / 32) * KILN_CUDA_GEMV_MAX_T * sizeof(float);
 }
 
-/* A/B overrides (bench_cuda, tests): warps per CTA 4 / 8 / 16 and superchunks per warp in
- * flight 1 / 2 / 4 (0: by shape) */
+/* A/B overrides (bench_cuda, tests): warps per CTA 4 / 8 / 16 / 32 and superchunks per
+ * warp in flight 1 / 2 / 4 (0: by shape) */
 static int kc_t16_sw = 0, kc_t16_u = 0;
 extern "C" void kiln_cuda_t16_config(int sw, int u) {
-    kc_t16_sw = sw == 4 || sw == 8 || sw == 16 ? sw : 0;
+    kc_t16_sw = sw == 4 || sw == 8 || sw == 16 || sw == 32 ? sw : 0;
     kc_t16_u = u == 1 || u == 2 || u == 4 ? u : 0;
 }
 
-/* Warps per CTA and superchunks in flight per warp, by shape: enough warps that each does
- * about U superchunks in one round of loads, 16 when the tiles are few (k / v projections:
- * more warps in flight on the SMs that have a tile). */
+/* Warps per CTA and superchunks in flight per warp, by shape: U = 2 and enough warps
+ * (up to 16) that each does about U superchunks per round of loads. Device run 1 (H100,
+ * 8B matmuls at t = 1, every setting): 16 warps x 2 in flight was the best for both
+ * types (q4_0 3.30 ms, q8_0 4.12), 8 x 4 / 16 x 4 / 4 x any were 10-60 % slower. */
 static void t16_split(uint32_t dt, int64_t n, int64_t k, int *sw, int *u) {
-    const int64_t nsc = k / KILN_CUDA_T16_K, tiles = (n + 15) / 16;
-    *u = kc_t16_u ? kc_t16_u : dt == KILN_DTYPE_Q4_0 ? 4 : 2;
+    (void)dt, (void)n;
+    const int64_t nsc = k / KILN_CUDA_T16_K;
+    *u = kc_t16_u ? kc_t16_u : 2;
     const int64_t need = (nsc + *u - 1) / *u;
     *sw = need <= 4 ? 4 : need <= 8 ? 8 : 16;
-    if (tiles < 264 && nsc >= 16) *sw = 16;
     if (kc_t16_sw) *sw = kc_t16_sw;
 }
 
@@ -184,7 +191,9 @@ static void launch_t16(cudaStream_t s, const uint8_t *W, int64_t n, int64_t k, c
         else                                                                                       \
             KC_T16(SWV, 1);                                                                        \
     } while (0)
-    if (sw == 16)
+    if (sw == 32)
+        KC_T16_U(32);
+    else if (sw == 16)
         KC_T16_U(16);
     else if (sw == 8)
         KC_T16_U(8);
