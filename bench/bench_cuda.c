@@ -82,6 +82,38 @@ static float time_ms(cudaEvent_t a, cudaEvent_t b) {
     return ms;
 }
 
+/* Median of 5 groups of reps steps (after a warm-up step): ms per step of the nm matmuls
+ * through fn with t tokens and weights in layout wl. -1 on a kernel error. */
+static double step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, const mat *m,
+                      int nm, kiln_matmul_fn fn, uint32_t wl, int64_t t, const float *x, float *y,
+                      int reps) {
+    float md[5];
+    for (int g = 0; g < 5; g++) {
+        for (int r = -1; r < reps; r++) {
+            if (r == 0) CK(cudaEventRecord(e0, st));
+            for (int i = 0; i < nm; i++) {
+                kiln_matmul_args ma = {.w = m[i].w,
+                                       .w_dtype = m[i].dt,
+                                       .w_layout = wl,
+                                       .w_row_bytes = m[i].row_bytes,
+                                       .n = m[i].n,
+                                       .k = m[i].k,
+                                       .x = x,
+                                       .x_stride = m[i].k,
+                                       .y = y,
+                                       .y_stride = m[i].n,
+                                       .t = t};
+                if (fn(kc, &ma)) return -1;
+            }
+        }
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        md[g] = time_ms(e0, e1) / (float)reps;
+    }
+    qsort(md, 5, sizeof(float), cmp_f);
+    return md[2];
+}
+
 static const char *dt_label(uint32_t dt, int kmix) {
     if (kmix) return "q4_k_m";
     return kiln_dtype_get(dt)->name;
@@ -180,7 +212,11 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&scratch, scratch_size));
     kiln_kctx kc = {.stream = st, .scratch = scratch, .scratch_size = scratch_size};
 
-    char out[4096];
+    char out[4096], out16[4096];
+    int out16n = snprintf(out16, sizeof out16,
+                          "| type | T16 t=1 ms | %% of bound | plain mma t=1 ms (same call) | "
+                          "T16 t=2 tok/s | t=4 tok/s | t=8 tok/s | t=16 tok/s |\n"
+                          "|---|---|---|---|---|---|---|---|\n");
     int outn = snprintf(
         out, sizeof out,
         "| type | GB/token | t=1 ms | %% of bound | mma ms | mma unstaged ms | mma 4 warps ms | "
@@ -290,12 +326,47 @@ int main(int argc, char **argv) {
             dt_label(dt, kmix), total / 1e9, ms_t[0], 100.0 * bound_ms / ms_t[0], ms_t[1], ms_t[2],
             ms_t[7], 4 / (ms_t[3] * 1e-3), 4 / (ms_t[8] * 1e-3), 16 / (ms_t[4] * 1e-3),
             64 / (ms_t[5] * 1e-3), 512 / (ms_t[6] * 1e-3));
+        /* the T16 layout (kernels/cuda_t16.h; same bytes per weight: random bytes stand in
+         * for the repacked ones) through cuda.gemv_t16.matmul: the default split at t = 1,
+         * 2, 4, 8, 16, and at t = 1 every warps-per-CTA x loads-in-flight setting (A/B) */
+        if (!kmix && (dt == KILN_DTYPE_Q4_0 || dt == KILN_DTYPE_Q8_0)) {
+            kiln_cuda_gemv_variant(3);
+            const double plain1 =
+                step_ms(&kc, st, e0, e1, m, nm, kiln_cuda_matmul_gemv_inv, 0, 1, x, y, reps);
+            const int64_t tt[5] = {1, 2, 4, 8, 16};
+            double ms16[5];
+            for (int ti = 0; ti < 5; ti++) {
+                ms16[ti] =
+                    step_ms(&kc, st, e0, e1, m, nm, kiln_cuda_matmul_t16, 3, tt[ti], x, y, reps);
+                printf("%s t=%lld (T16): %.3f ms per step (%.0f GB/s of weights)\n", tok,
+                       (long long)tt[ti], ms16[ti], total / (ms16[ti] * 1e-3) / 1e9);
+            }
+            static const int cf[][2] = {{8, 1},  {8, 2},  {8, 4},  {16, 1},
+                                        {16, 2}, {16, 4}, {32, 1}, {32, 2}};
+            for (size_t c = 0; c < sizeof cf / sizeof cf[0]; c++) {
+                kiln_cuda_t16_config(cf[c][0], cf[c][1]);
+                const double v =
+                    step_ms(&kc, st, e0, e1, m, nm, kiln_cuda_matmul_t16, 3, 1, x, y, reps);
+                printf("%s t=1 (T16, %d warps, %d in flight): %.3f ms per step (%.0f GB/s)\n", tok,
+                       cf[c][0], cf[c][1], v, total / (v * 1e-3) / 1e9);
+            }
+            kiln_cuda_t16_config(0, 0);
+            const double bms = total / (read_gbs * 1e9) * 1e3;
+            out16n += snprintf(out16 + out16n, sizeof out16 - (size_t)out16n,
+                               "| %s | %.3f | %.0f %% | %.3f | %.0f | %.0f | %.0f | %.0f |\n",
+                               dt_label(dt, 0), ms16[0], 100.0 * bms / ms16[0], plain1,
+                               2 / (ms16[1] * 1e-3), 4 / (ms16[2] * 1e-3), 8 / (ms16[3] * 1e-3),
+                               16 / (ms16[4] * 1e-3));
+            fflush(stdout);
+        }
         CK(cudaFree(base));
         free(m);
     }
     printf(
         "\nLlama-3-8B-shaped matmuls (%d layers + LM head), bound = weights / %.0f GB/s read\n%s",
         layers, read_gbs, out);
+    if (out16n > 0 && strchr(out16 + strlen(out16) - 2, '\n') && strstr(out16, "|\n| "))
+        printf("\nT16 layout (cuda.gemv_t16.matmul), same matmuls and bound\n%s", out16);
     return 0;
 }
 #else

@@ -113,10 +113,11 @@ typedef size_t (*kiln_workspace_fn)(const struct kiln_sel_ctx *ctx);
 
 /* Weight layouts a kernel may ask the loader for (kiln_matmul_args.w_layout). */
 typedef enum kiln_wlayout {
-    KILN_WLAYOUT_PLAIN = 0,   /* the file's rows as stored                                  */
-    KILN_WLAYOUT_F32 = 1,     /* rows converted to f32 at load (f16/bf16 -> f32; for sgemm) */
-    KILN_WLAYOUT_CPU_R16 = 2, /* 16-row interleaved quant blocks (src/kernels/cpu/cpu_kernels.h) */
-    /* 3..15: reserved for kiln's own repacks (interleaved quant blocks, ...) */
+    KILN_WLAYOUT_PLAIN = 0,    /* the file's rows as stored                                  */
+    KILN_WLAYOUT_F32 = 1,      /* rows converted to f32 at load (f16/bf16 -> f32; for sgemm) */
+    KILN_WLAYOUT_CPU_R16 = 2,  /* 16-row interleaved quant blocks (src/kernels/cpu/cpu_kernels.h) */
+    KILN_WLAYOUT_CUDA_T16 = 3, /* 16-row tiles in mma fragment order (src/kernels/cuda_t16.h) */
+    /* 4..15: reserved for kiln's own repacks (interleaved quant blocks, ...) */
 } kiln_wlayout;
 
 typedef struct kiln_kernel_spec {

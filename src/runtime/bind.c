@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "format/dtype.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda_t16.h"
 #include "kernels/ref/ref.h"
 #include "kernels/spec.h"
 #include "load/load.h"
@@ -212,16 +213,23 @@ static size_t describe_sites(kiln_bound_insn *bi, const kiln_plan *p, uint32_t k
     }
 }
 
-/* A matmul site whose kernels (every bucket) ask for the cpu R16 layout gets its weight
- * repacked into the plan's arena (kernels/cpu/cpu_kernels.h). Kernels that accept R16
- * also accept plain rows, so when the buckets disagree the weight stays as stored. */
-static bool wants_r16(const kiln_bound_insn *bi, int s) {
+/* A matmul site whose kernels (every bucket) ask for one repacked layout (the cpu R16,
+ * kernels/cpu/cpu_kernels.h, or the cuda T16, kernels/cuda_t16.h) gets its weight loaded in
+ * it. Kernels that accept a repacked layout also accept plain rows, so when the buckets
+ * disagree the weight stays as stored. Returns the layout, or KILN_WLAYOUT_PLAIN. */
+static uint32_t wanted_layout(const kiln_bound_insn *bi, int s) {
     const kiln_site *site = &bi->site[s];
-    if (site->widx < 0 || site->desc.op != KILN_KOP_MATMUL) return false;
-    for (int b = 0; b < KILN_BUCKETS; b++)
-        if (site->layout[b] != KILN_WLAYOUT_CPU_R16) return false;
+    if (site->widx < 0 || site->desc.op != KILN_KOP_MATMUL) return KILN_WLAYOUT_PLAIN;
+    const uint32_t want = site->layout[0];
+    for (int b = 1; b < KILN_BUCKETS; b++)
+        if (site->layout[b] != want) return KILN_WLAYOUT_PLAIN;
     const kiln_bound_weight *w = &bi->w[site->widx];
-    return w->layout != KILN_WLAYOUT_CPU_R16 && kiln_cpu_r16_supports(w->dtype);
+    if (w->layout == want) return KILN_WLAYOUT_PLAIN; /* already */
+    if (want == KILN_WLAYOUT_CPU_R16 && kiln_cpu_r16_supports(w->dtype)) return want;
+    if (want == KILN_WLAYOUT_CUDA_T16 && kiln_cuda_t16_supports(w->dtype) &&
+        w->k % KILN_CUDA_T16_K == 0)
+        return want;
+    return KILN_WLAYOUT_PLAIN;
 }
 
 /* ---- the load request: what the chosen kernels need, loaded by the load plan ----
@@ -266,6 +274,17 @@ static void register_layouts(void) {
     kiln_err e;
     r16_registered =
         kiln_layout_find(LAYOUT_CPU_R16) ? KILN_OK : kiln_layout_register(&r16_layout, &e);
+    const kiln_layout *t16 = kiln_cuda_t16_layout();
+    if (!r16_registered && !kiln_layout_find(t16->name))
+        r16_registered = kiln_layout_register(t16, &e);
+}
+
+/* The loader layout name of a kiln_wlayout (NULL: none the loader knows). */
+static const char *wlayout_name(uint32_t wl) {
+    return wl == KILN_WLAYOUT_PLAIN      ? "native"
+           : wl == KILN_WLAYOUT_CPU_R16  ? LAYOUT_CPU_R16
+           : wl == KILN_WLAYOUT_CUDA_T16 ? kiln_cuda_t16_layout()->name
+                                         : NULL;
 }
 
 /* Where the device's kernels read weights: host memory (ref, cpu) or the CUDA device. */
@@ -283,7 +302,8 @@ static const char *load_layout(const kiln_weight_ref *ref, const kiln_bound_weig
                                const kiln_tensor_info *src) {
     if (ref->wclass == KILN_WCLASS_VECTOR)
         return src->dtype == KILN_DTYPE_F32 && src->fixup == KILN_FIXUP_NONE ? "native" : "f32";
-    return w->layout == KILN_WLAYOUT_CPU_R16 ? LAYOUT_CPU_R16 : "native";
+    const char *n = wlayout_name(w->layout);
+    return n ? n : "native";
 }
 
 /* The loader's description of model tensor `name`: the file's, or (a tensor the family
@@ -322,7 +342,7 @@ kiln_status kiln_bind_load_plan(kiln_bound_plan *bp, const kiln_model *m,
     *out = NULL;
     pthread_once(&register_once, register_layouts);
     if (r16_registered)
-        return kiln_err_set(err, r16_registered, "registering the cpu R16 load layout");
+        return kiln_err_set(err, r16_registered, "registering the kernels' load layouts");
     const kiln_plan *p = &bp->plan;
     size_t cap = 0;
     for (int32_t i = 0; i < p->n_insns; i++)
@@ -403,8 +423,8 @@ kiln_status kiln_bind_relayout_weight(kiln_bound_plan *bp, int32_t insn, int wid
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "relayout: no weight (%d, %d)", (int)insn,
                             widx);
     const kiln_weight_ref *ref = &p->weights[p->insns[insn].w[widx]];
-    if (ref->wclass != KILN_WCLASS_MATRIX ||
-        (wlayout != KILN_WLAYOUT_PLAIN && wlayout != KILN_WLAYOUT_CPU_R16))
+    const char *lay = wlayout_name(wlayout);
+    if (ref->wclass != KILN_WCLASS_MATRIX || !lay)
         return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "relayout of '%s' to layout %u", ref->name,
                             wlayout);
     const kiln_tensor_info *src = NULL; /* the tensor the load request named */
@@ -416,7 +436,6 @@ kiln_status kiln_bind_relayout_weight(kiln_bound_plan *bp, int32_t insn, int wid
         }
     if (!src) return kiln_err_set(err, KILN_ERR_NOT_FOUND, "relayout: '%s' not loaded", ref->name);
     kiln_bound_weight *w = &bp->bi[insn].w[widx];
-    const char *lay = wlayout == KILN_WLAYOUT_CPU_R16 ? LAYOUT_CPU_R16 : "native";
     /* reuse a loaded copy in that layout, else plan and load just that one */
     const kiln_load_item *it = kiln_load_plan_find_want(bp->load, src, lay);
     for (size_t j = 0; !it && j < bp->n_extra; j++)
@@ -452,13 +471,15 @@ kiln_status kiln_bind_relayout_weight(kiln_bound_plan *bp, int32_t insn, int wid
     return KILN_OK;
 }
 
-/* After selection: a weight whose matmul kernels all read R16 is loaded in R16. */
+/* After selection: a weight whose matmul kernels all read one repacked layout is loaded
+ * in it. */
 static void choose_layouts(kiln_bound_plan *bp) {
     const kiln_plan *p = &bp->plan;
     for (int32_t i = 0; i < p->n_insns; i++)
-        for (int s = 0; s < bp->bi[i].n_sites; s++)
-            if (wants_r16(&bp->bi[i], s))
-                bp->bi[i].w[bp->bi[i].site[s].widx].layout = KILN_WLAYOUT_CPU_R16;
+        for (int s = 0; s < bp->bi[i].n_sites; s++) {
+            const uint32_t wl = wanted_layout(&bp->bi[i], s);
+            if (wl != KILN_WLAYOUT_PLAIN) bp->bi[i].w[bp->bi[i].site[s].widx].layout = wl;
+        }
 }
 
 void kiln_bind_opts_default(kiln_bind_opts *o) {

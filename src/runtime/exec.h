@@ -130,7 +130,7 @@ kiln_status kiln_bind_load_plan(kiln_bound_plan *bp, const kiln_model *m,
                                 kiln_err *err);
 kiln_status kiln_bind_execute_load(kiln_bound_plan *bp, const kiln_model *m,
                                    struct kiln_load_plan *load, kiln_err *err);
-/* Points weight (insn, widx) at its bytes in layout wlayout (KILN_WLAYOUT_PLAIN or _CPU_R16):
+/* Points weight (insn, widx) at its bytes in layout wlayout (PLAIN, CPU_R16 or CUDA_T16):
  * a copy the load plans already hold, else a load of just that layout through the loader
  * (never a read of the file behind the plan). The circuit breaker uses it when a weight's
  * replacement kernel reads another layout. KILN_ERR_STATE without a load plan. */

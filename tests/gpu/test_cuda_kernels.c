@@ -33,6 +33,8 @@ int main(void) {
 #include "format/dtype.h"
 #include "format/quants.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda_t16.h"
+#include "kernels/spec.h"
 #include "kernels/ref/ref.h"
 #include "kernels/ref/ref_fused.h"
 
@@ -103,6 +105,7 @@ typedef struct mm_case {
 
 static float x_sigma = 1.0f; /* activation scale (the tensor-core gemv scales rows by 2^e) */
 static bool gemv_inv;        /* the batch-invariant gemv entry */
+static bool w_t16;           /* weights in the T16 layout (kernels/cuda_t16.h) */
 
 static void one_matmul(uint32_t dt, int64_t n, int64_t k, int64_t t, bool bias, bool blas) {
     const kiln_dtype_info *info = kiln_dtype_get(dt);
@@ -129,21 +132,33 @@ static void one_matmul(uint32_t dt, int64_t n, int64_t k, int64_t t, bool bias, 
                           .t = t,
                           .bias = bias ? b : NULL};
     assert_int_equal(kiln_ref_matmul(NULL, &a), KILN_OK);
-    a.w = dup_dev(w, (size_t)n * rb);
+    if (w_t16) { /* the loader's transform, then the T16 kernels */
+        const size_t tb = (size_t)((n + 15) / 16) * 16 * rb;
+        uint8_t *r = malloc(tb);
+        assert_non_null(r);
+        assert_int_equal(kiln_cuda_t16_repack(dt, w, rb, n, k, r, NULL), KILN_OK);
+        a.w = dup_dev(r, tb);
+        a.w_layout = KILN_WLAYOUT_CUDA_T16;
+        free(r);
+    } else {
+        a.w = dup_dev(w, (size_t)n * rb);
+    }
     a.x = dup_dev(x, sizeof(float) * (size_t)(t * xs));
     a.y = poisoned(sizeof(float) * (size_t)(t * ys));
     a.bias = bias ? dup_dev(b, sizeof(float) * (size_t)n) : NULL;
     kiln_status st = blas       ? kiln_cuda_matmul_cublas(&kc, &a)
+                     : w_t16    ? kiln_cuda_matmul_t16(&kc, &a)
                      : gemv_inv ? kiln_cuda_matmul_gemv_inv(&kc, &a)
                                 : kiln_cuda_matmul_gemv(&kc, &a);
+    const char *path = blas ? (w_t16 ? "cublas_t16" : "cublas") : w_t16 ? "gemv_t16" : "gemv";
     if (st)
-        fail_msg("%s %s n=%lld k=%lld t=%lld: status %d", blas ? "cublas" : "gemv", info->name,
-                 (long long)n, (long long)k, (long long)t, (int)st);
+        fail_msg("%s %s n=%lld k=%lld t=%lld: status %d", path, info->name, (long long)n,
+                 (long long)k, (long long)t, (int)st);
     get(y, a.y, sizeof(float) * (size_t)(t * ys));
     double tol = 2e-5; /* every path at f32 accuracy (the cuBLAS one: split f16, blas.cu) */
     char what[128];
-    snprintf(what, sizeof what, "%s %s n=%lld k=%lld t=%lld%s", blas ? "cublas" : "gemv",
-             info->name, (long long)n, (long long)k, (long long)t, bias ? " bias" : "");
+    snprintf(what, sizeof what, "%s %s n=%lld k=%lld t=%lld%s", path, info->name, (long long)n,
+             (long long)k, (long long)t, bias ? " bias" : "");
     CHECK_ERR(what, relerr(y, yr, t, n, ys, ys), tol);
     cudaFree((void *)a.w), cudaFree((void *)a.x), cudaFree(a.y), cudaFree((void *)a.bias);
     free(w), free(x), free(y), free(yr), free(b);
@@ -204,6 +219,89 @@ static void test_matmul_cublas(void **state) {
     for (int d = 0; d < N_DT; d++)
         for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
             one_matmul(all_dt[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, true);
+}
+
+/* The T16 gemv (gemv_t16.cu) and the cuBLAS path on T16 weights: q4_0 / q8_0, k % 128 == 0,
+ * ragged n (a padded last tile), every warp split and loads-in-flight setting, activations
+ * far outside the f16 range, and batch invariance (a token's row alone = bitwise its row
+ * in a pass of 8). */
+static void test_matmul_t16(void **state) {
+    (void)state;
+    static const mm_case cs[] = {{1, 256, 1},    {37, 256, 1},    {300, 512, 2},  {129, 768, 3},
+                                 {64, 1280, 4},  {33, 128, 5},    {257, 512, 7},  {1000, 1024, 8},
+                                 {71, 512, 11},  {96, 2816, 1},   {4096, 256, 1}, {5, 4096, 8},
+                                 {17, 14336, 1}, {1030, 4096, 2}, {20, 384, 64},  {250, 1664, 9}};
+    static const uint32_t dts[] = {KILN_DTYPE_Q4_0, KILN_DTYPE_Q8_0};
+    const kt_rng saved = rng; /* a data stream of its own: the other tests' draws stay */
+    w_t16 = true;
+    for (size_t d = 0; d < 2; d++)
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+            one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, false);
+    static const int sws[] = {4, 8, 16, 32}, us[] = {1, 2, 4};
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 3; b++) {
+            kiln_cuda_t16_config(sws[a], us[b]);
+            for (size_t d = 0; d < 2; d++)
+                for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i += 3)
+                    one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, false);
+        }
+    kiln_cuda_t16_config(0, 0);
+    static const float sig[] = {3e4f, 1e-6f};
+    for (size_t si = 0; si < 2; si++) {
+        x_sigma = sig[si];
+        for (size_t d = 0; d < 2; d++)
+            for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i += 2)
+                one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, true, false);
+    }
+    x_sigma = 1.0f;
+    static const mm_case bc[] = {{37, 256, 9}, {300, 512, 64}, {129, 768, 100}, {64, 256, 600}};
+    for (size_t d = 0; d < 2; d++)
+        for (size_t i = 0; i < sizeof bc / sizeof bc[0]; i++)
+            one_matmul(dts[d], bc[i].n, bc[i].k, bc[i].t, i % 2 == 0, true);
+    w_t16 = false;
+    /* batch invariance: 8 tokens in one pass vs each alone, bitwise */
+    for (size_t d = 0; d < 2; d++) {
+        const int64_t n = 333, k = 1536, t = 8;
+        const size_t rb = (size_t)(k / 32) * (dts[d] == KILN_DTYPE_Q4_0 ? 18 : 34);
+        const size_t tb = (size_t)((n + 15) / 16) * 16 * rb;
+        uint8_t *w = malloc((size_t)n * rb), *r = malloc(tb);
+        float *x = malloc(sizeof(float) * (size_t)(t * k)),
+              *y8 = malloc(sizeof(float) * (size_t)(t * n)),
+              *y1 = malloc(sizeof(float) * (size_t)n);
+        assert_true(w && r && x && y8 && y1);
+        kt_fill_weights(&rng, dts[d], w, n, k, rb);
+        kt_fill_normal(&rng, x, (size_t)(t * k), 1.0f);
+        assert_int_equal(kiln_cuda_t16_repack(dts[d], w, rb, n, k, r, NULL), KILN_OK);
+        kiln_matmul_args a = {.w = dup_dev(r, tb),
+                              .w_dtype = dts[d],
+                              .w_layout = KILN_WLAYOUT_CUDA_T16,
+                              .w_row_bytes = rb,
+                              .n = n,
+                              .k = k,
+                              .x = dup_dev(x, sizeof(float) * (size_t)(t * k)),
+                              .x_stride = k,
+                              .y = poisoned(sizeof(float) * (size_t)(t * n)),
+                              .y_stride = n,
+                              .t = t};
+        assert_int_equal(kiln_cuda_matmul_t16(&kc, &a), KILN_OK);
+        get(y8, a.y, sizeof(float) * (size_t)(t * n));
+        const float *x0 = a.x;
+        float *yd = a.y;
+        for (int64_t j = 0; j < t; j++) {
+            a.x = x0 + j * k;
+            a.y = yd;
+            a.t = 1;
+            CK(cudaMemset(yd, 0xFF, sizeof(float) * (size_t)n));
+            assert_int_equal(kiln_cuda_matmul_t16(&kc, &a), KILN_OK);
+            get(y1, yd, sizeof(float) * (size_t)n);
+            if (memcmp(y1, y8 + j * n, sizeof(float) * (size_t)n) != 0)
+                fail_msg("gemv_t16 %s: token %lld alone differs from its row in a pass of 8",
+                         dts[d] == KILN_DTYPE_Q4_0 ? "q4_0" : "q8_0", (long long)j);
+        }
+        cudaFree((void *)a.w), cudaFree((void *)x0), cudaFree(yd);
+        free(w), free(r), free(x), free(y8), free(y1);
+    }
+    rng = saved;
 }
 
 static void test_matmul_argmax(void **state) {
@@ -696,11 +794,11 @@ int main(void) {
     }
     kc.scratch_size = SCRATCH_BYTES;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul_gemv),   cmocka_unit_test(test_matmul_cublas),
-        cmocka_unit_test(test_matmul_argmax), cmocka_unit_test(test_rms_norm),
-        cmocka_unit_test(test_rope),          cmocka_unit_test(test_glu_add),
-        cmocka_unit_test(test_embed),         cmocka_unit_test(test_kv_write_rope_kv),
-        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_matmul_gemv),      cmocka_unit_test(test_matmul_cublas),
+        cmocka_unit_test(test_matmul_t16),       cmocka_unit_test(test_matmul_argmax),
+        cmocka_unit_test(test_rms_norm),         cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_glu_add),          cmocka_unit_test(test_embed),
+        cmocka_unit_test(test_kv_write_rope_kv), cmocka_unit_test(test_attention),
     };
     int r = cmocka_run_group_tests(tests, NULL, NULL);
     cudaFree(kc.scratch);

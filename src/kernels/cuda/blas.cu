@@ -19,7 +19,9 @@
  * depends on t: not batch invariant (the spec says so).
  */
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda_t16.h"
 #include "kernels/select.h"
+#include "kernels/spec.h"
 
 #include <cublas_v2.h>
 
@@ -132,7 +134,10 @@ static kiln_status blas_err(cublasStatus_t b) {
 extern "C" kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_matmul_args *a) {
     if (a->t <= 0 || a->n <= 0) return KILN_OK;
     const int be = kc_block_elems(a->w_dtype);
-    if (!be || a->k % be || a->w_layout != 0) return KILN_ERR_INVALID_ARG;
+    const bool t16 = a->w_layout == KILN_WLAYOUT_CUDA_T16;
+    if (!be || a->k % be || (a->w_layout != 0 && !t16)) return KILN_ERR_INVALID_ARG;
+    if (t16 && (!kiln_cuda_t16_supports(a->w_dtype) || a->k % KILN_CUDA_T16_K))
+        return KILN_ERR_INVALID_ARG;
     if (a->n > INT32_MAX || a->k > INT32_MAX || a->y_stride > INT32_MAX || a->x_stride > INT32_MAX)
         return KILN_ERR_INVALID_ARG;
     const size_t need = kiln_cuda_matmul_cublas_bytes(a->w_dtype, a->n, a->k);
@@ -150,6 +155,9 @@ extern "C" kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_ma
         float *o = (float *)scr;
         DQ_CASE(KILN_DTYPE_BF16, s, a, o);
         Wd = o;
+    } else if (t16) { /* the T16 layout (kernels/cuda_t16.h): gemv_t16.cu reads it */
+        KILN_TRY(kiln_cuda_t16_dequant_f16(s, a->w, dt, a->n, a->k, scr));
+        Wd = scr;
     } else if (dt != KILN_DTYPE_F32 && dt != KILN_DTYPE_F16) {
         __half *o = (__half *)scr;
         KC_DTYPE_SWITCH(dt, DQ_CASE, s, a, o);

@@ -55,6 +55,18 @@ void kiln_cuda_gemv_variant(int kind);
 /* True for the weight dtypes the gemv / embed kernels read. */
 int kiln_cuda_weight_dtype_ok(uint32_t dtype);
 
+/* gemv_t16.cu: the tensor-core gemv on T16 weights (kernels/cuda_t16.h; q4_0 / q8_0,
+ * k % 128 == 0), passes of up to 8 tokens, batch invariant; plain rows go to
+ * kiln_cuda_matmul_gemv_inv. Workspace: kiln_cuda_gemv_workspace. */
+kiln_status kiln_cuda_matmul_t16(const kiln_kctx *c, const kiln_matmul_args *a);
+/* Benchmarks / tests: warps per CTA (4, 8, 16, 32) and superchunks per warp in flight (1, 2,
+ * 4) of the T16 gemv; 0 = by shape (the default). Process-wide. */
+void kiln_cuda_t16_config(int sw, int u);
+/* T16 weights (n x k) -> f16 hi halves at out[0, n k), 2^11-scaled lo at out[n k, 2 n k)
+ * (the cuBLAS path's split-f16 weights), on the stream. */
+kiln_status kiln_cuda_t16_dequant_f16(void *stream, const void *w, uint32_t dtype, int64_t n,
+                                      int64_t k, void *out);
+
 /* blas.cu: prefill matmul through cuBLAS (weights dequantized to f16 in scratch). */
 kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_matmul_args *a);
 size_t kiln_cuda_matmul_cublas_workspace(const struct kiln_sel_ctx *ctx);

@@ -12,6 +12,7 @@
  * accumulator and the same order). More than 8 tokens: passes of 8.
  */
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/select.h"
 
 #include <float.h>
@@ -174,92 +175,6 @@ __global__ void __launch_bounds__(TW * 32)
 static int kc_gemv_staged = 2;
 static int kc_gemv_split = 0; /* warps per CTA of the staged gemv: 0 = by shape */
 
-__device__ __forceinline__ void kc_mma16816(float c[4], const uint32_t a[4], uint32_t b0,
-                                            uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    (void)c, (void)a, (void)b0, (void)b1;
-    __trap(); /* the spec asks for sm_80; never reached */
-#endif
-}
-
-/* bytes sel of u as two f16 integers 1024 + byte, minus bias2 (two f16): exact */
-__device__ __forceinline__ uint32_t kc_bytes_h2(uint32_t u, uint32_t sel, uint32_t bias2) {
-    uint32_t v = __byte_perm(u, 0x64646464u, sel);
-    __half2 h = __hsub2(*reinterpret_cast<__half2 *>(&v), *reinterpret_cast<__half2 *>(&bias2));
-    return *reinterpret_cast<uint32_t *>(&h);
-}
-
-template <int DT> struct kc_mq; /* raw loads of one 32-block for rows g, g + 8 */
-template <> struct kc_mq<KILN_DTYPE_Q4_0> {
-    static constexpr bool E8 = false;
-    uint32_t q[2];
-    uint16_t d[2];
-    __device__ __forceinline__ void load(const uint8_t *const rp[2], int64_t b, int tig) {
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const uint8_t *p = rp[i] + b * 18;
-            d[i] = kc_ld16(p);
-            q[i] = kc_ld32u(p + 2 + 4 * tig);
-        }
-    }
-    __device__ __forceinline__ void frag(uint32_t a0[4], uint32_t a1[4], float dd[2]) const {
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const uint32_t lo = q[i] & 0x0F0F0F0Fu, hi = (q[i] >> 4) & 0x0F0F0F0Fu;
-            a0[i] = kc_bytes_h2(lo, 0x4140u, 0x64086408u); /* 1032 = 1024 + 8 */
-            a0[2 + i] = kc_bytes_h2(lo, 0x4342u, 0x64086408u);
-            a1[i] = kc_bytes_h2(hi, 0x4140u, 0x64086408u);
-            a1[2 + i] = kc_bytes_h2(hi, 0x4342u, 0x64086408u);
-            dd[i] = kc_h2f(d[i]);
-        }
-    }
-};
-template <> struct kc_mq<KILN_DTYPE_Q8_0> {
-    static constexpr bool E8 = false;
-    uint32_t q[2][2];
-    uint16_t d[2];
-    __device__ __forceinline__ void load(const uint8_t *const rp[2], int64_t b, int tig) {
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const uint8_t *p = rp[i] + b * 34;
-            d[i] = kc_ld16(p);
-            q[i][0] = kc_ld32u(p + 2 + 4 * tig);
-            q[i][1] = kc_ld32u(p + 18 + 4 * tig);
-        }
-    }
-    __device__ __forceinline__ void frag(uint32_t a0[4], uint32_t a1[4], float dd[2]) const {
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const uint32_t u0 = q[i][0] ^ 0x80808080u, u1 = q[i][1] ^ 0x80808080u;
-            a0[i] = kc_bytes_h2(u0, 0x4140u, 0x64806480u); /* 1152 = 1024 + 128 */
-            a0[2 + i] = kc_bytes_h2(u0, 0x4342u, 0x64806480u);
-            a1[i] = kc_bytes_h2(u1, 0x4140u, 0x64806480u);
-            a1[2 + i] = kc_bytes_h2(u1, 0x4342u, 0x64806480u);
-            dd[i] = kc_h2f(d[i]);
-        }
-    }
-};
-template <> struct kc_mq<KILN_DTYPE_F16> {
-    static constexpr bool E8 = true;
-    uint4 v[2];
-    __device__ __forceinline__ void load(const uint8_t *const rp[2], int64_t b, int tig) {
-#pragma unroll
-        for (int i = 0; i < 2; i++) v[i] = *(const uint4 *)(rp[i] + b * 64 + 16 * tig);
-    }
-    __device__ __forceinline__ void frag(uint32_t a0[4], uint32_t a1[4], float dd[2]) const {
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            a0[i] = v[i].x, a0[2 + i] = v[i].y, a1[i] = v[i].z, a1[2 + i] = v[i].w;
-            dd[i] = 1.0f;
-        }
-    }
-};
-
 /* x rows (T <= 8, stride xs) -> scratch: hi halves [8][k], lo halves [8][k], then the
  * inverse scales [k / 32][8] (one per 32-block and token). Each 32-block of a token row is
  * scaled by its own power of two s = 2^(15 - e) (block max < 2^e, so every |v s| < 2^15:
@@ -326,47 +241,6 @@ __device__ __forceinline__ void kc_bfrag(const __half *xhr, const __half *xlr, c
         const uint2 l0 = *(const uint2 *)lp, l1 = *(const uint2 *)(lp + 16);
         bh[0] = h0.x, bh[1] = h0.y, bh[2] = h1.x, bh[3] = h1.y;
         bl[0] = l0.x, bl[1] = l0.y, bl[2] = l1.x, bl[3] = l1.y;
-    }
-}
-
-/* One 32-block: four mma (A = the block's exact f16 integers, B = hi then lo) into fresh
- * accumulators, then tot += d_row * acc * inv_token. */
-template <typename MQ>
-__device__ __forceinline__ void kc_mma_block(const MQ &raw, const uint32_t bh[4],
-                                             const uint32_t bl[4], float2 iv, float tot[4]) {
-    uint32_t a0[4], a1[4];
-    float dd[2];
-    raw.frag(a0, a1, dd);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    kc_mma16816(acc, a0, bh[0], bh[1]);
-    kc_mma16816(acc, a1, bh[2], bh[3]);
-    kc_mma16816(acc, a0, bl[0], bl[1]);
-    kc_mma16816(acc, a1, bl[2], bl[3]);
-    /* c0, c1: row g, tokens 2 tig, 2 tig + 1; c2, c3: row g + 8 */
-    tot[0] = fmaf(dd[0] * iv.x, acc[0], tot[0]);
-    tot[1] = fmaf(dd[0] * iv.y, acc[1], tot[1]);
-    tot[2] = fmaf(dd[1] * iv.x, acc[2], tot[2]);
-    tot[3] = fmaf(dd[1] * iv.y, acc[3], tot[3]);
-}
-
-/* The CTA's partial sums (one set per warp) -> y, summed in warp order. */
-template <int NW>
-__device__ __forceinline__ void
-kc_mma_store(float (*red)[32][4], const float tot[4], int w, int lane, int64_t r0, int64_t n, int T,
-             float *__restrict__ y, int64_t ys, const float *__restrict__ bias) {
-#pragma unroll
-    for (int j = 0; j < 4; j++) red[w][lane][j] = tot[j];
-    __syncthreads();
-    if (w != 0) return;
-    const int g = lane >> 2, tig = lane & 3;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        float v = red[0][lane][j];
-#pragma unroll
-        for (int ww = 1; ww < NW; ww++) v += red[ww][lane][j];
-        const int64_t row = r0 + g + (j >= 2 ? 8 : 0);
-        const int tok = 2 * tig + (j & 1);
-        if (row < n && tok < T) y[tok * ys + row] = v + (bias ? bias[row] : 0.0f);
     }
 }
 

@@ -15,6 +15,12 @@
  * 303); cuda.cublas.matmul (70) the larger ones; cuda.gemv_any.matmul (30, one gemv in passes of
  * 8 tokens) is the batch-invariant choice for every bucket, for deterministic policies
  * (cuBLAS tiles depend on t).
+ * q4_0 / q8_0 weights with k % 128 == 0 get rows of their own that ask for the T16 layout
+ * (kernels/cuda_t16.h; gemv_t16.cu reads the mma fragments straight from global memory),
+ * each one point above its plain counterpart so that every bucket asks for T16 and the
+ * binding loads the weight in it: cuda.gemv_t16.matmul (86, up to 64 tokens),
+ * cuda.cublas_t16.matmul (71, the cuBLAS path dequantizing T16), cuda.gemv_t16_any.matmul
+ * (31, batch invariant at every size). Other shapes keep the plain rows and kernels.
  */
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/registry.h"
@@ -34,6 +40,8 @@
 #define ATTN_FEATS                                                                                 \
     (KILN_KFEAT_GQA | KILN_KFEAT_SLIDING_WINDOW | KILN_KFEAT_SOFTCAP | KILN_KFEAT_PAGED_KV |       \
      KILN_KFEAT_CAUSAL)
+
+#define T16_DT (KILN_DT(KILN_DTYPE_Q8_0) | KILN_DT(KILN_DTYPE_Q4_0))
 
 #define CUDA_SPEC .provider = "cuda", .platform = KILN_PLATFORM_CUDA, .sm_min = 80
 
@@ -93,6 +101,48 @@ static const kiln_kernel_spec cuda_specs[] = {
      .priority = 30,
      .fn.matmul = kiln_cuda_matmul_gemv_inv,
      .summary = "the gemv in passes of 8 tokens (batch invariant at any size)"},
+    {.id = "cuda.gemv_t16.matmul",
+     .op = KILN_KOP_MATMUL,
+     CUDA_SPEC,
+     .w_dtypes = T16_DT,
+     .act_dtypes = F32,
+     .k_multiple = 128,
+     .max_tokens = 64,
+     .features = KILN_KFEAT_BIAS,
+     .props = ALL_PROPS,
+     .workspace = kiln_cuda_gemv_workspace,
+     .priority = 86,
+     .w_layout = KILN_WLAYOUT_CUDA_T16,
+     .fn.matmul = kiln_cuda_matmul_t16,
+     .summary = "q8_0/q4_0 in the T16 layout: mma fragments loaded 16 bytes a lane from "
+                "global memory, split-f16 x; passes of 8 tokens"},
+    {.id = "cuda.cublas_t16.matmul",
+     .op = KILN_KOP_MATMUL,
+     CUDA_SPEC,
+     .w_dtypes = T16_DT,
+     .act_dtypes = F32,
+     .k_multiple = 128,
+     .good_tokens = 16,
+     .features = KILN_KFEAT_BIAS,
+     .props = KILN_KPROP_DETERMINISTIC,
+     .workspace = kiln_cuda_matmul_cublas_workspace,
+     .priority = 71,
+     .w_layout = KILN_WLAYOUT_CUDA_T16,
+     .fn.matmul = kiln_cuda_matmul_cublas,
+     .summary = "cuda.cublas.matmul on T16 weights (dequantized from the T16 layout)"},
+    {.id = "cuda.gemv_t16_any.matmul",
+     .op = KILN_KOP_MATMUL,
+     CUDA_SPEC,
+     .w_dtypes = T16_DT,
+     .act_dtypes = F32,
+     .k_multiple = 128,
+     .features = KILN_KFEAT_BIAS,
+     .props = ALL_PROPS,
+     .workspace = kiln_cuda_gemv_workspace,
+     .priority = 31,
+     .w_layout = KILN_WLAYOUT_CUDA_T16,
+     .fn.matmul = kiln_cuda_matmul_t16,
+     .summary = "the T16 gemv in passes of 8 tokens (batch invariant at any size)"},
     {.id = "cuda.embed",
      .op = KILN_KOP_EMBED,
      CUDA_SPEC,
