@@ -711,9 +711,22 @@ int jinja_str_percent(jctx *c, const jnode *at, jv fmt, jv args, jv *out) {
         }
         char spec[16] = "%";
         size_t k = 1;
-        while (i < n && k < 10 && strchr("-+ 0#.0123456789", s[i])) spec[k++] = s[i++];
+        /* (a NUL byte of the string is no flag or conversion: strchr would match the
+         * terminator) */
+        while (i < n && k < 10 && s[i] && strchr("-+ 0#.0123456789", s[i])) spec[k++] = s[i++];
         if (i >= n) goto bad;
+        /* width and precision are at most 4 digits each (Python's are unbounded, but a
+         * template from a model file must not make one string of gigabytes) */
+        for (size_t d = 1, run = 0; d < k; d++) {
+            run = spec[d] >= '0' && spec[d] <= '9' ? run + 1 : 0;
+            if (run > 4) {
+                jbuf_free(&b);
+                return jerr(c, at, "format: width or precision over 9999 in '%%%.*s'", (int)(k - 1),
+                            spec + 1);
+            }
+        }
         char conv = s[i];
+        if (!conv) goto bad;
         if (ai >= an) {
             jbuf_free(&b);
             return jerr(c, at, "not enough arguments for format string");
@@ -732,27 +745,30 @@ int jinja_str_percent(jctx *c, const jnode *at, jv fmt, jv args, jv *out) {
             jbuf_free(&tmp);
             if (len < 0) goto oom;
             jbuf_put(&b, o, (size_t)len);
-            kiln_free(o);
+            free(o); /* (asprintf's memory, not kiln_alloc's) */
         } else if (strchr("dixXeEfFgG", conv)) {
             if (!jv_is_num(v)) {
                 jbuf_free(&b);
                 return jerr(c, at, "%%%c format: a real number is required, not %s", conv,
                             jv_type_name(v));
             }
-            char o[128];
+            char *o = NULL; /* (widths up to 9999 and %f of 1e308: not a fixed buffer) */
+            int len;
             if (strchr("dixX", conv)) {
                 spec[k++] = 'l', spec[k++] = 'l', spec[k++] = conv == 'i' ? 'd' : conv;
                 spec[k] = 0;
-                snprintf(o, sizeof o, spec,
-                         (long long)(v.type == JV_FLOAT ? (long long)v.u.f
-                                     : v.type == JV_INT ? v.u.i
-                                                        : v.u.b));
+                len = asprintf(&o, spec,
+                               (long long)(v.type == JV_FLOAT ? (long long)v.u.f
+                                           : v.type == JV_INT ? v.u.i
+                                                              : v.u.b));
             } else {
                 spec[k++] = conv;
                 spec[k] = 0;
-                snprintf(o, sizeof o, spec, jv_num(v));
+                len = asprintf(&o, spec, jv_num(v));
             }
-            jbuf_puts(&b, o);
+            if (len < 0) goto oom;
+            jbuf_put(&b, o, (size_t)len);
+            free(o);
         } else {
             goto bad;
         }

@@ -293,6 +293,47 @@ static void test_limits(void **state) {
     }
 }
 
+/* printf-style `%` formatting on strings from a model file (fuzz_template finding, session
+ * 8): a NUL byte where the conversion character goes is an error (strchr matched the
+ * terminator and the format reached snprintf as "%432ll"), widths over 9999 are refused
+ * (one string of gigabytes otherwise), and wide fields are not cut at a buffer. */
+static void test_percent_format(void **state) {
+    (void)state;
+    static const char nul_conv[] = "{{ (\"a%432\0\0s\") % 6 }}";
+    static const struct {
+        const char *src;
+        size_t len;
+        const char *want_err; /* NULL: success */
+        size_t want_len;      /* output length on success */
+    } cases[] = {
+        {nul_conv, sizeof nul_conv - 1, "unsupported format character", 0},
+        {"{{ '%999999999s' % 'x' }}", 0, "width or precision over 9999", 0},
+        {"{{ '%.12345f' % 1.5 }}", 0, "width or precision over 9999", 0},
+        {"{{ '%9999d' % 7 }}", 0, NULL, 9999},
+        {"{{ '%300s|%-5s|%05.1f' % ('a', 'b', 2.25) }}", 0, NULL, 300 + 1 + 5 + 1 + 5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln_err err;
+        kiln_err_clear(&err);
+        jinja_template *t = NULL;
+        char *out = NULL;
+        size_t len = cases[i].len ? cases[i].len : strlen(cases[i].src);
+        assert_int_equal(jinja_parse(cases[i].src, len, &t, &err), KILN_OK);
+        jinja_vars v = {0};
+        kiln_status st = jinja_render(t, &v, &out, NULL, &err);
+        if (cases[i].want_err) {
+            if (!st || !strstr(err.msg, cases[i].want_err))
+                fail_msg("case %zu: want error '%s', got %s '%s'", i, cases[i].want_err,
+                         st ? "error" : "success", st ? err.msg : "(output)");
+        } else {
+            if (st) fail_msg("case %zu: %s", i, err.msg);
+            assert_int_equal(strlen(out), cases[i].want_len);
+        }
+        free(out);
+        jinja_free(t);
+    }
+}
+
 /* Templates and special tokens from model metadata (the GGUF keys). */
 static void test_from_meta(void **state) {
     (void)state;
@@ -351,7 +392,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_templates), cmocka_unit_test(test_features),
         cmocka_unit_test(test_errors),         cmocka_unit_test(test_limits),
-        cmocka_unit_test(test_from_meta),
+        cmocka_unit_test(test_percent_format), cmocka_unit_test(test_from_meta),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
