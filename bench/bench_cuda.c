@@ -2,7 +2,7 @@
  * bench_cuda.c — CUDA kernel benchmarks on the GPU machine (not a test; numbers go to
  * docs/PERF.md with the command and commit).
  *
- *   bench_cuda [--dtypes f16,q8_0,q4_0,q4_k] [--layers 32] [--reps 20]
+ *   bench_cuda [--dtypes f16,q8_0,q4_0,q4_k,q4_k_m] [--layers 32] [--reps 20]
  *
  * 1. Device bandwidth: a device-to-device cudaMemcpy of 2 x 1 GiB (bytes read + written)
  *    and a read-only streaming kernel over 4 GiB (cudaMemcpy cannot show read bandwidth);
@@ -329,7 +329,8 @@ int main(int argc, char **argv) {
         /* the T16 layout (kernels/cuda_t16.h; same bytes per weight: random bytes stand in
          * for the repacked ones) through cuda.gemv_t16.matmul: the default split at t = 1,
          * 2, 4, 8, 16, and at t = 1 every warps-per-CTA x loads-in-flight setting (A/B) */
-        if (!kmix && (dt == KILN_DTYPE_Q4_0 || dt == KILN_DTYPE_Q8_0)) {
+        if (dt == KILN_DTYPE_Q4_0 || dt == KILN_DTYPE_Q8_0 || dt == KILN_DTYPE_Q4_K ||
+            dt == KILN_DTYPE_Q6_K) { /* q4_k_m: q4_K and q6_K both in T16 */
             kiln_cuda_gemv_variant(3);
             const double plain1 =
                 step_ms(&kc, st, e0, e1, m, nm, kiln_cuda_matmul_gemv_inv, 0, 1, x, y, reps);
@@ -354,7 +355,7 @@ int main(int argc, char **argv) {
             const double bms = total / (read_gbs * 1e9) * 1e3;
             out16n += snprintf(out16 + out16n, sizeof out16 - (size_t)out16n,
                                "| %s | %.3f | %.0f %% | %.3f | %.0f | %.0f | %.0f | %.0f |\n",
-                               dt_label(dt, 0), ms16[0], 100.0 * bms / ms16[0], plain1,
+                               dt_label(dt, kmix), ms16[0], 100.0 * bms / ms16[0], plain1,
                                2 / (ms16[1] * 1e-3), 4 / (ms16[2] * 1e-3), 8 / (ms16[3] * 1e-3),
                                16 / (ms16[4] * 1e-3));
             fflush(stdout);

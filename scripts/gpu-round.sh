@@ -99,7 +99,7 @@ for s in "$@"; do
   case $s in
     kernels)
       step test_cuda_kernels 600 test_cuda_kernels
-      step bench_cuda 300 bench_cuda --dtypes f16,q8_0,q4_0,q4_k ;;
+      step bench_cuda 420 bench_cuda --dtypes f16,q8_0,q4_0,q4_k,q4_k_m ;;
     e2e)
       D=/tmp/kd; rm -rf $D; mkdir -p $D/bin $D/lib
       for b in kiln kiln-gen test_cuda_e2e test_cuda_kernels test_cuda_backend bench_cuda \

@@ -227,7 +227,7 @@ static uint32_t wanted_layout(const kiln_bound_insn *bi, int s) {
     if (w->layout == want) return KILN_WLAYOUT_PLAIN; /* already */
     if (want == KILN_WLAYOUT_CPU_R16 && kiln_cpu_r16_supports(w->dtype)) return want;
     if (want == KILN_WLAYOUT_CUDA_T16 && kiln_cuda_t16_supports(w->dtype) &&
-        w->k % KILN_CUDA_T16_K == 0)
+        w->k % kiln_cuda_t16_k(w->dtype) == 0)
         return want;
     return KILN_WLAYOUT_PLAIN;
 }

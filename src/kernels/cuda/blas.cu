@@ -136,7 +136,7 @@ extern "C" kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_ma
     const int be = kc_block_elems(a->w_dtype);
     const bool t16 = a->w_layout == KILN_WLAYOUT_CUDA_T16;
     if (!be || a->k % be || (a->w_layout != 0 && !t16)) return KILN_ERR_INVALID_ARG;
-    if (t16 && (!kiln_cuda_t16_supports(a->w_dtype) || a->k % KILN_CUDA_T16_K))
+    if (t16 && (!kiln_cuda_t16_supports(a->w_dtype) || a->k % kiln_cuda_t16_k(a->w_dtype)))
         return KILN_ERR_INVALID_ARG;
     if (a->n > INT32_MAX || a->k > INT32_MAX || a->y_stride > INT32_MAX || a->x_stride > INT32_MAX)
         return KILN_ERR_INVALID_ARG;

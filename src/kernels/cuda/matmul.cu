@@ -391,9 +391,10 @@ __global__ void __launch_bounds__(SW * 32)
 
 /* Scratch the tensor-core gemv needs for k columns (one pass of up to 8 tokens): the hi and
  * lo halves and the per-block inverse scales. */
+/* (the T16 gemv, gemv_t16.cu, also keeps q4_K's sums of x per 32-block: the second term) */
 static size_t kc_gemv_mma_bytes(int64_t k) {
     return (size_t)KILN_CUDA_GEMV_MAX_T * (size_t)k * 2 * sizeof(__half) +
-           (size_t)(k / 32) * KILN_CUDA_GEMV_MAX_T * sizeof(float) + 256;
+           2 * (size_t)(k / 32) * KILN_CUDA_GEMV_MAX_T * sizeof(float) + 256;
 }
 
 extern "C" size_t kiln_cuda_gemv_workspace(const struct kiln_sel_ctx *ctx) {

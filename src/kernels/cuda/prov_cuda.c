@@ -15,7 +15,8 @@
  * 303); cuda.cublas.matmul (70) the larger ones; cuda.gemv_any.matmul (30, one gemv in passes of
  * 8 tokens) is the batch-invariant choice for every bucket, for deterministic policies
  * (cuBLAS tiles depend on t).
- * q4_0 / q8_0 weights with k % 128 == 0 get rows of their own that ask for the T16 layout
+ * q4_0 / q8_0 weights with k % 128 == 0, and q4_K / q6_K weights (session 9), get rows of
+ * their own that ask for the T16 layout
  * (kernels/cuda_t16.h; gemv_t16.cu reads the mma fragments straight from global memory),
  * each one point above its plain counterpart so that every bucket asks for T16 and the
  * binding loads the weight in it: cuda.gemv_t16.matmul (86, up to 64 tokens),
@@ -41,7 +42,10 @@
     (KILN_KFEAT_GQA | KILN_KFEAT_SLIDING_WINDOW | KILN_KFEAT_SOFTCAP | KILN_KFEAT_PAGED_KV |       \
      KILN_KFEAT_CAUSAL)
 
-#define T16_DT (KILN_DT(KILN_DTYPE_Q8_0) | KILN_DT(KILN_DTYPE_Q4_0))
+/* k_multiple 128 below: q4_K / q6_K rows are whole 256-blocks, so k % 256 == 0 holds for them */
+#define T16_DT                                                                                     \
+    (KILN_DT(KILN_DTYPE_Q8_0) | KILN_DT(KILN_DTYPE_Q4_0) | KILN_DT(KILN_DTYPE_Q4_K) |              \
+     KILN_DT(KILN_DTYPE_Q6_K))
 
 #define CUDA_SPEC .provider = "cuda", .platform = KILN_PLATFORM_CUDA, .sm_min = 80
 
@@ -114,8 +118,8 @@ static const kiln_kernel_spec cuda_specs[] = {
      .priority = 86,
      .w_layout = KILN_WLAYOUT_CUDA_T16,
      .fn.matmul = kiln_cuda_matmul_t16,
-     .summary = "q8_0/q4_0 in the T16 layout: mma fragments loaded 16 bytes a lane from "
-                "global memory, split-f16 x; passes of 8 tokens"},
+     .summary = "q8_0/q4_0/q4_K/q6_K in the T16 layout: mma fragments loaded 16 bytes a lane "
+                "from global memory, split-f16 x; passes of 8 tokens"},
     {.id = "cuda.cublas_t16.matmul",
      .op = KILN_KOP_MATMUL,
      CUDA_SPEC,
