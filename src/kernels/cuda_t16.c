@@ -87,36 +87,31 @@ static void repack_q4_K(const uint8_t *blk, int g, int h, uint8_t *c) {
     put32(o + 4, S), put32(o + 8, M), put32(o + 12, H);
 }
 
-/* The 256 unsigned 6-bit quants of a q6_K block (value q - 32), in element order. */
-static void q6_K_quants(const kiln_block_q6_K *b, uint8_t q[256]) {
-    for (int i = 0; i < 256; i++) {
-        const int half = i / 128, w = i % 128, l = w % 32, quad = w / 32;
-        const uint8_t lb = b->ql[64 * half + l + 32 * (quad & 1)];
-        const int lo = quad >= 2 ? lb >> 4 : lb & 15;
-        const int hi = (b->qh[32 * half + l] >> (2 * quad)) & 3;
-        q[i] = (uint8_t)(lo | hi << 4);
-    }
-}
-
 /* One q6_K block (row ri = g + 8 h of the tile) into superchunk c, which starts zeroed (the
- * high-bit words hold both rows g and g + 8: or-ed in). */
+ * high-bit words hold both rows g and g + 8: or-ed in). 32-block bb of the plain block is
+ * half bb / 4, quarter bb % 4 of ggml's layout: element l (0..31) has its low nibble in
+ * ql[64 half + 32 (quarter & 1) + l] (the high nibble of that byte for quarters 2, 3) and
+ * its high 2 bits at bit 2 quarter of qh[32 half + l]; a lane's elements l = 4 tig + e and
+ * 16 + 4 tig + e are 4 consecutive bytes each, so the words are built 4 elements at a time. */
 static void repack_q6_K(const uint8_t *blk, int g, int h, uint8_t *c) {
     kiln_block_q6_K b;
     memcpy(&b, blk, sizeof b);
-    uint8_t q[256];
-    q6_K_quants(&b, q);
-    for (int bb = 0; bb < 8; bb++)
+    const uint32_t m4 = 0x0F0F0F0Fu, m2 = 0x03030303u;
+    for (int bb = 0; bb < 8; bb++) {
+        const int half = bb / 4, quarter = bb % 4;
+        const uint8_t *ql = b.ql + 64 * half + 32 * (quarter & 1), *qh = b.qh + 32 * half;
+        const int ls = quarter >= 2 ? 4 : 0, hs = 2 * quarter;
         for (int tig = 0; tig < 4; tig++) {
             const int lane = 4 * g + tig;
-            uint8_t *lw = c + 512 * (bb / 2) + 16 * lane + 4 * (2 * (bb % 2) + h);
+            const uint32_t la = (get32(ql + 4 * tig) >> ls) & m4,
+                           lb = (get32(ql + 16 + 4 * tig) >> ls) & m4;
+            const uint32_t ha = (get32(qh + 4 * tig) >> hs) & m2,
+                           hb = (get32(qh + 16 + 4 * tig) >> hs) & m2;
+            put32(c + 512 * (bb / 2) + 16 * lane + 4 * (2 * (bb % 2) + h), la | lb << 4);
             uint8_t *hw = c + 2048 + 512 * (bb / 4) + 16 * lane + 4 * (bb % 4);
-            for (int e = 0; e < 4; e++) {
-                const uint8_t qa = q[32 * bb + 4 * tig + e], qb = q[32 * bb + 16 + 4 * tig + e];
-                lw[e] = (uint8_t)((qa & 15) | (qb & 15) << 4);
-                hw[e] |=
-                    (uint8_t)(h ? (qa >> 4) | (qb >> 4) << 2 : (qa >> 4) << 4 | (qb >> 4) << 6);
-            }
+            put32(hw, get32(hw) | (h ? ha | hb << 2 : ha << 4 | hb << 6));
         }
+    }
     memcpy(c + 3072 + 16 * (2 * g + h), b.scales, 16);
     memcpy(c + 3328 + 2 * (2 * g + h), &b.d, 2);
 }
