@@ -9,6 +9,8 @@
 # Steps:
 #   kernels   test_cuda_kernels (every CUDA kernel vs ref) and bench_cuda (decode matmuls
 #             of an 8B shape vs the bandwidth bound, each gemv variant)
+#   bench     bench_cuda alone ($BENCH_TYPES, default q4_0,q8_0,q4_k,q4_k_m): the 8B-shaped
+#             decode matmuls, plain and T16 tables (with verify: no second test_cuda_kernels)
 #   e2e       scripts/gpu-e2e.sh's checks (every family x type vs ref, batch invariance)
 #   side8b    Llama-3-8B-shaped models ($KILN_8B_TYPES, default "q4_0 q8_0 f16"):
 #             kiln bench --backend cuda -p 512 -n 128, and llama-bench -ngl 99 -fa 1 on the
@@ -69,6 +71,7 @@ TG="kiln-bin kiln-gen"
 for s in "$@"; do
   case $s in
     kernels) TG="$TG test_cuda_kernels bench_cuda" ;;
+    bench) TG="$TG bench_cuda" ;;
     e2e) TG="$TG test_cuda_e2e test_cuda_kernels test_cuda_backend bench_cuda bench_sched" ;;
     batched) TG="$TG bench_sched" ;;
     tp) TG="$TG test_tp_nccl" ;;
@@ -100,6 +103,8 @@ for s in "$@"; do
     kernels)
       step test_cuda_kernels 600 test_cuda_kernels
       step bench_cuda 420 bench_cuda --dtypes f16,q8_0,q4_0,q4_k,q4_k_m ;;
+    bench)
+      step bench_cuda 420 bench_cuda --dtypes "${BENCH_TYPES:-q4_0,q8_0,q4_k,q4_k_m}" ;;
     e2e)
       D=/tmp/kd; rm -rf $D; mkdir -p $D/bin $D/lib
       for b in kiln kiln-gen test_cuda_e2e test_cuda_kernels test_cuda_backend bench_cuda \
