@@ -162,7 +162,7 @@ for s in "$@"; do
           echo "-p tiny -f $f -t $t -o $E/tiny-$f-$t.gguf"
         done
       done | xargs -P 8 -L 1 kiln-gen -q --threads 2 >"$LOG/gen.log" 2>&1
-      step test_cuda_kernels 300 test_cuda_kernels
+      step test_cuda_kernels 420 test_cuda_kernels
       step test_cuda_e2e 300 env KILN_E2E_DIR=$E test_cuda_e2e ;;
     profile)
       NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
