@@ -43,26 +43,8 @@ __global__ void xsplit_t16_kernel(const float *__restrict__ x, int64_t xs, int64
     const int t = (int)(i / k4);
     const int64_t j = i % k4;
     const float4 v = ((const float4 *)(x + t * xs))[j];
-    float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-    m = fmaxf(m, __shfl_xor_sync(gmask, m, 1));
-    m = fmaxf(m, __shfl_xor_sync(gmask, m, 2));
-    m = fmaxf(m, __shfl_xor_sync(gmask, m, 4));
-    float sc = 1.0f;
-    if (m > 0.0f && isfinite(m)) {
-        int e;
-        frexpf(m, &e);
-        int p = 15 - e;
-        p = p > 126 ? 126 : p < -126 ? -126 : p;
-        sc = ldexpf(1.0f, p);
-    }
-    const float a[4] = {v.x * sc, v.y * sc, v.z * sc, v.w * sc};
     __half2 h[2], l[2];
-#pragma unroll
-    for (int q = 0; q < 2; q++) {
-        h[q] = __floats2half2_rn(a[2 * q], a[2 * q + 1]);
-        const float2 hf = __half22float2(h[q]);
-        l[q] = __floats2half2_rn(a[2 * q] - hf.x, a[2 * q + 1] - hf.y);
-    }
+    const float sc = kc_split4(v, gmask, h, l);
     const int64_t b = j / 8;
     const int q = (int)(j % 8), tg = q & 3, slot = (q >> 2) * 4;
     __half *o = xf + ((b * 8 + t) * 4 + tg) * 16;

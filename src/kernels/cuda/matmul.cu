@@ -193,26 +193,8 @@ __global__ void xsplit_kernel(const float *__restrict__ x, int64_t xs, int64_t k
     const int t = (int)(i / k4);
     const int64_t j = i % k4;
     const float4 v = ((const float4 *)(x + t * xs))[j];
-    float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-    m = fmaxf(m, __shfl_xor_sync(gmask, m, 1));
-    m = fmaxf(m, __shfl_xor_sync(gmask, m, 2));
-    m = fmaxf(m, __shfl_xor_sync(gmask, m, 4));
-    float sc = 1.0f;
-    if (m > 0.0f && isfinite(m)) {
-        int e;
-        frexpf(m, &e);
-        int p = 15 - e;
-        p = p > 126 ? 126 : p < -126 ? -126 : p;
-        sc = ldexpf(1.0f, p);
-    }
-    const float a[4] = {v.x * sc, v.y * sc, v.z * sc, v.w * sc};
     __half2 h[2], l[2];
-#pragma unroll
-    for (int q = 0; q < 2; q++) {
-        h[q] = __floats2half2_rn(a[2 * q], a[2 * q + 1]);
-        const float2 hf = __half22float2(h[q]);
-        l[q] = __floats2half2_rn(a[2 * q] - hf.x, a[2 * q + 1] - hf.y);
-    }
+    const float sc = kc_split4(v, gmask, h, l);
     ((uint2 *)(xh + t * k))[j] = *(const uint2 *)h;
     ((uint2 *)(xl + t * k))[j] = *(const uint2 *)l;
     if ((lane & 7) == 0) inv[(j / 8) * 8 + t] = 1.0f / sc;

@@ -2,7 +2,8 @@
  * mma.cuh — the tensor-core pieces the gemv kernels share (matmul.cu, gemv_t16.cu): the
  * mma.sync m16n8k16 f16 -> f32 instruction, exact f16 integers from quant bytes, the raw
  * A-fragment words of one 32-block for rows g and g + 8 (kc_mq), one block's four mma on
- * split-f16 activations (kc_mma_block) and the CTA's warp-order reduction (kc_mma_store).
+ * split-f16 activations (kc_mma_block), the CTA's warp-order reduction (kc_mma_store) and
+ * the prep kernels' split of the activations into hi / lo halves (kc_split4).
  * See matmul.cu's tensor-core gemv comment for the fragment mapping and the numerics.
  */
 #ifndef KILN_KERNELS_CUDA_MMA_CUH
@@ -135,6 +136,34 @@ kc_mma_store(float (*red)[32][4], const float tot[4], int w, int lane, int64_t r
         const int tok = 2 * tig + (j & 1);
         if (row < n && tok < T) y[tok * ys + row] = v + (bias ? bias[row] : 0.0f);
     }
+}
+
+/* The activation split shared by the tensor-core gemvs' prep kernels (xsplit_kernel,
+ * matmul.cu; xsplit_t16_kernel, gemv_t16.cu): one thread's 4 values v of a 32-block, the
+ * block's 8 threads being the lanes of gmask. Returns the block's power-of-two scale s =
+ * 2^(15 - e) (block max < 2^e, so every |v s| < 2^15; 1 for a zero, inf or NaN block) and
+ * writes the hi f16 halves of v s and the lo halves f16(v s - hi). */
+__device__ __forceinline__ float kc_split4(float4 v, unsigned gmask, __half2 h[2], __half2 l[2]) {
+    float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    m = fmaxf(m, __shfl_xor_sync(gmask, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(gmask, m, 2));
+    m = fmaxf(m, __shfl_xor_sync(gmask, m, 4));
+    float sc = 1.0f;
+    if (m > 0.0f && isfinite(m)) {
+        int e;
+        frexpf(m, &e);
+        int p = 15 - e;
+        p = p > 126 ? 126 : p < -126 ? -126 : p;
+        sc = ldexpf(1.0f, p);
+    }
+    const float a[4] = {v.x * sc, v.y * sc, v.z * sc, v.w * sc};
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        h[q] = __floats2half2_rn(a[2 * q], a[2 * q + 1]);
+        const float2 hf = __half22float2(h[q]);
+        l[q] = __floats2half2_rn(a[2 * q] - hf.x, a[2 * q + 1] - hf.y);
+    }
+    return sc;
 }
 
 #endif /* KILN_KERNELS_CUDA_MMA_CUH */
