@@ -36,6 +36,7 @@ int kiln_cmd_serve(int argc, char **argv) {
          "allow batch-dependent kernels (greedy output may then depend on the batch)", false, NULL},
         {"ready-file", 0, true, "FILE", "write 'HOST PORT' there once listening (for scripts)",
          false, NULL},
+        KILN_OPT_LOAD_REPORT,
     };
     const char *pos[4];
     int n_pos;
@@ -84,6 +85,7 @@ int kiln_cmd_serve(int argc, char **argv) {
                         .max_step = so.max_step,
                         .max_seqs = so.slots,
                         .kv_f16 = OPT("kv-f16")->seen,
+                        .load_report = OPT("load-report")->seen,
                         .tp = (int32_t)tp};
 #undef OPT
     kiln_gen_ctx g;

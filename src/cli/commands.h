@@ -34,7 +34,7 @@ KILN_CMD_LIST(KILN_CMD_DECL)
 /* Print "kiln <cmd>: <msg>" for a failed status and return 1. */
 int kiln_cli_fail(const char *cmd, const kiln_err *err);
 
-/* --load-report (run, bench, perplexity, chat): after the engine loaded the model, its
+/* --load-report (run, bench, perplexity, chat, serve): after the engine loaded the model, its
  * load report (lanes, tensors, bytes, time, GB/s, residual bytes and why, time to ready)
  * goes to stderr. */
 #define KILN_OPT_LOAD_REPORT                                                                       \

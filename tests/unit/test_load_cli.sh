@@ -86,6 +86,15 @@ set +e
 "$KILN" inspect --load --backend nope "$T/llama.gguf" 2> "$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "backend 'nope'" "$T/err" || fail "bad backend: rc $rc"
 set -e
+# kiln serve --load-report: the report on stderr once loaded (then SIGTERM: drain, exit 0)
+"$KILN" serve -m "$T/llama.gguf" --port 0 -t 1 --load-report --ready-file "$T/ready" \
+  2> "$T/serve.err" &
+sp=$!
+for _ in $(seq 600); do [ -s "$T/ready" ] && break; sleep 0.1; done
+kill -TERM $sp
+wait $sp || fail "serve --load-report: exit status $?"
+grep -q "^load report: " "$T/serve.err" && grep -q "ready in" "$T/serve.err" ||
+  fail "serve --load-report: no report ($(head -3 "$T/serve.err"))"
 G="${XDG_CACHE_HOME:-$HOME/.cache}/kiln/models/gemma-3-270m-q4_k_m.gguf"
 if [ -f "$G" ]; then
   "$KILN" inspect --load --execute -v --json gemma3-270m > "$T/out.json" || fail "gemma3-270m"
