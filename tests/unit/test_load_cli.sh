@@ -90,9 +90,9 @@ set -e
 "$KILN" serve -m "$T/llama.gguf" --port 0 -t 1 --load-report --ready-file "$T/ready" \
   2> "$T/serve.err" &
 sp=$!
-for _ in $(seq 600); do [ -s "$T/ready" ] && break; sleep 0.1; done
-kill -TERM $sp
-wait $sp || fail "serve --load-report: exit status $?"
+for _ in $(seq 1200); do [ -s "$T/ready" ] && break; kill -0 $sp 2>/dev/null || break; sleep 0.1; done
+kill -TERM $sp 2>/dev/null || true
+wait $sp || fail "serve --load-report: exit status $? ($(tail -2 "$T/serve.err"))"
 grep -q "^load report: " "$T/serve.err" && grep -q "ready in" "$T/serve.err" ||
   fail "serve --load-report: no report ($(head -3 "$T/serve.err"))"
 G="${XDG_CACHE_HOME:-$HOME/.cache}/kiln/models/gemma-3-270m-q4_k_m.gguf"
