@@ -299,6 +299,55 @@ static void quotas_1000(void **st) {
 
 /* ---- cancel, backpressure, disconnect ---- */
 
+/* on_step_end: called once per step that did work, after that step's sink calls (the
+ * server batches its stream wakes on it), not for an idle step, and once after the
+ * shutdown's final events. */
+typedef struct hook_rec {
+    int calls;
+    int32_t tokens_at_call, finals_at_call;
+    const out *o;
+} hook_rec;
+
+static void step_end_rec(void *user) {
+    hook_rec *h = user;
+    h->calls++;
+    h->tokens_at_call = h->o->n;
+    h->finals_at_call = h->o->finals;
+}
+
+static void step_end_hook(void **st) {
+    (void)st;
+    fake_engine fe;
+    kiln_sched_engine se;
+    out a = {0}, b = {0};
+    hook_rec h = {.o = &a};
+    kiln_sched_opts o;
+    kiln_sched_opts_default(&o);
+    o.on_step_end = step_end_rec;
+    o.step_end_user = &h;
+    kiln_sched *s = mk(&fe, &se, 2, 64, NULL, &o);
+    step(s); /* nothing to do */
+    assert_int_equal(h.calls, 0);
+    int32_t p[4] = {1, 2, 3, 4};
+    assert_int_equal(sub(s, NULL, p, 4, 100, &a, NULL, NULL), KILN_OK);
+    assert_int_equal(sub(s, NULL, p, 4, 100, &b, NULL, NULL), KILN_OK);
+    for (int i = 0; i < 6; i++) {
+        const int32_t before = a.n;
+        step(s);
+        assert_int_equal(h.calls, i + 1);
+        assert_true(a.n > before);               /* the step fed a */
+        assert_int_equal(h.tokens_at_call, a.n); /* ... before the hook ran */
+    }
+    assert_int_equal(a.finals, 0);
+    const int calls = h.calls;
+    done(s, &fe); /* shutdown: both end, then one more call */
+    assert_int_equal(a.finals, 1);
+    assert_int_equal(b.finals, 1);
+    assert_int_equal(a.fin, KILN_FINISH_SHUTDOWN);
+    assert_int_equal(h.calls, calls + 1);
+    assert_int_equal(h.finals_at_call, 1);
+}
+
 static void cancel_one_step(void **st) {
     (void)st;
     fake_engine fe;
@@ -652,7 +701,7 @@ int main(void) {
         cmocka_unit_test(quotas_1000),  cmocka_unit_test(cancel_one_step),
         cmocka_unit_test(backpressure), cmocka_unit_test(preemption),
         cmocka_unit_test(text_stops),   cmocka_unit_test(thread_mode),
-        cmocka_unit_test(trace_file),
+        cmocka_unit_test(trace_file),   cmocka_unit_test(step_end_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
