@@ -97,8 +97,7 @@ static void *producer(void *arg) {
 static void *client(void *arg) {
     bench *b = arg;
     char buf[65536];
-    long want = 0, got = 0;
-    (void)want;
+    long got = 0;
     int ep = epoll_create1(0);
     if (ep < 0) die("epoll_create1 (client)");
     for (int s = 0; s < b->streams; s++) {
