@@ -368,7 +368,8 @@ void kiln_quant_q2_K(const float *x, void *dst, int64_t n) {
             const float iscale = 15.0f / max_min;
             for (int j = 0; j < 16; j++) {
                 int l = kiln_nearest_int(iscale * mins[j]);
-                blk.scales[j] = (uint8_t)(blk.scales[j] | (l << 4));
+                /* unsigned: l < 0 when 15 / max_min overflowed to inf (max_min < 1e-38) */
+                blk.scales[j] = (uint8_t)(blk.scales[j] | (unsigned)l << 4);
             }
             blk.dmin = kiln_f32_to_fp16(max_min / 15.0f);
         } else {

@@ -236,6 +236,9 @@ static int repeat(jctx *c, const jnode *at, jv seq, int64_t times, jv *out) {
     if (times < 0) times = 0;
     if (seq.type == JV_LIST && seq.u.list->kind)
         return jerr(c, at, "unsupported operand type(s) for *: '%s' and 'int'", seq.u.list->kname);
+    /* an empty sequence times 10^18 is empty: the copy loops below must not count to it
+     * (a hang found by fuzz_template, session 9) */
+    if ((seq.type == JV_STR ? seq.u.str.n : seq.u.list->n) == 0) times = 0;
     if (seq.type == JV_STR) {
         size_t total;
         if (!kiln_size_mul(seq.u.str.n, (size_t)times, &total) || total > c->budget)

@@ -87,9 +87,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     sqlite3_bind_null(ins, c + 1);
                     break;
                 case 1: {
-                    int64_t v = 0;
-                    for (int i = 0; i < 1 + (t >> 5); i++) v = (v << 8) | byte(&r);
-                    if (t & 8) v = -v;
+                    uint64_t u = 0; /* unsigned: 8 bytes of input may not fit int64_t */
+                    for (int i = 0; i < 1 + (t >> 5); i++) u = (u << 8) | byte(&r);
+                    if (t & 8) u = 0 - u;
+                    int64_t v;
+                    memcpy(&v, &u, sizeof v);
                     sqlite3_bind_int64(ins, c + 1, v);
                     break;
                 }

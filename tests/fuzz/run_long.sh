@@ -6,11 +6,12 @@
 # Appends one line per target to build-fuzz/fuzz-long/results.tsv:
 #   target  commit  execs  seconds  exec/s  cov  ft  corpus  result
 # usage: tests/fuzz/run_long.sh [TARGET...]     (default: every build-fuzz/tests/fuzz_*)
-#   RUNS=10000000 SECONDS_MAX=3600 tests/fuzz/run_long.sh fuzz_gguf
+#   RUNS=10000000 SECONDS_MAX=3600 TIMEOUT=10 tests/fuzz/run_long.sh fuzz_gguf
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 runs=${RUNS:-10000000}
 secs=${SECONDS_MAX:-3600}
+timeout=${TIMEOUT:-10} # per input; raise it when the run may be paused (SIGSTOP) for a measurement
 out=build-fuzz/fuzz-long
 mkdir -p "$out"
 commit=${COMMIT:-$(git rev-parse --short HEAD)}  # COMMIT: the commit build-fuzz was built from
@@ -25,7 +26,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$work"
   log=$out/$t.log
   start=$(date +%s)
-  nice -n 19 "$bin" -runs="$runs" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 \
+  nice -n 19 "$bin" -runs="$runs" -max_total_time="$secs" -rss_limit_mb=2048 -timeout="$timeout" \
        -max_len=262144 -print_final_stats=1 -artifact_prefix="$work/" "$work" \
        "tests/fuzz/corpus/$t" >"$log" 2>&1
   rc=$?

@@ -311,6 +311,11 @@ static void test_percent_format(void **state) {
         {"{{ '%.12345f' % 1.5 }}", 0, "width or precision over 9999", 0},
         {"{{ '%9999d' % 7 }}", 0, NULL, 9999},
         {"{{ '%300s|%-5s|%05.1f' % ('a', 'b', 2.25) }}", 0, NULL, 300 + 1 + 5 + 1 + 5},
+        /* repetition (the other string operator): an empty sequence times 2^63 - 1 is
+         * empty at once (it looped 2^63 times: fuzz_template, session 9) */
+        {"{{ '' * 9223372036854775807 }}", 0, NULL, 0},
+        {"{{ ([] * 9223372036854775807) | length }}", 0, NULL, 1},
+        {"{{ 'ab' * 3 }}{{ [1, 2] * 2 }}", 0, NULL, 6 + 12},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         kiln_err err;
