@@ -146,10 +146,27 @@ INLINE void micro_rv(int T, const kiln_cpu_mm *p, const float *wp, int64_t k0, i
             acc[1][t] = _mm256_maskload_ps(y + 8, m1);
         }
     }
-    for (int64_t i = 0; i < kb; i++) {
-        if ((i & 15) == 0) /* the T activation rows come from L2: the next line of each */
+    /* 16 elements per iteration with constant offsets: one index step and one branch per
+     * 16 elements (the per-element loop spent ~10 scalar uops on pointer steps, the
+     * prefetch test and two branches beside its 12 FMAs); the same FMA chain in k order */
+    int64_t i = 0;
+    for (; i + 16 <= kb; i += 16) {
 #pragma GCC unroll 6
-            for (int t = 0; t < T; t++) _mm_prefetch((const char *)(x[t] + i + 32), _MM_HINT_T0);
+        for (int t = 0; t < T; t++) /* the T activation rows come from L2: the next line */
+            _mm_prefetch((const char *)(x[t] + i + 32), _MM_HINT_T0);
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) {
+            const __m256 w0 = _mm256_load_ps(wp + 16 * (i + j));
+            const __m256 w1 = _mm256_load_ps(wp + 16 * (i + j) + 8);
+#pragma GCC unroll 6
+            for (int t = 0; t < T; t++) {
+                const __m256 xv = _mm256_broadcast_ss(x[t] + i + j);
+                acc[0][t] = _mm256_fmadd_ps(w0, xv, acc[0][t]);
+                acc[1][t] = _mm256_fmadd_ps(w1, xv, acc[1][t]);
+            }
+        }
+    }
+    for (; i < kb; i++) {
         const __m256 w0 = _mm256_load_ps(wp + 16 * i), w1 = _mm256_load_ps(wp + 16 * i + 8);
 #pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
