@@ -687,7 +687,10 @@ static const kiln_kernel_spec onednn_specs[] = {
      .props = KILN_KPROP_DETERMINISTIC,
      .good_tokens = PREFILL_TOKENS,
      .workspace = ws_f32,
-     .priority = 85,
+     /* 79: below cpu.avx2.matmul (80), whose float prefill beat it end to end once its
+      * micro-kernel stopped stepping 6 pointers per element (session 9, docs/PERF.md);
+      * on AVX-512 CPUs cpu.avx512.matmul (90) was ahead already */
+     .priority = 79,
      .fn.matmul = onednn_f32,
      .summary = "oneDNN f32 matmul (f16/bf16 weights widened exactly, per chunk of rows)"},
     {.id = "onednn.bf16.matmul",
