@@ -199,10 +199,28 @@ INLINE void gemm_rv(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1, f
         for (int64_t r = r0; r < r1; r += 16) {
             const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
             widen_t16(dt, p, r, nr, k0, kb, wp);
+            /* full tiles, then the rest: a tile of T tokens keeps 2T FMA chains, and the
+             * two FMA pipes need 8 to hide the latency, so a tail of 1-3 tokens shares the
+             * last full tile (6 + r as two tiles of 3-5: t 128 = 20 x 6 + 4 + 4) */
+            const int64_t r6 = p->t % FTT, tfull = p->t >= FTT ? p->t - r6 - (r6 ? FTT : 0) : 0;
             int64_t t0 = 0;
-            for (; t0 + FTT <= p->t; t0 += FTT)
-                micro_rv(FTT, p, wp, k0, kb, t0, r, nr, first, last);
-            switch (p->t - t0) { /* the last tokens in one tile: a 1-token tile is latency bound */
+            for (; t0 < tfull; t0 += FTT) micro_rv(FTT, p, wp, k0, kb, t0, r, nr, first, last);
+            if (p->t - t0 > FTT) { /* 7 to 11 tokens: two tiles */
+                const int a = (int)((p->t - t0 + 1) / 2);
+                switch (a) {
+                case 6:
+                    micro_rv(6, p, wp, k0, kb, t0, r, nr, first, last);
+                    break;
+                case 5:
+                    micro_rv(5, p, wp, k0, kb, t0, r, nr, first, last);
+                    break;
+                default:
+                    micro_rv(4, p, wp, k0, kb, t0, r, nr, first, last);
+                    break;
+                }
+                t0 += a;
+            }
+            switch (p->t - t0) { /* the last tokens in one tile (at most 5 here) */
             case 5:
                 micro_rv(5, p, wp, k0, kb, t0, r, nr, first, last);
                 break;
