@@ -192,6 +192,26 @@ INLINE void micro_rv(int T, const kiln_cpu_mm *p, const float *wp, int64_t k0, i
     }
 }
 
+/* One tile of T (1-6) tokens, with T a compile-time constant in each micro_rv. */
+#define TILE_CASE(N)                                                                               \
+    case N:                                                                                        \
+        micro_rv(N, p, wp, k0, kb, t0, r, nr, first, last);                                        \
+        break
+INLINE void tile_rv(int T, const kiln_cpu_mm *p, const float *wp, int64_t k0, int64_t kb,
+                    int64_t t0, int64_t r, int nr, bool first, bool last) {
+    switch (T) {
+        TILE_CASE(6);
+        TILE_CASE(5);
+        TILE_CASE(4);
+        TILE_CASE(3);
+        TILE_CASE(2);
+        TILE_CASE(1);
+    default:
+        break;
+    }
+}
+#undef TILE_CASE
+
 INLINE void gemm_rv(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1, float *wp) {
     for (int64_t k0 = 0; k0 < p->k; k0 += FKB) {
         const int64_t kb = p->k - k0 < FKB ? p->k - k0 : FKB;
@@ -207,38 +227,10 @@ INLINE void gemm_rv(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1, f
             for (; t0 < tfull; t0 += FTT) micro_rv(FTT, p, wp, k0, kb, t0, r, nr, first, last);
             if (p->t - t0 > FTT) { /* 7 to 11 tokens: two tiles */
                 const int a = (int)((p->t - t0 + 1) / 2);
-                switch (a) {
-                case 6:
-                    micro_rv(6, p, wp, k0, kb, t0, r, nr, first, last);
-                    break;
-                case 5:
-                    micro_rv(5, p, wp, k0, kb, t0, r, nr, first, last);
-                    break;
-                default:
-                    micro_rv(4, p, wp, k0, kb, t0, r, nr, first, last);
-                    break;
-                }
+                tile_rv(a, p, wp, k0, kb, t0, r, nr, first, last);
                 t0 += a;
             }
-            switch (p->t - t0) { /* the last tokens in one tile (at most 5 here) */
-            case 5:
-                micro_rv(5, p, wp, k0, kb, t0, r, nr, first, last);
-                break;
-            case 4:
-                micro_rv(4, p, wp, k0, kb, t0, r, nr, first, last);
-                break;
-            case 3:
-                micro_rv(3, p, wp, k0, kb, t0, r, nr, first, last);
-                break;
-            case 2:
-                micro_rv(2, p, wp, k0, kb, t0, r, nr, first, last);
-                break;
-            case 1:
-                micro_rv(1, p, wp, k0, kb, t0, r, nr, first, last);
-                break;
-            default:
-                break;
-            }
+            tile_rv((int)(p->t - t0), p, wp, k0, kb, t0, r, nr, first, last);
         }
     }
 }

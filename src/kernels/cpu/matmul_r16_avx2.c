@@ -67,6 +67,19 @@ INLINE __m256i hibits(const uint8_t *p, int hh) {
     return bits_to_0x10(m);
 }
 
+/* The 4-bit element groups i (lo nibbles) and 4 + i (hi nibbles) of the 32-block types'
+ * 32-byte vector v (half hh), with q5's fifth bits from the block at q. */
+INLINE void split4(__m256i v, bool five, const uint8_t *q, int i, int hh, __m256i *lo,
+                   __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    *lo = _mm256_and_si256(v, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (five) {
+        *lo = _mm256_or_si256(*lo, hibits(q + 8 * i, hh));
+        *hi = _mm256_or_si256(*hi, hibits(q + 32 + 8 * i, hh));
+    }
+}
+
 INLINE void st_u(uint8_t *dst, int j, int hh, __m256i v) {
     _mm256_store_si256((__m256i *)(dst + 64 * j + 32 * hh), v);
 }
@@ -105,13 +118,8 @@ INLINE void unpack(uint32_t dt, const uint8_t *g, int64_t c, bool two, uint8_t *
                     const uint8_t *qs = five ? q + 64 : q;
 #pragma GCC unroll 4
                     for (int i = 0; i < 4; i++) {
-                        __m256i v = ld(qs + 64 * i + 32 * hh);
-                        __m256i lo = _mm256_and_si256(v, m4);
-                        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                        if (five) {
-                            lo = _mm256_or_si256(lo, hibits(q + 8 * i, hh));
-                            hi = _mm256_or_si256(hi, hibits(q + 32 + 8 * i, hh));
-                        }
+                        __m256i lo, hi;
+                        split4(ld(qs + 64 * i + 32 * hh), five, q, i, hh, &lo, &hi);
                         st_u(dst, 8 * h + i, hh, lo);
                         st_u(dst, 8 * h + 4 + i, hh, hi);
                     }
@@ -339,13 +347,8 @@ INLINE void unit_dots(uint32_t dt, const uint8_t *g, int64_t c, int hh, const in
                 const uint8_t *qs = five ? q + 64 : q;
 #pragma GCC unroll 4
                 for (int i = 0; i < 4; i++) {
-                    __m256i v = ld(qs + 64 * i + 32 * hh);
-                    __m256i lo = _mm256_and_si256(v, m4);
-                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                    if (five) {
-                        lo = _mm256_or_si256(lo, hibits(q + 8 * i, hh));
-                        hi = _mm256_or_si256(hi, hibits(q + 32 + 8 * i, hh));
-                    }
+                    __m256i lo, hi;
+                    split4(ld(qs + 64 * i + 32 * hh), five, q, i, hh, &lo, &hi);
                     acc_add(dt, &A, 0, lo, a1, a2, 8 * h + i);
                     acc_add(dt, &A, 0, hi, a1, a2, 8 * h + 4 + i);
                 }
@@ -409,7 +412,6 @@ INLINE void unit_dots(uint32_t dt, const uint8_t *g, int64_t c, int hh, const in
  * broadcast it twice: ~1/8 of decode's vector instructions). The same integer sums. */
 INLINE void unit_dots_both(uint32_t dt, const uint8_t *g, int64_t c, const int8_t *a1,
                            const int8_t *a2, __m256i d[2][2]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     const uint8_t *b = g + kiln_r16_unit_off(dt, c);
     const size_t hdr = kiln_r16_hdr(dt), bl = kiln_r16_blk(dt);
     const bool five = dt == KILN_DTYPE_Q5_0 || dt == KILN_DTYPE_Q5_1;
@@ -436,13 +438,8 @@ INLINE void unit_dots_both(uint32_t dt, const uint8_t *g, int64_t c, const int8_
                 const __m256i bh2 = bcast(a2 + 4 * (8 * h + 4 + i));
 #pragma GCC unroll 2
                 for (int hh = 0; hh < 2; hh++) {
-                    __m256i v = ld(qs + 64 * i + 32 * hh);
-                    __m256i lo = _mm256_and_si256(v, m4);
-                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                    if (five) {
-                        lo = _mm256_or_si256(lo, hibits(q + 8 * i, hh));
-                        hi = _mm256_or_si256(hi, hibits(q + 32 + 8 * i, hh));
-                    }
+                    __m256i lo, hi;
+                    split4(ld(qs + 64 * i + 32 * hh), five, q, i, hh, &lo, &hi);
                     acc_add_b(dt, &A[hh], 0, lo, bl1, bl2);
                     acc_add_b(dt, &A[hh], 0, hi, bh1, bh2);
                 }
