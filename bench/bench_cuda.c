@@ -120,7 +120,7 @@ static double step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cudaEvent_
  * graph, else launched directly. Median ms per step as step_ms; -1 on an error. */
 static double group_step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1,
                             const mat *m, int layers, int64_t t, const float *x, float *y,
-                            float *y2, int reps, int graph) {
+                            float *y2, int reps, int graph, unsigned parts) {
     float md[5];
     cudaGraphExec_t ge = NULL;
     for (int pass = graph ? 0 : 1; pass < 2; pass++) {
@@ -129,6 +129,7 @@ static double group_step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cuda
         if (pass == 0) {
             for (int l = 0; l <= layers; l++) {
                 if (l == layers) {
+                    if (!(parts & 16)) break;
                     const mat *h = &m[layers * 7];
                     kiln_matmul_args a = {.w = h->w,
                                           .w_dtype = h->dt,
@@ -162,7 +163,7 @@ static double group_step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cuda
                     g.fn[i] = kiln_cuda_matmul_t16;
                     yo += L[i].n * t;
                 }
-                if (kiln_cuda_matmul_group(kc, &g)) return -1;
+                if ((parts & 1) && kiln_cuda_matmul_group(kc, &g)) return -1;
                 kiln_matmul_args o = {.w = L[3].w,
                                       .w_dtype = L[3].dt,
                                       .w_layout = 3,
@@ -174,7 +175,7 @@ static double group_step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cuda
                                       .y = y2,
                                       .y_stride = L[3].n,
                                       .t = t};
-                if (kiln_cuda_matmul_t16(kc, &o)) return -1;
+                if ((parts & 2) && kiln_cuda_matmul_t16(kc, &o)) return -1;
                 kiln_matmul_group_args f = {.n = 2,
                                             .glu_fn = kiln_cuda_glu,
                                             .act = KILN_GLU_SWIGLU,
@@ -194,7 +195,7 @@ static double group_step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cuda
                                                 .t = t};
                     f.fn[i] = kiln_cuda_matmul_t16;
                 }
-                if (kiln_cuda_matmul_group(kc, &f)) return -1;
+                if ((parts & 4) && kiln_cuda_matmul_group(kc, &f)) return -1;
                 kiln_matmul_args d = {.w = L[6].w,
                                       .w_dtype = L[6].dt,
                                       .w_layout = 3,
@@ -206,7 +207,7 @@ static double group_step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cuda
                                       .y = y,
                                       .y_stride = L[6].n,
                                       .t = t};
-                if (kiln_cuda_matmul_t16(kc, &d)) return -1;
+                if ((parts & 8) && kiln_cuda_matmul_t16(kc, &d)) return -1;
             }
             cudaGraph_t gr = NULL;
             CK(cudaStreamEndCapture(st, &gr));
@@ -484,8 +485,8 @@ int main(int argc, char **argv) {
                 for (int fu = 2; fu >= 0; fu--) {
                     kiln_cuda_decode_fusion(fu > 0);
                     kiln_cuda_decode_pdl_set(fu == 2);
-                    const double g =
-                        group_step_ms(&kc, st, e0, e1, m, layers, 1, x, y, y + tmax * FF, reps, 1);
+                    const double g = group_step_ms(&kc, st, e0, e1, m, layers, 1, x, y,
+                                                   y + tmax * FF, reps, 1, 31);
                     printf("%s t=1 (T16, engine's groups + glu, one graph per step, decode fusion "
                            "%s): %.3f ms per step (%.0f GB/s, %.0f %% of the bound)\n",
                            tok, mode[fu], g, total / (g * 1e-3) / 1e9,
@@ -493,11 +494,45 @@ int main(int argc, char **argv) {
                     fflush(stdout);
                 }
             kiln_cuda_decode_fusion(1);
-            kiln_cuda_decode_pdl_set(1);
+            kiln_cuda_decode_pdl_set(0);
+            /* where the step's matmul time goes: each part alone, 32 layers in one graph */
+            {
+                static const char *const pn[5] = {"q/k/v group", "o", "gate/up group + glu", "down",
+                                                  "LM head"};
+                for (int pi = 0; pi < 5; pi++) {
+                    const double v = group_step_ms(&kc, st, e0, e1, m, layers, 1, x, y,
+                                                   y + tmax * FF, reps, 1, 1u << pi);
+                    /* bytes of the part (per layer x layers, or the head): by the dtypes */
+                    size_t pbytes = 0;
+                    for (int l = 0; l < (pi == 4 ? 1 : layers); l++) {
+                        const int j0[5] = {0, 3, 4, 6, 0}, j1[5] = {3, 4, 6, 7, 1};
+                        for (int j = j0[pi]; j < j1[pi]; j++) {
+                            const mat *mm = pi == 4 ? &m[layers * 7] : &m[l * 7 + j];
+                            pbytes += mm->row_bytes * (size_t)mm->n;
+                        }
+                    }
+                    printf("%s t=1 part %-20s %7.1f us per step (%d x), %.2f GB, %.0f GB/s "
+                           "(%.0f %% of the read bandwidth)\n",
+                           tok, pn[pi], v * 1e3, pi == 4 ? 1 : layers, pbytes / 1e9,
+                           pbytes / (v * 1e-3) / 1e9,
+                           100.0 * pbytes / (v * 1e-3) / (read_gbs * 1e9));
+                }
+            }
+            if (kmix || dt == KILN_DTYPE_Q4_K) { /* q4_K at 1 or 2 CTAs per SM */
+                for (int mb = 2; mb >= 1; mb--) {
+                    kiln_cuda_t16k_occupancy(mb);
+                    const double v = group_step_ms(&kc, st, e0, e1, m, layers, 1, x, y,
+                                                   y + tmax * FF, reps, 1, 31);
+                    printf("%s t=1 (T16, engine's groups, graph, q4_K at %d CTA(s) per SM): %.3f "
+                           "ms per step\n",
+                           tok, mb, v);
+                }
+                kiln_cuda_t16k_occupancy(0);
+            }
             for (int ti = 0; ti < 2; ti++) {
                 const int64_t tg = ti ? 4 : 8;
                 const double v =
-                    group_step_ms(&kc, st, e0, e1, m, layers, tg, x, y, y + tmax * FF, reps, 1);
+                    group_step_ms(&kc, st, e0, e1, m, layers, tg, x, y, y + tmax * FF, reps, 1, 31);
                 printf("%s t=%lld (T16, engine's groups + glu, graph): %.3f ms per step\n", tok,
                        (long long)tg, v);
             }

@@ -284,9 +284,11 @@ __device__ __forceinline__ void kc_afrag(uint32_t a[4], uint32_t u0, uint32_t u1
 
 /* q6_K: 1024 threads per SM worth of CTAs (64 registers; without the bound ptxas took 82
  * at 16 warps, one CTA of 512 threads per SM: not measured either way) */
-#define T16K_MINB(DT, SW) ((DT) == KILN_DTYPE_Q6_K ? 1024 / ((SW)*32) : 1)
-template <int DT, int SW, int U, bool FS>
-__global__ void __launch_bounds__(SW * 32, T16K_MINB(DT, SW))
+/* MB CTAs of SW warps per SM at least: q6_K 1024 threads' worth (64 registers; without
+ * the bound ptxas took 82 at 16 warps); q4_K either (MB = 1024 / threads) or 1 (ptxas then
+ * takes 128 registers at 16 warps: one CTA per SM): kiln_cuda_t16k_occupancy */
+template <int DT, int SW, int U, bool FS, int MB>
+__global__ void __launch_bounds__(SW * 32, MB)
     gemv_t16k_kernel(const t16_jobs J, int64_t k, const float *__restrict__ x,
                      const uint4 *__restrict__ xf, const float *__restrict__ inv,
                      const float *__restrict__ xsum, int T) {
@@ -330,11 +332,7 @@ __global__ void __launch_bounds__(SW * 32, T16K_MINB(DT, SW))
         for (int u = 0; u < U; u++) {
             const int64_t sc = s0 + (int64_t)u * SW;
             if (sc >= nsc) break;
-            t16_xs xs[2];
-            if constexpr (FS) {
-                xs[0] = t16_xsplit<Q4K>(xv[u][0], lane);
-                xs[1] = t16_xsplit<Q4K>(xv[u][1], lane);
-            }
+            t16_xs xs; /* FS: the half of 128 columns in use (split at bb = 0 and 4) */
             float dg, dg8, mg = 0.0f, mg8 = 0.0f;
             if constexpr (Q4K) {
                 dg = kc_h2f((uint16_t)(sa[u].x & 0xFFFFu)), mg = kc_h2f((uint16_t)(sa[u].x >> 16));
@@ -349,9 +347,10 @@ __global__ void __launch_bounds__(SW * 32, T16K_MINB(DT, SW))
                 uint32_t bh[4] = {0u, 0u, 0u, 0u}, bl[4] = {0u, 0u, 0u, 0u};
                 float2 iv, xsv = make_float2(0.0f, 0.0f);
                 if constexpr (FS) {
-                    t16_xfrag(xs[bb / 4], bb % 4, tig, bh, bl, &iv);
+                    if (bb % 4 == 0) xs = t16_xsplit<Q4K>(xv[u][bb / 4], lane);
+                    t16_xfrag(xs, bb % 4, tig, bh, bl, &iv);
                     if constexpr (Q4K) {
-                        const float sm = __shfl_sync(0xFFFFFFFFu, xs[bb / 4].sum, (bb % 4) * 8);
+                        const float sm = __shfl_sync(0xFFFFFFFFu, xs.sum, (bb % 4) * 8);
                         xsv = make_float2(sm, sm);
                     }
                 } else {
@@ -455,14 +454,18 @@ extern "C" void kiln_cuda_t16_config(int sw, int u) {
  * (up to 16) that each does about U superchunks per round of loads. Device run 1 (H100,
  * 8B matmuls at t = 1, every setting): 16 warps x 2 in flight was the best for both
  * types (q4_0 3.30 ms, q8_0 4.12), 8 x 4 / 16 x 4 / 4 x any were 10-60 % slower. */
-static void t16_split(uint32_t dt, int64_t n, int64_t k, int *sw, int *u) {
-    (void)n;
+static void t16_split(uint32_t dt, bool fs, int64_t k, int *sw, int *u) {
     const int64_t nsc = k / kiln_cuda_t16_k(dt);
     /* K-quants: one superchunk in flight by default (2304 / 3360 bytes a warp, about the
-     * q4_0 / q8_0 kernel's 2 x 1152 / 2176; not measured yet); at most 2 (4 -> 2) */
+     * q4_0 / q8_0 kernel's 2 x 1152 / 2176; not measured yet); at most 2 (4 -> 2). The
+     * fused split (fs): one for every type (session 9 run 2, 8B matmuls at t = 1, 16 warps:
+     * q8_0 3.10 ms at 1 vs 4.26 at 2, whose 104 bytes of spills ptxas needed at 64
+     * registers; q4_0 2.34 vs 2.39). The warps per CTA (the summation order) are those of
+     * U = 2 either way: a function of (dtype, k) alone. */
     const bool kq = dt == KILN_DTYPE_Q4_K || dt == KILN_DTYPE_Q6_K;
-    *u = kc_t16_u ? (kq && kc_t16_u > 2 ? 2 : kc_t16_u) : kq ? 1 : 2;
-    const int64_t need = (nsc + *u - 1) / *u;
+    const int u2 = kq ? 1 : 2;
+    *u = kc_t16_u ? (kq && kc_t16_u > 2 ? 2 : kc_t16_u) : fs ? 1 : u2;
+    const int64_t need = (nsc + u2 - 1) / u2;
     *sw = need <= 4 ? 4 : need <= 8 ? 8 : 16;
     if (kc_t16_sw) *sw = kc_t16_sw;
 }
@@ -490,16 +493,29 @@ extern "C" void kiln_cuda_decode_pdl_set(int on) {
 extern "C" int kiln_cuda_decode_pdl(void) {
     if (kc_pdl < 0) {
         const char *e = getenv("KILN_CUDA_PDL");
-        kc_pdl = e && e[0] == '0' ? 0 : 1;
+        kc_pdl = e && e[0] == '1' ? 1 : 0;
     }
     return kc_pdl && kiln_cuda_decode_fused();
+}
+/* q4_K's T16 gemv at two CTAs of 16 warps per SM (64 registers) instead of one (128):
+ * KILN_T16K_MB=2 or kiln_cuda_t16k_occupancy(2) */
+static int kc_mb2 = -1;
+extern "C" void kiln_cuda_t16k_occupancy(int mb) {
+    kc_mb2 = mb == 2 ? 1 : 0;
+}
+static int kc_t16k_mb2(void) {
+    if (kc_mb2 < 0) {
+        const char *e = getenv("KILN_T16K_MB");
+        kc_mb2 = e && e[0] == '2' ? 1 : 0;
+    }
+    return kc_mb2;
 }
 
 template <int DT, bool FS>
 static void launch_t16(cudaStream_t s, const t16_jobs &J, unsigned grid, int64_t k, const float *x,
                        const uint4 *xf, const float *inv, int T, bool pdl) {
     int sw, u;
-    t16_split(DT, 0, k, &sw, &u);
+    t16_split(DT, FS, k, &sw, &u);
 #define KC_T16(SWV, UV)                                                                            \
     kc_launch_pdl(gemv_t16_kernel<DT, SWV, UV, FS>, grid, SWV * 32, s, pdl, J, k, x, xf, inv, T)
 #define KC_T16_U(SWV)                                                                              \
@@ -527,10 +543,17 @@ template <int DT, bool FS>
 static void launch_t16k(cudaStream_t s, const t16_jobs &J, unsigned grid, int64_t k, const float *x,
                         const uint4 *xf, const float *inv, const float *xsum, int T, bool pdl) {
     int sw, u;
-    t16_split(DT, 0, k, &sw, &u);
+    t16_split(DT, FS, k, &sw, &u);
+#define KC_T16K_MB(SWV, UV, MBV)                                                                   \
+    kc_launch_pdl(gemv_t16k_kernel<DT, SWV, UV, FS, MBV>, grid, SWV * 32, s, pdl, J, k, x, xf,     \
+                  inv, xsum, T)
 #define KC_T16K(SWV, UV)                                                                           \
-    kc_launch_pdl(gemv_t16k_kernel<DT, SWV, UV, FS>, grid, SWV * 32, s, pdl, J, k, x, xf, inv,     \
-                  xsum, T)
+    do {                                                                                           \
+        if (DT == KILN_DTYPE_Q6_K || kc_t16k_mb2())                                                \
+            KC_T16K_MB(SWV, UV, 1024 / (SWV * 32));                                                \
+        else                                                                                       \
+            KC_T16K_MB(SWV, UV, 1);                                                                \
+    } while (0)
 #define KC_T16K_U(SWV)                                                                             \
     do {                                                                                           \
         if (u == 2)                                                                                \
@@ -548,6 +571,7 @@ static void launch_t16k(cudaStream_t s, const t16_jobs &J, unsigned grid, int64_
         KC_T16K_U(4);
 #undef KC_T16K_U
 #undef KC_T16K
+#undef KC_T16K_MB
 }
 
 /* One launch over the jobs (all of dtype dt) for a pass of T tokens: x (FS, T = 1) or the

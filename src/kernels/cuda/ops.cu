@@ -96,19 +96,21 @@ __global__ void rms_norm_kernel(float *x, const float *__restrict__ r, float *y,
  * loaded at once and kept in registers: one round trip to memory instead of a dependent
  * load per element (5.8 us per decode-step norm at n = 4096 in session 9's profile). */
 template <int NV>
-__global__ void rms_norm_reg_kernel(float *x, const float *__restrict__ r, float *y,
-                                    const float *__restrict__ w, float w_offset, int64_t n,
-                                    int64_t xs, int64_t rs, int64_t ys, float eps) {
+__global__ void __launch_bounds__(512)
+    rms_norm_reg_kernel(float *x, const float *__restrict__ r, float *y,
+                        const float *__restrict__ w, float w_offset, int64_t n, int64_t xs,
+                        int64_t rs, int64_t ys, float eps) {
     kc_pdl_trigger(); /* the next kernel (a T16 gemv) may start: kc_pdl_wait */
     const int64_t row = blockIdx.x;
     float *xr = x + row * xs;
     float *yr = y + row * ys;
     const int nt = blockDim.x;
-    float v[NV];
+    float v[NV], wv[NV]; /* the weights too: no second round trip after the reduction */
 #pragma unroll
     for (int j = 0; j < NV; j++) {
         const int64_t i = threadIdx.x + (int64_t)j * nt;
         v[j] = i < n ? xr[i] : 0.0f;
+        wv[j] = w && i < n ? w[i] : 0.0f;
     }
     if (r) {
 #pragma unroll
@@ -148,7 +150,7 @@ __global__ void rms_norm_reg_kernel(float *x, const float *__restrict__ r, float
         const int64_t i = threadIdx.x + (int64_t)j * nt;
         if (i < n) {
             const float u = v[j] * scale;
-            yr[i] = w ? u * (w[i] + w_offset) : u;
+            yr[i] = w ? u * (wv[j] + w_offset) : u;
         }
     }
 }
