@@ -73,14 +73,18 @@ kiln_status kiln_cuda_matmul_t16_group(const kiln_kctx *c, const kiln_matmul_arg
  * previous kernels, for A/B runs. Same values either way. Process-wide. */
 void kiln_cuda_decode_fusion(int on);
 int kiln_cuda_decode_fused(void);
-/* With the fusion on and KILN_CUDA_PDL=1 (or kiln_cuda_decode_pdl_set(1)): the T16 gemv
- * launched as a programmatic dependent launch (its first weights prefetched into L2 while
- * the kernel before it runs; the small kernels let it start early). Off by default: no
- * gain end to end in session 9 run 2. Process-wide. */
+/* With the fusion on: the T16 gemv launched as a programmatic dependent launch (its first
+ * weights prefetched into L2 while the kernel before it runs; the small kernels let it
+ * start early); off with KILN_CUDA_PDL=0 or kiln_cuda_decode_pdl_set(0). Session 9 run 3:
+ * tg128 8B q4_0 333-335 vs 314-320 tok/s without, q8_0 257-264 vs 254-255. Process-wide. */
 void kiln_cuda_decode_pdl_set(int on);
 int kiln_cuda_decode_pdl(void);
-/* Benchmarks: q4_K's T16 gemv at 2 CTAs of 16 warps per SM (64 registers) or 1 (128). */
+/* Benchmarks: q4_K's T16 gemv at 2 CTAs of 16 warps per SM (64 registers, the default) or 1
+ * (128; KILN_T16K_MB=1). */
 void kiln_cuda_t16k_occupancy(int mb);
+/* Benchmarks / tests: q4_0's fused-split T16 gemv in tile pairs (1, the default) or one tile
+ * per CTA (0; KILN_T16_PAIRS=0). Same values either way. */
+void kiln_cuda_t16_pairs(int on);
 /* T16 weights (n x k) -> f16 hi halves at out[0, n k), 2^11-scaled lo at out[n k, 2 n k)
  * (the cuBLAS path's split-f16 weights), on the stream. */
 kiln_status kiln_cuda_t16_dequant_f16(void *stream, const void *w, uint32_t dtype, int64_t n,
