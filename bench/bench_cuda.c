@@ -518,17 +518,6 @@ int main(int argc, char **argv) {
                            100.0 * pbytes / (v * 1e-3) / (read_gbs * 1e9));
                 }
             }
-            if (dt == KILN_DTYPE_Q4_0) { /* q4_0's fused-split gemv in tile pairs or not */
-                for (int rep = 0; rep < 2; rep++)
-                    for (int pr = 1; pr >= 0; pr--) {
-                        kiln_cuda_t16_pairs(pr);
-                        const double v = group_step_ms(&kc, st, e0, e1, m, layers, 1, x, y,
-                                                       y + tmax * FF, reps, 1, 31);
-                        printf("%s t=1 (T16, engine's groups, graph, %s): %.3f ms per step\n", tok,
-                               pr ? "tile pairs" : "one tile per CTA", v);
-                    }
-                kiln_cuda_t16_pairs(1);
-            }
             if (kmix || dt == KILN_DTYPE_Q4_K) { /* q4_K at 1 or 2 CTAs per SM */
                 for (int mb = 2; mb >= 1; mb--) {
                     kiln_cuda_t16k_occupancy(mb);

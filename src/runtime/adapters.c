@@ -10,8 +10,6 @@
 #include "runtime/comm.h"
 
 #include <math.h>
-#include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* the kernel of call site s for the step's bucket; remembers s and the bucket so a
@@ -61,47 +59,6 @@ static kiln_status norm_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
                             .y_stride = n,
                             .eps = bi->prm.norm.eps};
     return FN(bi, KILN_SITE_NORM, x).rms_norm(&x->kctx, &a);
-}
-
-/* A residual add and the RMS norm of its sum (the next instruction) as one call of the
- * norm kernel with its residual input (x += r, then the norm: every norm kernel takes r,
- * kselect asks for KILN_KFEAT_RESIDUAL), when the sum's buffer is one of the add's inputs
- * (the other is r; a + b and b + a are the same f32 sum, so the values are the two calls').
- * Device backends only (one launch less per pair: session 9, issue 17); the host
- * backends keep their two calls. KILN_ERR_UNSUPPORTED: not such a pair. */
-static _Atomic int add_norm_on = -1; /* KILN_ADD_NORM=0: two calls everywhere (A/B) */
-
-kiln_status kiln_adapter_add_norm(kiln_exec *x, const kiln_bound_insn *add,
-                                  const kiln_bound_insn *norm) {
-    if (x->dev->be->host_memory) return KILN_ERR_UNSUPPORTED;
-    int on = atomic_load_explicit(&add_norm_on, memory_order_relaxed);
-    if (on < 0) {
-        const char *e = getenv("KILN_ADD_NORM");
-        on = !(e && e[0] == '0');
-        atomic_store_explicit(&add_norm_on, on, memory_order_relaxed);
-    }
-    if (!on || add->insn->opcode != KILN_OP_RESIDUAL_ADD ||
-        norm->insn->opcode != KILN_OP_RMS_NORM || norm->insn->in[0] != add->insn->out[0] ||
-        add->insn->n_in != 2 || add->phys_in[0] == add->phys_in[1] ||
-        norm->phys_out[0] == add->phys_out[0] || norm->width_out[0] != add->width_out[0])
-        return KILN_ERR_UNSUPPORTED;
-    const int other = add->phys_out[0] == add->phys_in[0]   ? 1
-                      : add->phys_out[0] == add->phys_in[1] ? 0
-                                                            : -1;
-    if (other < 0) return KILN_ERR_UNSUPPORTED;
-    const int64_t n = norm->width_out[0];
-    kiln_rms_norm_args a = {.x = kiln_reg_out(x, add, 0),
-                            .r = kiln_reg_in(x, add, other),
-                            .y = kiln_reg_out(x, norm, 0),
-                            .w = norm->w[KILN_W_NORM].data,
-                            .w_offset = norm->prm.norm.w_offset,
-                            .rows = x->t,
-                            .n = n,
-                            .x_stride = n,
-                            .r_stride = n,
-                            .y_stride = n,
-                            .eps = norm->prm.norm.eps};
-    return FN(norm, KILN_SITE_NORM, x).rms_norm(&x->kctx, &a);
 }
 
 static kiln_matmul_args mm_args(const kiln_bound_weight *w, const kiln_bound_weight *bias,

@@ -151,11 +151,6 @@ static inline float *kiln_reg_out(const kiln_exec *x, const kiln_bound_insn *bi,
 /* The adapter table (adapters.c): the one composition of every macro-op over kernel
  * calls, shared by every backend. */
 extern const kiln_adapter_fn kiln_adapters[KILN_OP_LIMIT];
-/* A residual add and the RMS norm of its sum (the instruction after it) in one norm call
- * (device backends, where the sum's buffer is one of the add's inputs); KILN_ERR_UNSUPPORTED
- * when that does not apply (run the two adapters). */
-kiln_status kiln_adapter_add_norm(kiln_exec *x, const kiln_bound_insn *add,
-                                  const kiln_bound_insn *norm);
 /* Call-site indexes of the adapters. */
 enum {
     KILN_SITE_EMBED = 0,

@@ -82,9 +82,6 @@ int kiln_cuda_decode_pdl(void);
 /* Benchmarks: q4_K's T16 gemv at 2 CTAs of 16 warps per SM (64 registers, the default) or 1
  * (128; KILN_T16K_MB=1). */
 void kiln_cuda_t16k_occupancy(int mb);
-/* Benchmarks / tests: q4_0's fused-split T16 gemv in tile pairs (1, the default) or one tile
- * per CTA (0; KILN_T16_PAIRS=0). Same values either way. */
-void kiln_cuda_t16_pairs(int on);
 /* T16 weights (n x k) -> f16 hi halves at out[0, n k), 2^11-scaled lo at out[n k, 2 n k)
  * (the cuBLAS path's split-f16 weights), on the stream. */
 kiln_status kiln_cuda_t16_dequant_f16(void *stream, const void *w, uint32_t dtype, int64_t n,

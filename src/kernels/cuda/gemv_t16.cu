@@ -101,12 +101,6 @@ __device__ __forceinline__ const uint8_t *t16_w(const t16_jobs &J, int64_t *tile
     const int m = t16_member(J, tile);
     return m == 0 ? J.m[0].W : m == 1 ? J.m[1].W : J.m[2].W;
 }
-/* the rows of this CTA's member */
-__device__ __forceinline__ int64_t t16_n(const t16_jobs &J) {
-    int64_t cta;
-    const int m = t16_member(J, &cta);
-    return m == 0 ? J.m[0].n : m == 1 ? J.m[1].n : J.m[2].n;
-}
 template <int SW>
 __device__ __forceinline__ void t16_store(const t16_jobs &J, float (*red)[32][4],
                                           const float tot[4], int w, int lane, int T) {
@@ -173,68 +167,25 @@ template <int DT> struct t16_geom;
 template <> struct t16_geom<KILN_DTYPE_Q4_0> { static constexpr int SCB = 1152, NQ = 2; };
 template <> struct t16_geom<KILN_DTYPE_Q8_0> { static constexpr int SCB = 2176, NQ = 4; };
 
-/* NT tiles per CTA (pairs, NT = 2: FS q4_0 with U = 1, kiln_cuda_t16_pairs): every warp
- * takes the same superchunks of both tiles, so the split of x and its shuffles serve two
- * tiles (q4_0 spends about a third of its instructions there); each tile's sums are
- * those of a CTA of its own (same superchunks per warp, same warp order). The CTA's
- * partial sums (tile j: warp j adds them up in warp order, kc_mma_store's arithmetic). */
-template <int SW, int NT>
-__device__ __forceinline__ void t16_store_nt(const t16_jobs &J, float (*red)[SW][32][4],
-                                             const float (*tot)[4], int w, int lane, int T) {
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) red[j][w][lane][i] = tot[j][i];
-    __syncthreads();
-    if (w >= NT) return;
-    int64_t cta;
-    const int m = t16_member(J, &cta);
-    const t16_job &o = m == 0 ? J.m[0] : m == 1 ? J.m[1] : J.m[2];
-    const int64_t r0 = (cta * NT + w) * 16;
-    const int g = lane >> 2, tig = lane & 3;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float v = red[w][0][lane][i];
-#pragma unroll
-        for (int ww = 1; ww < SW; ww++) v += red[w][ww][lane][i];
-        const int64_t row = r0 + g + (i >= 2 ? 8 : 0);
-        const int tok = 2 * tig + (i & 1);
-        if (row < o.n && tok < T) o.y[tok * o.ys + row] = v + (o.bias ? o.bias[row] : 0.0f);
-    }
-}
-
-/* at most 64 registers: two CTAs of 16 warps per SM (what ptxas chose by itself before the
- * tile pairs; with them it took 100-127 without the bound) */
-template <int DT, int SW, int U, bool FS, int NT>
-__global__ void __launch_bounds__(SW * 32, SW <= 16 ? 1024 / (SW * 32) : 1)
+/* FS: at most 64 registers (two CTAs of 16 warps per SM, as without FS) */
+template <int DT, int SW, int U, bool FS>
+__global__ void __launch_bounds__(SW * 32, FS &&SW <= 16 ? 1024 / (SW * 32) : 1)
     gemv_t16_kernel(const t16_jobs J, int64_t k, const float *__restrict__ x,
                     const uint4 *__restrict__ xf, const float *__restrict__ inv, int T) {
-    static_assert(NT == 1 || U == 1, "tile pairs load one superchunk per tile");
     constexpr int SCB = t16_geom<DT>::SCB, NQ = t16_geom<DT>::NQ;
     using MQ = kc_mq<DT>;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
     const int64_t nsc = k / KILN_CUDA_T16_K;
-    int64_t cta;
-    const uint8_t *W = t16_w(J, &cta);
-    const uint8_t *tb[NT];
-#pragma unroll
-    for (int j = 0; j < NT; j++) {
-        const int64_t tl = cta * NT + j;
-        /* a pair's second tile past the member's last (odd tile count) reads the first
-         * again and stores nothing (t16_store_nt: rows >= n) */
-        tb[j] = W + (size_t)(j == 0 || tl * 16 < t16_n(J) ? tl : cta * NT) * (size_t)nsc * SCB;
-    }
-    t16_pdl_start(tb[0], (nsc < SW * U ? nsc : SW * U) * SCB);
-    if (NT == 2 && threadIdx.x == 0 && tb[1] != tb[0])
-        kc_prefetch_l2(tb[1], (uint32_t)((nsc < SW ? nsc : SW) * SCB));
+    int64_t tile;
+    const uint8_t *tb = t16_w(J, &tile);
+    tb += (size_t)tile * (size_t)nsc * SCB;
+    t16_pdl_start(tb, (nsc < SW * U ? nsc : SW * U) * SCB);
     const bool live = g < T;
     const uint4 *xp = xf + ((live ? g : 0) * 4 + tig) * 2; /* + 64 per block */
     const float *ip = inv + 2 * tig;                       /* + 8 per block */
-    float tot[NT][4];
-#pragma unroll
-    for (int j = 0; j < NT; j++) tot[j][0] = tot[j][1] = tot[j][2] = tot[j][3] = 0.0f;
+    float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t s0 = w; s0 < nsc; s0 += (int64_t)SW * U) {
-        uint4 q[U][NT][NQ], sd[U][NT];
+        uint4 q[U][NQ], sd[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t sc = s0 + (int64_t)u * SW;
@@ -243,13 +194,10 @@ __global__ void __launch_bounds__(SW * 32, SW <= 16 ? 1024 / (SW * 32) : 1)
              * 3.30 ms at U = 2, device run 1). Skipping the load instead made the
              * compiler keep every load in flight at 68-88 registers: half the CTAs per SM
              * of the measured 64. */
+            const uint8_t *c = tb + (size_t)(sc < nsc ? sc : s0) * SCB;
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const uint8_t *c = tb[j] + (size_t)(sc < nsc ? sc : s0) * SCB;
-#pragma unroll
-                for (int i = 0; i < NQ; i++) q[u][j][i] = kc_ldw(c + i * 512 + lane * 16);
-                sd[u][j] = kc_ldw(c + NQ * 512 + g * 16);
-            }
+            for (int i = 0; i < NQ; i++) q[u][i] = kc_ldw(c + i * 512 + lane * 16);
+            sd[u] = kc_ldw(c + NQ * 512 + g * 16);
         }
         float4 xv[U]; /* FS: x loaded with the weights, split superchunk by superchunk */
         if constexpr (FS) {
@@ -280,30 +228,27 @@ __global__ void __launch_bounds__(SW * 32, SW <= 16 ? 1024 / (SW * 32) : 1)
                     }
                     iv = *(const float2 *)(ip + b * 8);
                 }
-#pragma unroll
-                for (int j = 0; j < NT; j++) {
-                    const uint32_t dw = bb == 0   ? sd[u][j].x
-                                        : bb == 1 ? sd[u][j].y
-                                        : bb == 2 ? sd[u][j].z
-                                                  : sd[u][j].w;
-                    MQ raw;
-                    raw.d[0] = (uint16_t)(dw & 0xFFFFu);
-                    raw.d[1] = (uint16_t)(dw >> 16);
-                    if constexpr (DT == KILN_DTYPE_Q4_0) {
-                        const uint4 v = q[u][j][bb / 2];
-                        raw.q[0] = bb % 2 ? v.z : v.x;
-                        raw.q[1] = bb % 2 ? v.w : v.y;
-                    } else {
-                        const uint4 v = q[u][j][bb];
-                        raw.q[0][0] = v.x, raw.q[0][1] = v.y, raw.q[1][0] = v.z, raw.q[1][1] = v.w;
-                    }
-                    kc_mma_block(raw, bh, bl, iv, tot[j]);
+                const uint32_t dw = bb == 0   ? sd[u].x
+                                    : bb == 1 ? sd[u].y
+                                    : bb == 2 ? sd[u].z
+                                              : sd[u].w;
+                MQ raw;
+                raw.d[0] = (uint16_t)(dw & 0xFFFFu);
+                raw.d[1] = (uint16_t)(dw >> 16);
+                if constexpr (DT == KILN_DTYPE_Q4_0) {
+                    const uint4 v = q[u][bb / 2];
+                    raw.q[0] = bb % 2 ? v.z : v.x;
+                    raw.q[1] = bb % 2 ? v.w : v.y;
+                } else {
+                    const uint4 v = q[u][bb];
+                    raw.q[0][0] = v.x, raw.q[0][1] = v.y, raw.q[1][0] = v.z, raw.q[1][1] = v.w;
                 }
+                kc_mma_block(raw, bh, bl, iv, tot);
             }
         }
     }
-    __shared__ float red[NT][SW][32][4];
-    t16_store_nt<SW, NT>(J, red, tot, w, lane, T);
+    __shared__ float red[SW][32][4];
+    t16_store<SW>(J, red, tot, w, lane, T);
 }
 
 /* The K-quants (q4_K, q6_K; cuda_t16.h): a superchunk is one 256-column block of the
@@ -552,19 +497,6 @@ extern "C" int kiln_cuda_decode_pdl(void) {
     }
     return kc_pdl && kiln_cuda_decode_fused();
 }
-/* q4_0's fused-split gemv in tile pairs (the default; KILN_T16_PAIRS=0 or
- * kiln_cuda_t16_pairs(0): one tile per CTA) */
-static int kc_pairs = -1;
-extern "C" void kiln_cuda_t16_pairs(int on) {
-    kc_pairs = on ? 1 : 0;
-}
-static int kc_t16_pairs(void) {
-    if (kc_pairs < 0) {
-        const char *e = getenv("KILN_T16_PAIRS");
-        kc_pairs = e && e[0] == '0' ? 0 : 1;
-    }
-    return kc_pairs;
-}
 /* q4_K's T16 gemv at two CTAs of 16 warps per SM (64 registers; the default) or one (128
  * registers: KILN_T16K_MB=1 or kiln_cuda_t16k_occupancy(1)). Session 9 run 3: the 8B
  * q4_K_M decode matmuls 3.34 ms at 2 vs 3.77 at 1; kiln bench tg128 233-235 vs 219 tok/s. */
@@ -582,19 +514,11 @@ static int kc_t16k_mb2(void) {
 
 template <int DT, bool FS>
 static void launch_t16(cudaStream_t s, const t16_jobs &J, unsigned grid, int64_t k, const float *x,
-                       const uint4 *xf, const float *inv, int T, bool pdl, int nt) {
+                       const uint4 *xf, const float *inv, int T, bool pdl) {
     int sw, u;
     t16_split(DT, FS, k, &sw, &u);
 #define KC_T16(SWV, UV)                                                                            \
-    do {                                                                                           \
-        if (UV == 1 && nt == 2)                                                                    \
-            kc_launch_pdl(gemv_t16_kernel<DT, SWV, UV, FS,                                         \
-                                          (UV == 1 && FS && DT == KILN_DTYPE_Q4_0 ? 2 : 1)>,       \
-                          grid, SWV * 32, s, pdl, J, k, x, xf, inv, T);                            \
-        else                                                                                       \
-            kc_launch_pdl(gemv_t16_kernel<DT, SWV, UV, FS, 1>, grid, SWV * 32, s, pdl, J, k, x,    \
-                          xf, inv, T);                                                             \
-    } while (0)
+    kc_launch_pdl(gemv_t16_kernel<DT, SWV, UV, FS>, grid, SWV * 32, s, pdl, J, k, x, xf, inv, T)
 #define KC_T16_U(SWV)                                                                              \
     do {                                                                                           \
         if (u == 4)                                                                                \
@@ -655,7 +579,7 @@ static void launch_t16k(cudaStream_t s, const t16_jobs &J, unsigned grid, int64_
  * pass's split activations xf / inv / xsum */
 template <bool FS>
 static void launch_jobs(cudaStream_t s, uint32_t dt, const t16_jobs &J, int64_t k, const float *x,
-                        const uint4 *xf, const float *inv, const float *xsum, int T, int nt) {
+                        const uint4 *xf, const float *inv, const float *xsum, int T) {
     const unsigned grid = J.m[0].tiles + J.m[1].tiles + J.m[2].tiles;
     const bool pdl = kiln_cuda_decode_pdl() != 0;
     if (dt == KILN_DTYPE_Q4_K)
@@ -663,9 +587,9 @@ static void launch_jobs(cudaStream_t s, uint32_t dt, const t16_jobs &J, int64_t 
     else if (dt == KILN_DTYPE_Q6_K)
         launch_t16k<KILN_DTYPE_Q6_K, FS>(s, J, grid, k, x, xf, inv, inv, T, pdl);
     else if (dt == KILN_DTYPE_Q4_0)
-        launch_t16<KILN_DTYPE_Q4_0, FS>(s, J, grid, k, x, xf, inv, T, pdl, nt);
+        launch_t16<KILN_DTYPE_Q4_0, FS>(s, J, grid, k, x, xf, inv, T, pdl);
     else
-        launch_t16<KILN_DTYPE_Q8_0, FS>(s, J, grid, k, x, xf, inv, T, pdl, nt);
+        launch_t16<KILN_DTYPE_Q8_0, FS>(s, J, grid, k, x, xf, inv, T, pdl);
 }
 
 static bool t16_ok(const kiln_matmul_args *a) {
@@ -702,14 +626,7 @@ static kiln_status t16_run(const kiln_kctx *c, const kiln_matmul_args *m, int nm
         bool done[KILN_MATMUL_GROUP_MAX] = {false};
         for (int i = 0; i < nm; i++) {
             if (done[i]) continue;
-            /* this dtype's members, T16_JOBS at a time (all of them when fused); q4_0 with
-             * the fused split in tile pairs (kiln_cuda_t16_pairs) */
-            int nt = 1;
-            if (fs && m[i].w_dtype == KILN_DTYPE_Q4_0 && kc_t16_pairs()) {
-                int sw, u;
-                t16_split(KILN_DTYPE_Q4_0, true, k, &sw, &u);
-                nt = u == 1 ? 2 : 1;
-            }
+            /* this dtype's members, T16_JOBS at a time (all of them when fused) */
             t16_jobs J;
             memset(&J, 0, sizeof J);
             int nj = 0;
@@ -720,15 +637,14 @@ static kiln_status t16_run(const kiln_kctx *c, const kiln_matmul_args *m, int nm
                 J.m[nj].ys = m[j].y_stride;
                 J.m[nj].bias = m[j].bias;
                 J.m[nj].n = m[j].n;
-                J.m[nj].tiles = (unsigned)(((m[j].n + 15) / 16 + nt - 1) / nt);
+                J.m[nj].tiles = (unsigned)((m[j].n + 15) / 16);
                 done[j] = true;
                 nj++;
             }
             if (fs)
-                launch_jobs<true>(s, m[i].w_dtype, J, k, x, NULL, NULL, NULL, 1, nt);
+                launch_jobs<true>(s, m[i].w_dtype, J, k, x, NULL, NULL, NULL, 1);
             else
-                launch_jobs<false>(s, m[i].w_dtype, J, k, NULL, (const uint4 *)xf, inv, xsum, T,
-                                   nt);
+                launch_jobs<false>(s, m[i].w_dtype, J, k, NULL, (const uint4 *)xf, inv, xsum, T);
         }
     }
     return kc_launched();
