@@ -13,12 +13,16 @@
  *
  * Work split: one CTA per 16-row tile; its SW warps split the tile's k / 128 superchunks
  * (warp w takes w, w + SW, ...), each warp issuing the loads of U superchunks (q4_0: 3
- * x 16 bytes per lane each, q8_0: 5) before the first mma (U = 2, SW = 16 for k >= 4096:
- * t16_split); the warps' partial sums meet in
- * shared memory in warp order (kc_mma_store). SW and U depend on the shape (n, k) only,
- * never on the token count: a token's sums are computed in the same order whatever else
- * shares the pass (batch invariant; each token is its own mma column). Tokens: passes of
- * up to 8 (the mma's n = 8).
+ * x 16 bytes per lane each, q8_0: 5) before the first mma (SW = 16 for k >= 4096; U = 2,
+ * or 1 with FS: t16_split); the warps' partial sums meet in shared memory in warp order
+ * (kc_mma_store). SW depends on (dtype, k) only (U does not change the order), never on
+ * the token count: a token's sums are computed in the same order whatever else shares the
+ * pass (batch invariant; each token is its own mma column). Tokens: passes of up to 8 (the
+ * mma's n = 8).
+ *
+ * Session 9 (docs/CUDA.md "Decode fusion"): a pass of one token splits x inside the gemv
+ * (FS: no prep launch); a matmul group's members sharing x run as one launch per dtype
+ * (t16_jobs); the gemv is a programmatic dependent launch (t16_pdl_start).
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -486,7 +490,7 @@ extern "C" int kiln_cuda_decode_fused(void) {
 }
 /* The T16 gemv launched with programmatic stream serialization (t16_pdl_start): with the
  * decode fusion, unless KILN_CUDA_PDL=0 or kiln_cuda_decode_pdl_set(0). */
-static int kc_pdl = -1;
+static int kc_pdl = -1, kc_pdl_cc = -1;
 extern "C" void kiln_cuda_decode_pdl_set(int on) {
     kc_pdl = on ? 1 : 0;
 }
@@ -495,7 +499,16 @@ extern "C" int kiln_cuda_decode_pdl(void) {
         const char *e = getenv("KILN_CUDA_PDL");
         kc_pdl = e && e[0] == '0' ? 0 : 1;
     }
-    return kc_pdl && kiln_cuda_decode_fused();
+    if (kc_pdl && kc_pdl_cc < 0) { /* programmatic launches need sm_90 */
+        int dev = 0, major = 0;
+        kc_pdl_cc = cudaGetDevice(&dev) == cudaSuccess &&
+                            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                                   dev) == cudaSuccess
+                        ? major
+                        : 0;
+        (void)cudaGetLastError();
+    }
+    return kc_pdl && kc_pdl_cc >= 9 && kiln_cuda_decode_fused();
 }
 /* q4_K's T16 gemv at two CTAs of 16 warps per SM (64 registers; the default) or one (128
  * registers: KILN_T16K_MB=1 or kiln_cuda_t16k_occupancy(1)). Session 9 run 3: the 8B
