@@ -2,7 +2,7 @@
  * bench_cuda.c — CUDA kernel benchmarks on the GPU machine (not a test; numbers go to
  * docs/PERF.md with the command and commit).
  *
- *   bench_cuda [--dtypes f16,q8_0,q4_0,q4_k,q4_k_m] [--layers 32] [--reps 20]
+ *   bench_cuda [--dtypes f16,q8_0,q4_0,q4_k,q4_k_m] [--layers 32] [--reps 20] [--t16-only]
  *
  * 1. Device bandwidth: a device-to-device cudaMemcpy of 2 x 1 GiB (bytes read + written)
  *    and a read-only streaming kernel over 4 GiB (cudaMemcpy cannot show read bandwidth);
@@ -114,13 +114,128 @@ static double step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cudaEvent_
     return md[2];
 }
 
+/* One decode step's matmuls as the engine calls them on T16 weights (m: layers x q, k, v,
+ * o, gate, up, down + the LM head): per layer the q/k/v group, o, the gate/up group with
+ * the GLU, down; t tokens. Through a CUDA graph of one step (as kiln's step graphs) when
+ * graph, else launched directly. Median ms per step as step_ms; -1 on an error. */
+static double group_step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1,
+                            const mat *m, int layers, int64_t t, const float *x, float *y,
+                            float *y2, int reps, int graph, unsigned parts) {
+    float md[5];
+    cudaGraphExec_t ge = NULL;
+    for (int pass = graph ? 0 : 1; pass < 2; pass++) {
+        if (pass == 0) CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        /* pass 0: capture one step; pass 1: (no graph) nothing here */
+        if (pass == 0) {
+            for (int l = 0; l <= layers; l++) {
+                if (l == layers) {
+                    if (!(parts & 16)) break;
+                    const mat *h = &m[layers * 7];
+                    kiln_matmul_args a = {.w = h->w,
+                                          .w_dtype = h->dt,
+                                          .w_layout = 3,
+                                          .w_row_bytes = h->row_bytes,
+                                          .n = h->n,
+                                          .k = h->k,
+                                          .x = x,
+                                          .x_stride = h->k,
+                                          .y = y,
+                                          .y_stride = h->n,
+                                          .t = t};
+                    if (kiln_cuda_matmul_t16(kc, &a)) return -1;
+                    break;
+                }
+                const mat *L = &m[l * 7];
+                kiln_matmul_group_args g = {.n = 3};
+                float *yo = y;
+                for (int i = 0; i < 3; i++) {
+                    g.m[i] = (kiln_matmul_args){.w = L[i].w,
+                                                .w_dtype = L[i].dt,
+                                                .w_layout = 3,
+                                                .w_row_bytes = L[i].row_bytes,
+                                                .n = L[i].n,
+                                                .k = L[i].k,
+                                                .x = x,
+                                                .x_stride = L[i].k,
+                                                .y = yo,
+                                                .y_stride = L[i].n,
+                                                .t = t};
+                    g.fn[i] = kiln_cuda_matmul_t16;
+                    yo += L[i].n * t;
+                }
+                if ((parts & 1) && kiln_cuda_matmul_group(kc, &g)) return -1;
+                kiln_matmul_args o = {.w = L[3].w,
+                                      .w_dtype = L[3].dt,
+                                      .w_layout = 3,
+                                      .w_row_bytes = L[3].row_bytes,
+                                      .n = L[3].n,
+                                      .k = L[3].k,
+                                      .x = x,
+                                      .x_stride = L[3].k,
+                                      .y = y2,
+                                      .y_stride = L[3].n,
+                                      .t = t};
+                if ((parts & 2) && kiln_cuda_matmul_t16(kc, &o)) return -1;
+                kiln_matmul_group_args f = {.n = 2,
+                                            .glu_fn = kiln_cuda_glu,
+                                            .act = KILN_GLU_SWIGLU,
+                                            .glu_y = y2,
+                                            .glu_y_stride = L[4].n};
+                for (int i = 0; i < 2; i++) {
+                    f.m[i] = (kiln_matmul_args){.w = L[4 + i].w,
+                                                .w_dtype = L[4 + i].dt,
+                                                .w_layout = 3,
+                                                .w_row_bytes = L[4 + i].row_bytes,
+                                                .n = L[4 + i].n,
+                                                .k = L[4 + i].k,
+                                                .x = x,
+                                                .x_stride = L[4 + i].k,
+                                                .y = y + (int64_t)i * L[4].n * t,
+                                                .y_stride = L[4 + i].n,
+                                                .t = t};
+                    f.fn[i] = kiln_cuda_matmul_t16;
+                }
+                if ((parts & 4) && kiln_cuda_matmul_group(kc, &f)) return -1;
+                kiln_matmul_args d = {.w = L[6].w,
+                                      .w_dtype = L[6].dt,
+                                      .w_layout = 3,
+                                      .w_row_bytes = L[6].row_bytes,
+                                      .n = L[6].n,
+                                      .k = L[6].k,
+                                      .x = y2,
+                                      .x_stride = L[6].k,
+                                      .y = y,
+                                      .y_stride = L[6].n,
+                                      .t = t};
+                if ((parts & 8) && kiln_cuda_matmul_t16(kc, &d)) return -1;
+            }
+            cudaGraph_t gr = NULL;
+            CK(cudaStreamEndCapture(st, &gr));
+            CK(cudaGraphInstantiate(&ge, gr, 0));
+            CK(cudaGraphDestroy(gr));
+        }
+    }
+    for (int gi = 0; gi < 5; gi++) {
+        for (int r = -1; r < reps; r++) {
+            if (r == 0) CK(cudaEventRecord(e0, st));
+            CK(cudaGraphLaunch(ge, st));
+        }
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        md[gi] = time_ms(e0, e1) / (float)reps;
+    }
+    CK(cudaGraphExecDestroy(ge));
+    qsort(md, 5, sizeof(float), cmp_f);
+    return md[2];
+}
+
 static const char *dt_label(uint32_t dt, int kmix) {
     if (kmix) return "q4_k_m";
     return kiln_dtype_get(dt)->name;
 }
 
 int main(int argc, char **argv) {
-    int layers = 32, reps = 20;
+    int layers = 32, reps = 20, t16_only = 0;
     const char *dts = "f16,q8_0,q4_0,q4_k_m";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--layers") && i + 1 < argc)
@@ -129,8 +244,11 @@ int main(int argc, char **argv) {
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dtypes") && i + 1 < argc)
             dts = argv[++i];
+        else if (!strcmp(argv[i], "--t16-only"))
+            t16_only = 1;
         else {
-            fprintf(stderr, "usage: bench_cuda [--dtypes LIST] [--layers N] [--reps N]\n");
+            fprintf(stderr,
+                    "usage: bench_cuda [--dtypes LIST] [--layers N] [--reps N] [--t16-only]\n");
             return 2;
         }
     }
@@ -277,6 +395,10 @@ int main(int argc, char **argv) {
         double ms_t[9];
         for (int ti = 0; ti < 9; ti++) {
             int64_t t = tl[ti];
+            if (t16_only) { /* the plain-layout kernels skipped (--t16-only) */
+                ms_t[ti] = 1e9;
+                continue;
+            }
             kiln_cuda_gemv_variant(kinds[ti]);
             kiln_matmul_fn fn = t > KILN_CUDA_GEMV_MAX_T ? kiln_cuda_matmul_cublas
                                 : ti == 1 || ti == 2     ? kiln_cuda_matmul_gemv_inv
@@ -344,14 +466,76 @@ int main(int argc, char **argv) {
             }
             static const int cf[][2] = {{8, 1},  {8, 2},  {8, 4},  {16, 1},
                                         {16, 2}, {16, 4}, {32, 1}, {32, 2}};
-            for (size_t c = 0; c < sizeof cf / sizeof cf[0]; c++) {
-                kiln_cuda_t16_config(cf[c][0], cf[c][1]);
-                const double v =
-                    step_ms(&kc, st, e0, e1, m, nm, kiln_cuda_matmul_t16, 3, 1, x, y, reps);
-                printf("%s t=1 (T16, %d warps, %d in flight): %.3f ms per step (%.0f GB/s)\n", tok,
-                       cf[c][0], cf[c][1], v, total / (v * 1e-3) / 1e9);
+            for (int fu = 1; fu >= 0; fu--) {
+                kiln_cuda_decode_fusion(fu);
+                for (size_t c = 0; c < sizeof cf / sizeof cf[0]; c++) {
+                    kiln_cuda_t16_config(cf[c][0], cf[c][1]);
+                    const double v =
+                        step_ms(&kc, st, e0, e1, m, nm, kiln_cuda_matmul_t16, 3, 1, x, y, reps);
+                    printf("%s t=1 (T16, %d warps, %d in flight%s): %.3f ms per step (%.0f GB/s)\n",
+                           tok, cf[c][0], cf[c][1], fu ? ", fused split" : ", split launch", v,
+                           total / (v * 1e-3) / 1e9);
+                }
             }
             kiln_cuda_t16_config(0, 0);
+            /* the engine's calls (groups, GLU) in a graph of one step: decode fusion on / off,
+             * twice each alternating (session 9's A/B) */
+            static const char *const mode[3] = {"off", "on, no PDL", "on + PDL"};
+            for (int rep = 0; rep < 2; rep++)
+                for (int fu = 2; fu >= 0; fu--) {
+                    kiln_cuda_decode_fusion(fu > 0);
+                    kiln_cuda_decode_pdl_set(fu == 2);
+                    const double g = group_step_ms(&kc, st, e0, e1, m, layers, 1, x, y,
+                                                   y + tmax * FF, reps, 1, 31);
+                    printf("%s t=1 (T16, engine's groups + glu, one graph per step, decode fusion "
+                           "%s): %.3f ms per step (%.0f GB/s, %.0f %% of the bound)\n",
+                           tok, mode[fu], g, total / (g * 1e-3) / 1e9,
+                           100.0 * (total / (read_gbs * 1e9) * 1e3) / g);
+                    fflush(stdout);
+                }
+            kiln_cuda_decode_fusion(1);
+            kiln_cuda_decode_pdl_set(0);
+            /* where the step's matmul time goes: each part alone, 32 layers in one graph */
+            {
+                static const char *const pn[5] = {"q/k/v group", "o", "gate/up group + glu", "down",
+                                                  "LM head"};
+                for (int pi = 0; pi < 5; pi++) {
+                    const double v = group_step_ms(&kc, st, e0, e1, m, layers, 1, x, y,
+                                                   y + tmax * FF, reps, 1, 1u << pi);
+                    /* bytes of the part (per layer x layers, or the head): by the dtypes */
+                    size_t pbytes = 0;
+                    for (int l = 0; l < (pi == 4 ? 1 : layers); l++) {
+                        const int j0[5] = {0, 3, 4, 6, 0}, j1[5] = {3, 4, 6, 7, 1};
+                        for (int j = j0[pi]; j < j1[pi]; j++) {
+                            const mat *mm = pi == 4 ? &m[layers * 7] : &m[l * 7 + j];
+                            pbytes += mm->row_bytes * (size_t)mm->n;
+                        }
+                    }
+                    printf("%s t=1 part %-20s %7.1f us per step (%d x), %.2f GB, %.0f GB/s "
+                           "(%.0f %% of the read bandwidth)\n",
+                           tok, pn[pi], v * 1e3, pi == 4 ? 1 : layers, pbytes / 1e9,
+                           pbytes / (v * 1e-3) / 1e9,
+                           100.0 * pbytes / (v * 1e-3) / (read_gbs * 1e9));
+                }
+            }
+            if (kmix || dt == KILN_DTYPE_Q4_K) { /* q4_K at 1 or 2 CTAs per SM */
+                for (int mb = 2; mb >= 1; mb--) {
+                    kiln_cuda_t16k_occupancy(mb);
+                    const double v = group_step_ms(&kc, st, e0, e1, m, layers, 1, x, y,
+                                                   y + tmax * FF, reps, 1, 31);
+                    printf("%s t=1 (T16, engine's groups, graph, q4_K at %d CTA(s) per SM): %.3f "
+                           "ms per step\n",
+                           tok, mb, v);
+                }
+                kiln_cuda_t16k_occupancy(0);
+            }
+            for (int ti = 0; ti < 2; ti++) {
+                const int64_t tg = ti ? 4 : 8;
+                const double v =
+                    group_step_ms(&kc, st, e0, e1, m, layers, tg, x, y, y + tmax * FF, reps, 1, 31);
+                printf("%s t=%lld (T16, engine's groups + glu, graph): %.3f ms per step\n", tok,
+                       (long long)tg, v);
+            }
             const double bms = total / (read_gbs * 1e9) * 1e3;
             out16n += snprintf(out16 + out16n, sizeof out16 - (size_t)out16n,
                                "| %s | %.3f | %.0f %% | %.3f | %.0f | %.0f | %.0f | %.0f |\n",
@@ -363,9 +547,10 @@ int main(int argc, char **argv) {
         CK(cudaFree(base));
         free(m);
     }
-    printf(
-        "\nLlama-3-8B-shaped matmuls (%d layers + LM head), bound = weights / %.0f GB/s read\n%s",
-        layers, read_gbs, out);
+    if (!t16_only)
+        printf("\nLlama-3-8B-shaped matmuls (%d layers + LM head), bound = weights / %.0f GB/s "
+               "read\n%s",
+               layers, read_gbs, out);
     if (out16n > 0 && strchr(out16 + strlen(out16) - 2, '\n') && strstr(out16, "|\n| "))
         printf("\nT16 layout (cuda.gemv_t16.matmul), same matmuls and bound\n%s", out16);
     return 0;

@@ -393,6 +393,116 @@ static void test_matmul_t16_k(void **state) {
     rng = saved;
 }
 
+/* A matmul group's members in one launch per dtype (kiln_cuda_matmul_group -> the T16
+ * group entry; the split of x fused into the gemv at one token per pass) vs each member
+ * alone with the decode fusion off (a prep launch and a gemv per member): bitwise equal,
+ * for t 1..17 (passes of 8 and a last pass of one), ragged n, mixed dtypes (q4_K_M's q4_K
+ * q / k and q6_K v), more members than one launch takes, the GLU after gate / up. */
+typedef struct grp_case {
+    int nm;
+    uint32_t dt[4];
+    int64_t n[4], k;
+    bool glu;
+} grp_case;
+
+static void test_matmul_t16_group(void **state) {
+    (void)state;
+    static const grp_case cs[] = {
+        {3, {KILN_DTYPE_Q4_0, KILN_DTYPE_Q4_0, KILN_DTYPE_Q4_0}, {300, 37, 37}, 512, false},
+        {3, {KILN_DTYPE_Q4_K, KILN_DTYPE_Q4_K, KILN_DTYPE_Q6_K}, {257, 64, 33}, 768, false},
+        {2, {KILN_DTYPE_Q8_0, KILN_DTYPE_Q8_0}, {1000, 1000}, 1024, true},
+        {4,
+         {KILN_DTYPE_Q4_0, KILN_DTYPE_Q4_0, KILN_DTYPE_Q4_0, KILN_DTYPE_Q4_0},
+         {16, 5, 129, 71},
+         384,
+         false},
+        {3, {KILN_DTYPE_Q6_K, KILN_DTYPE_Q4_K, KILN_DTYPE_Q6_K}, {17, 1030, 2}, 4096, false},
+        {2, {KILN_DTYPE_Q4_K, KILN_DTYPE_Q4_K}, {96, 96}, 2816, true},
+    };
+    static const int64_t ts[] = {1, 3, 8, 9, 17};
+    const kt_rng saved = rng;
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+        for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+            const grp_case *c = &cs[ci];
+            const int64_t t = ts[ti], k = c->k, xs = k + 4;
+            float *x = malloc(sizeof(float) * (size_t)(t * xs));
+            kt_fill_normal(&rng, x, (size_t)(t * xs), ti % 2 ? 3e4f : 1.0f);
+            float *xd = dup_dev(x, sizeof(float) * (size_t)(t * xs));
+            kiln_matmul_group_args g = {.n = c->nm};
+            float *yref[4], *ygrp[4];
+            size_t ybytes[4];
+            for (int i = 0; i < c->nm; i++) {
+                const kiln_dtype_info *info = kiln_dtype_get(c->dt[i]);
+                const int64_t n = c->n[i], ys = n + 3;
+                const size_t rb = (size_t)(k / info->block_size) * info->block_bytes;
+                const size_t tb = (size_t)((n + 15) / 16) * 16 * rb;
+                uint8_t *w = malloc((size_t)n * rb), *r = malloc(tb);
+                assert_true(w && r);
+                kt_fill_weights(&rng, c->dt[i], w, n, k, rb);
+                assert_int_equal(kiln_cuda_t16_repack(c->dt[i], w, rb, n, k, r, NULL), KILN_OK);
+                ybytes[i] = sizeof(float) * (size_t)(t * ys);
+                g.m[i] = (kiln_matmul_args){.w = dup_dev(r, tb),
+                                            .w_dtype = c->dt[i],
+                                            .w_layout = KILN_WLAYOUT_CUDA_T16,
+                                            .w_row_bytes = rb,
+                                            .n = n,
+                                            .k = k,
+                                            .x = xd,
+                                            .x_stride = xs,
+                                            .y = poisoned(ybytes[i]),
+                                            .y_stride = ys,
+                                            .t = t};
+                g.fn[i] = kiln_cuda_matmul_t16;
+                free(w), free(r);
+            }
+            float *glu_d = NULL;
+            if (c->glu) {
+                g.glu_fn = kiln_cuda_glu, g.act = KILN_GLU_SWIGLU;
+                g.glu_y_stride = c->n[0];
+                glu_d = poisoned(sizeof(float) * (size_t)(t * c->n[0]));
+                g.glu_y = glu_d;
+            }
+            /* each member alone, fusion off: the reference */
+            kiln_cuda_decode_fusion(0);
+            for (int i = 0; i < c->nm; i++) {
+                assert_int_equal(kiln_cuda_matmul_t16(&kc, &g.m[i]), KILN_OK);
+                yref[i] = malloc(ybytes[i]);
+                get(yref[i], g.m[i].y, ybytes[i]);
+                CK(cudaMemset(g.m[i].y, 0xFF, ybytes[i]));
+            }
+            kiln_cuda_decode_fusion(1);
+            assert_int_equal(kiln_cuda_matmul_group(&kc, &g), KILN_OK);
+            for (int i = 0; i < c->nm; i++) {
+                ygrp[i] = malloc(ybytes[i]);
+                get(ygrp[i], g.m[i].y, ybytes[i]);
+                const int64_t ys = c->n[i] + 3;
+                for (int64_t r = 0; r < t; r++)
+                    if (memcmp(ygrp[i] + r * ys, yref[i] + r * ys,
+                               sizeof(float) * (size_t)c->n[i]) != 0)
+                        fail_msg("t16 group case %zu t=%lld member %d (%s n=%lld) row %lld differs "
+                                 "from the member alone",
+                                 ci, (long long)t, i, kiln_dtype_get(c->dt[i])->name,
+                                 (long long)c->n[i], (long long)r);
+            }
+            if (c->glu) { /* the GLU ran on the group's outputs: every element written */
+                float *gy = malloc(sizeof(float) * (size_t)(t * c->n[0]));
+                get(gy, glu_d, sizeof(float) * (size_t)(t * c->n[0]));
+                for (int64_t i = 0; i < t * c->n[0]; i++)
+                    if (isnan(gy[i]))
+                        fail_msg("t16 group glu: element %lld unwritten", (long long)i);
+                free(gy);
+                cudaFree(glu_d);
+            }
+            for (int i = 0; i < c->nm; i++) {
+                cudaFree((void *)g.m[i].w), cudaFree(g.m[i].y);
+                free(yref[i]), free(ygrp[i]);
+            }
+            cudaFree(xd);
+            free(x);
+        }
+    rng = saved;
+}
+
 static void test_matmul_argmax(void **state) {
     (void)state;
     const uint32_t dts[] = {KILN_DTYPE_F16, KILN_DTYPE_Q8_0, KILN_DTYPE_Q6_K, KILN_DTYPE_Q4_K};
@@ -427,9 +537,17 @@ static void test_matmul_argmax(void **state) {
                                          .n_limit = lim,
                                          .softcap = softcap,
                                          .ids = ids_d};
+            /* the wide argmax (decode fusion off: the previous kernel) picks the same ids */
+            int32_t ids[16], ids_old[16];
+            kiln_cuda_decode_fusion(0);
             assert_int_equal(kiln_cuda_matmul_argmax(&kc, &a), KILN_OK);
-            int32_t ids[16];
+            get(ids_old, ids_d, sizeof(int32_t) * (size_t)t);
+            CK(cudaMemset(ids_d, 0xFF, sizeof(int32_t) * (size_t)t));
+            kiln_cuda_decode_fusion(1);
+            assert_int_equal(kiln_cuda_matmul_argmax(&kc, &a), KILN_OK);
             get(ids, ids_d, sizeof(int32_t) * (size_t)t);
+            if (memcmp(ids, ids_old, sizeof(int32_t) * (size_t)t) != 0)
+                fail_msg("argmax %s case %d: the wide kernel picks other ids", info->name, c);
             for (int64_t r = 0; r < t; r++) {
                 const float *row = lg + r * n;
                 int64_t best = 0;
@@ -453,8 +571,8 @@ static void test_matmul_argmax(void **state) {
 
 static void test_rms_norm(void **state) {
     (void)state;
-    const int64_t ns[] = {64, 256, 640, 2304, 4096, 33};
-    for (int c = 0; c < 6; c++)
+    const int64_t ns[] = {64, 256, 640, 2304, 4096, 33, 8192, 5120, 1023};
+    for (int c = 0; c < 9; c++)
         for (int res = 0; res < 2; res++) {
             const int64_t n = ns[c], rows = 1 + 7 * c, st = n + 8;
             float *x = malloc(sizeof(float) * (size_t)(rows * st)),
@@ -467,6 +585,8 @@ static void test_rms_norm(void **state) {
             kt_fill_normal(&rng, r, (size_t)(rows * st), 1.0f);
             kt_fill_normal(&rng, w, (size_t)n, 0.3f);
             float *xd = dup_dev(x, sizeof(float) * (size_t)(rows * st));
+            float *x0 = malloc(sizeof(float) * (size_t)(rows * st)); /* x before the residual */
+            memcpy(x0, x, sizeof(float) * (size_t)(rows * st));
             kiln_rms_norm_args a = {.x = x,
                                     .r = res ? r : NULL,
                                     .y = y,
@@ -488,8 +608,24 @@ static void test_rms_norm(void **state) {
             get(xo, xd, sizeof(float) * (size_t)(rows * st));
             CHECK_ERR("rms_norm y", relerr(yo, y, rows, n, st, st), 2e-5);
             CHECK_ERR("rms_norm x (+residual)", relerr(xo, x, rows, n, st, st), 1e-7);
+            /* the previous kernel (decode fusion off) on the same input: the same bits */
+            {
+                float *y2 = malloc(sizeof(float) * (size_t)(rows * st));
+                CK(cudaMemcpy(xd, x0, sizeof(float) * (size_t)(rows * st), cudaMemcpyHostToDevice));
+                CK(cudaMemset(a.y, 0xFF, sizeof(float) * (size_t)(rows * st)));
+                kiln_cuda_decode_fusion(0);
+                assert_int_equal(kiln_cuda_rms_norm(&kc, &a), KILN_OK);
+                kiln_cuda_decode_fusion(1);
+                get(y2, a.y, sizeof(float) * (size_t)(rows * st));
+                for (int64_t ro = 0; ro < rows; ro++)
+                    if (memcmp(y2 + ro * st, yo + ro * st, sizeof(float) * (size_t)n) != 0)
+                        fail_msg("rms_norm n=%lld row %lld: register kernel differs from the "
+                                 "previous one",
+                                 (long long)n, (long long)ro);
+                free(y2);
+            }
             cudaFree(xd), cudaFree((void *)a.r), cudaFree((void *)a.w), cudaFree(a.y);
-            free(x), free(r), free(w), free(y), free(xo), free(yo);
+            free(x), free(x0), free(r), free(w), free(y), free(xo), free(yo);
         }
 }
 
@@ -802,6 +938,109 @@ static void test_kv_write_rope_kv(void **state) {
     }
 }
 
+/* rope_kv in one launch (decode fusion on) vs the previous three (off): q and both caches
+ * bitwise equal, and both within the tolerances of the ref; NORM and NEOX, partial
+ * rotation (the unrotated dims of k copied), freq factors, YaRN, f16 and f32 caches,
+ * decode (one token) and mixed steps. */
+static void test_rope_kv_fused(void **state) {
+    (void)state;
+    for (int c = 0; c < 8; c++) {
+        const int nkv = 1 + c % 4, hd = c % 3 == 0 ? 128 : c % 3 == 1 ? 64 : 96, nh = nkv * 3;
+        const int nrot = c == 2 || c == 5 ? hd / 2 : hd;
+        const uint32_t dt = c % 2 ? KILN_DTYPE_F32 : KILN_DTYPE_F16;
+        const int32_t len[3] = {37 + c, 5, 600};
+        const int32_t qa[3] = {9, 5, 1}, qd1[3] = {0, 0, 1};
+        const int32_t *q = c < 4 ? qa : qd1; /* c >= 4: one decode token */
+        kv_fixture f1, f2;
+        const kt_rng r0 = rng;
+        kv_setup(&f1, 3, nkv, hd, dt, len);
+        rng = r0;
+        kv_setup(&f2, 3, nkv, hd, dt, len);
+        int32_t tok_seq[64], tok_pos[64];
+        const int64_t t = step_tokens(&f1, q, tok_seq, tok_pos);
+        const int64_t kvd = (int64_t)nkv * hd, qdim = (int64_t)nh * hd;
+        float *k = malloc(sizeof(float) * (size_t)(t * kvd)),
+              *v = malloc(sizeof(float) * (size_t)(t * kvd));
+        float *qq = malloc(sizeof(float) * (size_t)(t * qdim)),
+              *q1 = malloc(sizeof(float) * (size_t)(t * qdim)),
+              *q2 = malloc(sizeof(float) * (size_t)(t * qdim));
+        float ff[128];
+        for (int i = 0; i < nrot / 2; i++) ff[i] = kt_rng_uniform(&rng, 1.0f, 8.0f);
+        kt_fill_normal(&rng, k, (size_t)(t * kvd), 1.0f);
+        kt_fill_normal(&rng, v, (size_t)(t * kvd), 1.0f);
+        kt_fill_normal(&rng, qq, (size_t)(t * qdim), 1.0f);
+        float *ffd = dup_dev(ff, sizeof ff);
+        int32_t *ts_d = dup_dev(tok_seq, sizeof(int32_t) * (size_t)t),
+                *tp_d = dup_dev(tok_pos, sizeof(int32_t) * (size_t)t);
+        kiln_rope_kv_args r = {.rope = {.x = qq,
+                                        .rows = t,
+                                        .x_stride = qdim,
+                                        .n_head = nh,
+                                        .head_dim = hd,
+                                        .n_rot = nrot,
+                                        .pos = tok_pos,
+                                        .mode = c % 3 == 1 ? KILN_ROPE_NORM : KILN_ROPE_NEOX,
+                                        .base = c == 3 ? 500000.0f : 10000.0f,
+                                        .freq_scale = c == 6 ? 0.25f : 1.0f,
+                                        .freq_factors = c == 4 || c == 7 ? ff : NULL,
+                                        .ext_factor = c == 6 ? 1.0f : 0.0f,
+                                        .attn_factor = 1.0f,
+                                        .beta_fast = 32.0f,
+                                        .beta_slow = 1.0f,
+                                        .n_ctx_orig = 4096},
+                               .kv = {.kv = kv_host(&f1),
+                                      .k = k,
+                                      .v = v,
+                                      .k_stride = kvd,
+                                      .v_stride = kvd,
+                                      .t = t,
+                                      .tok_seq = tok_seq,
+                                      .tok_pos = tok_pos,
+                                      .blocks = f1.hb}};
+        float *qh = malloc(sizeof(float) * (size_t)(t * qdim)),
+              *kh = malloc(sizeof(float) * (size_t)(t * kvd));
+        memcpy(qh, qq, sizeof(float) * (size_t)(t * qdim));
+        memcpy(kh, k, sizeof(float) * (size_t)(t * kvd)); /* the ref may rotate it in place */
+        r.rope.x = qh, r.kv.k = kh;
+        assert_int_equal(kiln_ref_rope_kv(NULL, &r), KILN_OK); /* f1's host cache: the ref */
+        for (int fu = 1; fu >= 0; fu--) {
+            kv_fixture *f = fu ? &f1 : &f2;
+            float *qdev = dup_dev(qq, sizeof(float) * (size_t)(t * qdim));
+            kiln_rope_kv_args d = r;
+            d.rope.x = qdev, d.rope.pos = tp_d;
+            d.rope.freq_factors = r.rope.freq_factors ? ffd : NULL;
+            d.kv.kv = kv_dev(f), d.kv.tok_seq = ts_d, d.kv.tok_pos = tp_d, d.kv.blocks = f->db;
+            d.kv.k = dup_dev(k, sizeof(float) * (size_t)(t * kvd));
+            d.kv.v = dup_dev(v, sizeof(float) * (size_t)(t * kvd));
+            kiln_cuda_decode_fusion(fu);
+            assert_int_equal(kiln_cuda_rope_kv(&kc, &d), KILN_OK);
+            kiln_cuda_decode_fusion(1);
+            get(fu ? q1 : q2, qdev, sizeof(float) * (size_t)(t * qdim));
+            cudaFree(qdev), cudaFree((void *)d.kv.k), cudaFree((void *)d.kv.v);
+        }
+        char what[80];
+        snprintf(what, sizeof what, "rope_kv fused case %d q", c);
+        CHECK_ERR(what, relerr(q1, qh, t, qdim, qdim, qdim), 2e-5);
+        snprintf(what, sizeof what, "rope_kv fused case %d cache", c);
+        CHECK_ERR(what, cache_err(&f1), dt == KILN_DTYPE_F16 ? 1e-3 : 2e-6);
+        if (memcmp(q1, q2, sizeof(float) * (size_t)(t * qdim)) != 0)
+            fail_msg("rope_kv case %d: q of the fused kernel differs from the previous one", c);
+        uint8_t *c1 = malloc(f1.cache_bytes), *c2 = malloc(f1.cache_bytes);
+        for (int which = 0; which < 2; which++) {
+            get(c1, which ? f1.vd : f1.kd, f1.cache_bytes);
+            get(c2, which ? f2.vd : f2.kd, f1.cache_bytes);
+            if (memcmp(c1, c2, f1.cache_bytes) != 0)
+                fail_msg("rope_kv case %d: the fused kernel's %s cache differs from the previous "
+                         "one's",
+                         c, which ? "v" : "k");
+        }
+        free(c1), free(c2);
+        cudaFree(ffd), cudaFree(ts_d), cudaFree(tp_d);
+        free(k), free(kh), free(v), free(qq), free(q1), free(q2), free(qh);
+        kv_free(&f1), kv_free(&f2);
+    }
+}
+
 typedef struct attn_case {
     int n_seq, n_head, n_kv_head, head_dim;
     int32_t len[4], q[4];
@@ -888,7 +1127,8 @@ int main(void) {
         cmocka_unit_test(test_matmul_argmax), cmocka_unit_test(test_rms_norm),
         cmocka_unit_test(test_rope),          cmocka_unit_test(test_glu_add),
         cmocka_unit_test(test_embed),         cmocka_unit_test(test_kv_write_rope_kv),
-        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention),     cmocka_unit_test(test_matmul_t16_group),
+        cmocka_unit_test(test_rope_kv_fused),
     };
     int r = cmocka_run_group_tests(tests, NULL, NULL);
     cudaFree(kc.scratch);

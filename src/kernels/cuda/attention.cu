@@ -62,6 +62,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
                 int n_head, const int32_t *__restrict__ tok_seq,
                 const int32_t *__restrict__ tok_pos, kiln_kv_blocks bl, float scale, float softcap,
                 int window) {
+    kc_pdl_trigger(); /* the next kernel (a T16 gemv) may start: kc_pdl_wait */
     constexpr int HD = 32 * E;
     const int h = blockIdx.x;
     const int64_t t = blockIdx.y;

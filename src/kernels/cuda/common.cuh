@@ -23,6 +23,49 @@ static inline kiln_status kc_launched(void) {
     return e == cudaSuccess ? KILN_OK : KILN_ERR_DEVICE;
 }
 
+/* Programmatic dependent launch (sm_90; no-ops below and in a kernel launched without the
+ * attribute): kc_pdl_trigger lets the next kernel on the stream, when it is launched with
+ * programmatic stream serialization (kc_launch_pdl), start while this one runs; that kernel
+ * calls kc_pdl_wait before it reads what this one writes or writes anything (the wait
+ * returns once this grid has completed and its writes are visible). */
+__device__ __forceinline__ void kc_pdl_trigger(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void kc_pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+/* bytes (a multiple of 16) at p (16-byte aligned) into L2, asynchronously (sm_90) */
+__device__ __forceinline__ void kc_prefetch_l2(const void *p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
+#ifdef __CUDACC__
+/* kernel<<<grid, block, 0, s>>>(args...), with programmatic stream serialization when pdl */
+template <typename... KArgs, typename... Args>
+static inline void kc_launch_pdl(void (*kernel)(KArgs...), unsigned grid, unsigned block,
+                                 cudaStream_t s, bool pdl, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, kernel, args...); /* an error stays for kc_launched */
+}
+#endif
+
 __device__ __forceinline__ float kc_h2f(uint16_t h) {
     return __half2float(__ushort_as_half(h));
 }

@@ -62,6 +62,26 @@ kiln_status kiln_cuda_matmul_t16(const kiln_kctx *c, const kiln_matmul_args *a);
 /* Benchmarks / tests: warps per CTA (4, 8, 16, 32) and superchunks per warp in flight (1, 2,
  * 4) of the T16 gemv; 0 = by shape (the default). Process-wide. */
 void kiln_cuda_t16_config(int sw, int u);
+/* The members of a matmul group (same k, t and x, every one in T16): one launch per dtype
+ * over their tiles and, for passes of one token, no prep launch (the split of x fused into
+ * the gemv). KILN_ERR_UNSUPPORTED when the members are not such a group or the fusion is
+ * off: run them one by one. */
+kiln_status kiln_cuda_matmul_t16_group(const kiln_kctx *c, const kiln_matmul_args *m, int nm);
+/* Decode fusion (session 9: the split fused into the T16 gemv, grouped launches, one
+ * rope+kv-write launch, the register-resident RMS norm, the wide argmax): on by default;
+ * off with KILN_CUDA_OLD_DECODE=1 in the environment or kiln_cuda_decode_fusion(0) — the
+ * previous kernels, for A/B runs. Same values either way. Process-wide. */
+void kiln_cuda_decode_fusion(int on);
+int kiln_cuda_decode_fused(void);
+/* With the fusion on: the T16 gemv launched as a programmatic dependent launch (its first
+ * weights prefetched into L2 while the kernel before it runs; the small kernels let it
+ * start early); off with KILN_CUDA_PDL=0 or kiln_cuda_decode_pdl_set(0). Session 9 run 3:
+ * tg128 8B q4_0 333-335 vs 314-320 tok/s without, q8_0 257-264 vs 254-255. Process-wide. */
+void kiln_cuda_decode_pdl_set(int on);
+int kiln_cuda_decode_pdl(void);
+/* Benchmarks: q4_K's T16 gemv at 2 CTAs of 16 warps per SM (64 registers, the default) or 1
+ * (128; KILN_T16K_MB=1). */
+void kiln_cuda_t16k_occupancy(int mb);
 /* T16 weights (n x k) -> f16 hi halves at out[0, n k), 2^11-scaled lo at out[n k, 2 n k)
  * (the cuBLAS path's split-f16 weights), on the stream. */
 kiln_status kiln_cuda_t16_dequant_f16(void *stream, const void *w, uint32_t dtype, int64_t n,

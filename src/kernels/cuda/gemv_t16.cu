@@ -13,18 +13,25 @@
  *
  * Work split: one CTA per 16-row tile; its SW warps split the tile's k / 128 superchunks
  * (warp w takes w, w + SW, ...), each warp issuing the loads of U superchunks (q4_0: 3
- * x 16 bytes per lane each, q8_0: 5) before the first mma (U = 2, SW = 16 for k >= 4096:
- * t16_split); the warps' partial sums meet in
- * shared memory in warp order (kc_mma_store). SW and U depend on the shape (n, k) only,
- * never on the token count: a token's sums are computed in the same order whatever else
- * shares the pass (batch invariant; each token is its own mma column). Tokens: passes of
- * up to 8 (the mma's n = 8).
+ * x 16 bytes per lane each, q8_0: 5) before the first mma (SW = 16 for k >= 4096; U = 2,
+ * or 1 with FS: t16_split); the warps' partial sums meet in shared memory in warp order
+ * (kc_mma_store). SW depends on (dtype, k) only (U does not change the order), never on
+ * the token count: a token's sums are computed in the same order whatever else shares the
+ * pass (batch invariant; each token is its own mma column). Tokens: passes of up to 8 (the
+ * mma's n = 8).
+ *
+ * Session 9 (docs/CUDA.md "Decode fusion"): a pass of one token splits x inside the gemv
+ * (FS: no prep launch); a matmul group's members sharing x run as one launch per dtype
+ * (t16_jobs); the gemv is a programmatic dependent launch (t16_pdl_start).
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda_t16.h"
 #include "kernels/select.h"
 #include "kernels/spec.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 /* x rows (T <= 8, stride xs) -> xf: per 32-block b, token t and lane column tig the 8 hi
  * halves then the 8 lo halves the lane's B fragments hold (elements 4 tig .. + 3 and
@@ -35,6 +42,7 @@
 __global__ void xsplit_t16_kernel(const float *__restrict__ x, int64_t xs, int64_t k, int T,
                                   __half *__restrict__ xf, float *__restrict__ inv,
                                   float *__restrict__ xsum) {
+    kc_pdl_trigger();
     const int64_t k4 = k / 4;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)T * k4) return; /* whole 8-thread groups leave together (k % 32 == 0) */
@@ -69,20 +77,113 @@ __device__ __forceinline__ uint4 kc_ldw(const uint8_t *p) {
     return v;
 }
 
+/* The matrices of one launch (a matmul group's members of one dtype and k sharing x: q, k,
+ * v or gate, up; or one matmul): member i owns the launch's tiles [sum of the tiles before
+ * it, + tiles). Each tile's arithmetic is that of a launch of its member alone. */
+#define T16_JOBS 3
+struct t16_job {
+    const uint8_t *W;
+    float *y;
+    const float *bias;
+    int64_t n, ys;
+    unsigned tiles;
+};
+struct t16_jobs {
+    t16_job m[T16_JOBS];
+};
+
+/* this CTA's member and tile (uniform per CTA): its weights first, its outputs at the
+ * end (read from the parameters again there rather than kept in registers) */
+__device__ __forceinline__ int t16_member(const t16_jobs &J, int64_t *tile) {
+    unsigned b = blockIdx.x;
+    if (b < J.m[0].tiles) return *tile = b, 0;
+    b -= J.m[0].tiles;
+    if (b < J.m[1].tiles) return *tile = b, 1;
+    return *tile = b - J.m[1].tiles, 2;
+}
+__device__ __forceinline__ const uint8_t *t16_w(const t16_jobs &J, int64_t *tile) {
+    const int m = t16_member(J, tile);
+    return m == 0 ? J.m[0].W : m == 1 ? J.m[1].W : J.m[2].W;
+}
+template <int SW>
+__device__ __forceinline__ void t16_store(const t16_jobs &J, float (*red)[32][4],
+                                          const float tot[4], int w, int lane, int T) {
+    int64_t tile;
+    const int m = t16_member(J, &tile);
+    const t16_job &o = m == 0 ? J.m[0] : m == 1 ? J.m[1] : J.m[2];
+    kc_mma_store<SW>(red, tot, w, lane, tile * 16, o.n, T, o.y, o.ys, o.bias);
+}
+
+/* Programmatic dependent launch (launch_jobs with pdl): the weights of the CTA's first
+ * round into L2 (they never depend on the kernel before), then the wait for that kernel's
+ * writes (x, or xf); and let the next kernel start early. Without the launch attribute the
+ * wait returns at once. */
+__device__ __forceinline__ void t16_pdl_start(const uint8_t *tb, int64_t bytes) {
+    kc_pdl_trigger();
+    if (threadIdx.x == 0) kc_prefetch_l2(tb, (uint32_t)bytes);
+    kc_pdl_wait();
+}
+
+/* The fused split (FS: passes of one token): each warp splits the 128 columns of x it
+ * needs next itself, lane l holding elements 4 l .. 4 l + 3 (32-block l / 8: kc_split4's
+ * 8-lane groups, the arithmetic of xsplit_t16_kernel), and hands each 32-block's B
+ * fragments to the lanes of token 0 (g = 0) by shuffles: no prep launch, no xf round trip.
+ * The other lanes' columns (tokens 1..7) get copies of token 0's: their results are
+ * computed and never stored (each column of an mma is its own dot products). */
+struct t16_xs {
+    uint32_t h0, h1, l0, l1; /* this lane's hi / lo halves (two words each)   */
+    float inv, sum;          /* its 32-block's inverse scale, f32 sum of x     */
+};
+__device__ __forceinline__ float4 t16_xload(const float *__restrict__ x4c, int lane) {
+    return __ldg((const float4 *)x4c + lane);
+}
+template <bool SUM> __device__ __forceinline__ t16_xs t16_xsplit(const float4 v, int lane) {
+    const unsigned gmask = 0xFFu << (lane & ~7);
+    __half2 h[2], l[2];
+    const float sc = kc_split4(v, gmask, h, l);
+    t16_xs r;
+    r.h0 = *(const uint32_t *)&h[0], r.h1 = *(const uint32_t *)&h[1];
+    r.l0 = *(const uint32_t *)&l[0], r.l1 = *(const uint32_t *)&l[1];
+    r.inv = 1.0f / sc;
+    r.sum = 0.0f;
+    if constexpr (SUM) { /* xsplit_t16_kernel's order */
+        float sum = (v.x + v.y) + (v.z + v.w);
+        sum += __shfl_xor_sync(gmask, sum, 1);
+        sum += __shfl_xor_sync(gmask, sum, 2);
+        sum += __shfl_xor_sync(gmask, sum, 4);
+        r.sum = sum;
+    }
+    return r;
+}
+/* 32-block q (0..3) of a t16_xsplit: the B fragments of lane tig */
+__device__ __forceinline__ void t16_xfrag(const t16_xs &s, int q, int tig, uint32_t bh[4],
+                                          uint32_t bl[4], float2 *iv) {
+    const int a = q * 8 + tig, b = a + 4;
+    bh[0] = __shfl_sync(0xFFFFFFFFu, s.h0, a), bh[1] = __shfl_sync(0xFFFFFFFFu, s.h1, a);
+    bh[2] = __shfl_sync(0xFFFFFFFFu, s.h0, b), bh[3] = __shfl_sync(0xFFFFFFFFu, s.h1, b);
+    bl[0] = __shfl_sync(0xFFFFFFFFu, s.l0, a), bl[1] = __shfl_sync(0xFFFFFFFFu, s.l1, a);
+    bl[2] = __shfl_sync(0xFFFFFFFFu, s.l0, b), bl[3] = __shfl_sync(0xFFFFFFFFu, s.l1, b);
+    const float i = __shfl_sync(0xFFFFFFFFu, s.inv, q * 8);
+    *iv = make_float2(i, i);
+}
+
 template <int DT> struct t16_geom;
 template <> struct t16_geom<KILN_DTYPE_Q4_0> { static constexpr int SCB = 1152, NQ = 2; };
 template <> struct t16_geom<KILN_DTYPE_Q8_0> { static constexpr int SCB = 2176, NQ = 4; };
 
-template <int DT, int SW, int U>
-__global__ void __launch_bounds__(SW * 32)
-    gemv_t16_kernel(const uint8_t *__restrict__ W, int64_t n, int64_t k,
-                    const uint4 *__restrict__ xf, const float *__restrict__ inv, int T,
-                    float *__restrict__ y, int64_t ys, const float *__restrict__ bias) {
+/* FS: at most 64 registers (two CTAs of 16 warps per SM, as without FS) */
+template <int DT, int SW, int U, bool FS>
+__global__ void __launch_bounds__(SW * 32, FS &&SW <= 16 ? 1024 / (SW * 32) : 1)
+    gemv_t16_kernel(const t16_jobs J, int64_t k, const float *__restrict__ x,
+                    const uint4 *__restrict__ xf, const float *__restrict__ inv, int T) {
     constexpr int SCB = t16_geom<DT>::SCB, NQ = t16_geom<DT>::NQ;
     using MQ = kc_mq<DT>;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
     const int64_t nsc = k / KILN_CUDA_T16_K;
-    const uint8_t *tb = W + (size_t)blockIdx.x * (size_t)nsc * SCB;
+    int64_t tile;
+    const uint8_t *tb = t16_w(J, &tile);
+    tb += (size_t)tile * (size_t)nsc * SCB;
+    t16_pdl_start(tb, (nsc < SW * U ? nsc : SW * U) * SCB);
     const bool live = g < T;
     const uint4 *xp = xf + ((live ? g : 0) * 4 + tig) * 2; /* + 64 per block */
     const float *ip = inv + 2 * tig;                       /* + 8 per block */
@@ -102,20 +203,35 @@ __global__ void __launch_bounds__(SW * 32)
             for (int i = 0; i < NQ; i++) q[u][i] = kc_ldw(c + i * 512 + lane * 16);
             sd[u] = kc_ldw(c + NQ * 512 + g * 16);
         }
+        float4 xv[U]; /* FS: x loaded with the weights, split superchunk by superchunk */
+        if constexpr (FS) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t sc = s0 + (int64_t)u * SW;
+                xv[u] = t16_xload(x + (sc < nsc ? sc : s0) * KILN_CUDA_T16_K, lane);
+            }
+        }
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t sc = s0 + (int64_t)u * SW;
             if (sc >= nsc) break;
+            t16_xs xs;
+            if constexpr (FS) xs = t16_xsplit<false>(xv[u], lane);
 #pragma unroll
             for (int bb = 0; bb < 4; bb++) {
                 const int64_t b = sc * 4 + bb;
                 uint32_t bh[4] = {0u, 0u, 0u, 0u}, bl[4] = {0u, 0u, 0u, 0u};
-                if (live) {
-                    const uint4 h = xp[b * 64], l = xp[b * 64 + 1];
-                    bh[0] = h.x, bh[1] = h.y, bh[2] = h.z, bh[3] = h.w;
-                    bl[0] = l.x, bl[1] = l.y, bl[2] = l.z, bl[3] = l.w;
+                float2 iv;
+                if constexpr (FS) {
+                    t16_xfrag(xs, bb, tig, bh, bl, &iv);
+                } else {
+                    if (live) {
+                        const uint4 h = xp[b * 64], l = xp[b * 64 + 1];
+                        bh[0] = h.x, bh[1] = h.y, bh[2] = h.z, bh[3] = h.w;
+                        bl[0] = l.x, bl[1] = l.y, bl[2] = l.z, bl[3] = l.w;
+                    }
+                    iv = *(const float2 *)(ip + b * 8);
                 }
-                const float2 iv = *(const float2 *)(ip + b * 8);
                 const uint32_t dw = bb == 0   ? sd[u].x
                                     : bb == 1 ? sd[u].y
                                     : bb == 2 ? sd[u].z
@@ -136,7 +252,7 @@ __global__ void __launch_bounds__(SW * 32)
         }
     }
     __shared__ float red[SW][32][4];
-    kc_mma_store<SW>(red, tot, w, lane, (int64_t)blockIdx.x * 16, n, T, y, ys, bias);
+    t16_store<SW>(J, red, tot, w, lane, T);
 }
 
 /* The K-quants (q4_K, q6_K; cuda_t16.h): a superchunk is one 256-column block of the
@@ -172,18 +288,22 @@ __device__ __forceinline__ void kc_afrag(uint32_t a[4], uint32_t u0, uint32_t u1
 
 /* q6_K: 1024 threads per SM worth of CTAs (64 registers; without the bound ptxas took 82
  * at 16 warps, one CTA of 512 threads per SM: not measured either way) */
-#define T16K_MINB(DT, SW) ((DT) == KILN_DTYPE_Q6_K ? 1024 / ((SW)*32) : 1)
-template <int DT, int SW, int U>
-__global__ void __launch_bounds__(SW * 32, T16K_MINB(DT, SW))
-    gemv_t16k_kernel(const uint8_t *__restrict__ W, int64_t n, int64_t k,
+/* MB CTAs of SW warps per SM at least: q6_K 1024 threads' worth (64 registers; without
+ * the bound ptxas took 82 at 16 warps); q4_K either (MB = 1024 / threads) or 1 (ptxas then
+ * takes 128 registers at 16 warps: one CTA per SM): kiln_cuda_t16k_occupancy */
+template <int DT, int SW, int U, bool FS, int MB>
+__global__ void __launch_bounds__(SW * 32, MB)
+    gemv_t16k_kernel(const t16_jobs J, int64_t k, const float *__restrict__ x,
                      const uint4 *__restrict__ xf, const float *__restrict__ inv,
-                     const float *__restrict__ xsum, int T, float *__restrict__ y, int64_t ys,
-                     const float *__restrict__ bias) {
+                     const float *__restrict__ xsum, int T) {
     constexpr int SCB = t16k_geom<DT>::SCB, NQ = t16k_geom<DT>::NQ, SO = t16k_geom<DT>::SO;
     constexpr bool Q4K = DT == KILN_DTYPE_Q4_K;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
     const int64_t nsc = k / 256;
-    const uint8_t *tb = W + (size_t)blockIdx.x * (size_t)nsc * SCB;
+    int64_t tile;
+    const uint8_t *tb = t16_w(J, &tile);
+    tb += (size_t)tile * (size_t)nsc * SCB;
+    t16_pdl_start(tb, (nsc < SW * U ? nsc : SW * U) * SCB);
     const bool live = g < T;
     const uint4 *xp = xf + ((live ? g : 0) * 4 + tig) * 2; /* + 64 per 32-block */
     const float *ip = inv + 2 * tig;                       /* + 8 per 32-block */
@@ -202,10 +322,21 @@ __global__ void __launch_bounds__(SW * 32, T16K_MINB(DT, SW))
             sb[u] = kc_ldw(c + SO + g * 32 + 16); /* row g + 8 */
             dq[u] = Q4K ? 0u : __ldg((const unsigned int *)(c + 3328 + g * 4));
         }
+        float4 xv[U][2]; /* FS: the superchunk's two halves of 128 columns */
+        if constexpr (FS) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t sc = s0 + (int64_t)u * SW;
+                const float *xc = x + (sc < nsc ? sc : s0) * 256;
+                xv[u][0] = t16_xload(xc, lane);
+                xv[u][1] = t16_xload(xc + 128, lane);
+            }
+        }
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int64_t sc = s0 + (int64_t)u * SW;
             if (sc >= nsc) break;
+            t16_xs xs; /* FS: the half of 128 columns in use (split at bb = 0 and 4) */
             float dg, dg8, mg = 0.0f, mg8 = 0.0f;
             if constexpr (Q4K) {
                 dg = kc_h2f((uint16_t)(sa[u].x & 0xFFFFu)), mg = kc_h2f((uint16_t)(sa[u].x >> 16));
@@ -218,12 +349,23 @@ __global__ void __launch_bounds__(SW * 32, T16K_MINB(DT, SW))
             for (int bb = 0; bb < 8; bb++) {
                 const int64_t b = sc * 8 + bb;
                 uint32_t bh[4] = {0u, 0u, 0u, 0u}, bl[4] = {0u, 0u, 0u, 0u};
-                if (live) {
-                    const uint4 h = xp[b * 64], l = xp[b * 64 + 1];
-                    bh[0] = h.x, bh[1] = h.y, bh[2] = h.z, bh[3] = h.w;
-                    bl[0] = l.x, bl[1] = l.y, bl[2] = l.z, bl[3] = l.w;
+                float2 iv, xsv = make_float2(0.0f, 0.0f);
+                if constexpr (FS) {
+                    if (bb % 4 == 0) xs = t16_xsplit<Q4K>(xv[u][bb / 4], lane);
+                    t16_xfrag(xs, bb % 4, tig, bh, bl, &iv);
+                    if constexpr (Q4K) {
+                        const float sm = __shfl_sync(0xFFFFFFFFu, xs.sum, (bb % 4) * 8);
+                        xsv = make_float2(sm, sm);
+                    }
+                } else {
+                    if (live) {
+                        const uint4 h = xp[b * 64], l = xp[b * 64 + 1];
+                        bh[0] = h.x, bh[1] = h.y, bh[2] = h.z, bh[3] = h.w;
+                        bl[0] = l.x, bl[1] = l.y, bl[2] = l.z, bl[3] = l.w;
+                    }
+                    iv = *(const float2 *)(ip + b * 8);
+                    if constexpr (Q4K) xsv = *(const float2 *)(sp + b * 8);
                 }
-                const float2 iv = *(const float2 *)(ip + b * 8);
                 uint32_t a0[4], a1[4];
                 if constexpr (Q4K) {
                     /* words 2 h + s of piece bb / 2; nibble bb % 2 */
@@ -248,7 +390,6 @@ __global__ void __launch_bounds__(SW * 32, T16K_MINB(DT, SW))
                                            (((sb[u].w >> (16 + 2 * bb)) & 3u) << 4));
                     const float d1 = dg * (float)scg, m1 = mg * (float)mng;
                     const float d18 = dg8 * (float)scg8, m18 = mg8 * (float)mng8;
-                    const float2 xsv = *(const float2 *)(sp + b * 8);
                     tot[0] = fmaf(d1 * iv.x, acc[0], tot[0]);
                     tot[0] = fmaf(-m1, xsv.x, tot[0]);
                     tot[1] = fmaf(d1 * iv.y, acc[1], tot[1]);
@@ -295,7 +436,7 @@ __global__ void __launch_bounds__(SW * 32, T16K_MINB(DT, SW))
         }
     }
     __shared__ float red[SW][32][4];
-    kc_mma_store<SW>(red, tot, w, lane, (int64_t)blockIdx.x * 16, n, T, y, ys, bias);
+    t16_store<SW>(J, red, tot, w, lane, T);
 }
 
 /* Scratch of one pass: xf (8 tokens x k x hi, lo), the inverse scales and (q4_K) the
@@ -317,26 +458,80 @@ extern "C" void kiln_cuda_t16_config(int sw, int u) {
  * (up to 16) that each does about U superchunks per round of loads. Device run 1 (H100,
  * 8B matmuls at t = 1, every setting): 16 warps x 2 in flight was the best for both
  * types (q4_0 3.30 ms, q8_0 4.12), 8 x 4 / 16 x 4 / 4 x any were 10-60 % slower. */
-static void t16_split(uint32_t dt, int64_t n, int64_t k, int *sw, int *u) {
-    (void)n;
+static void t16_split(uint32_t dt, bool fs, int64_t k, int *sw, int *u) {
     const int64_t nsc = k / kiln_cuda_t16_k(dt);
     /* K-quants: one superchunk in flight by default (2304 / 3360 bytes a warp, about the
-     * q4_0 / q8_0 kernel's 2 x 1152 / 2176; not measured yet); at most 2 (4 -> 2) */
+     * q4_0 / q8_0 kernel's 2 x 1152 / 2176; not measured yet); at most 2 (4 -> 2). The
+     * fused split (fs): one for every type (session 9 run 2, 8B matmuls at t = 1, 16 warps:
+     * q8_0 3.10 ms at 1 vs 4.26 at 2, whose 104 bytes of spills ptxas needed at 64
+     * registers; q4_0 2.34 vs 2.39). The warps per CTA (the summation order) are those of
+     * U = 2 either way: a function of (dtype, k) alone. */
     const bool kq = dt == KILN_DTYPE_Q4_K || dt == KILN_DTYPE_Q6_K;
-    *u = kc_t16_u ? (kq && kc_t16_u > 2 ? 2 : kc_t16_u) : kq ? 1 : 2;
-    const int64_t need = (nsc + *u - 1) / *u;
+    const int u2 = kq ? 1 : 2;
+    *u = kc_t16_u ? (kq && kc_t16_u > 2 ? 2 : kc_t16_u) : fs ? 1 : u2;
+    const int64_t need = (nsc + u2 - 1) / u2;
     *sw = need <= 4 ? 4 : need <= 8 ? 8 : 16;
     if (kc_t16_sw) *sw = kc_t16_sw;
 }
 
-template <int DT>
-static void launch_t16(cudaStream_t s, const uint8_t *W, int64_t n, int64_t k, const uint4 *xf,
-                       const float *inv, int T, float *y, int64_t ys, const float *bias) {
+/* The fused split for passes of one token (FS above); KILN_CUDA_OLD_DECODE=1 or
+ * kiln_cuda_decode_fusion(0) turn it off (a prep launch per matmul, as before: the A/B of
+ * docs/PERF_GPU.md session 9). Both ways compute the same values. */
+static int kc_fused = -1;
+extern "C" void kiln_cuda_decode_fusion(int on) {
+    kc_fused = on ? 1 : 0;
+}
+extern "C" int kiln_cuda_decode_fused(void) {
+    if (kc_fused < 0) {
+        const char *e = getenv("KILN_CUDA_OLD_DECODE");
+        kc_fused = e && e[0] == '1' ? 0 : 1;
+    }
+    return kc_fused;
+}
+/* The T16 gemv launched with programmatic stream serialization (t16_pdl_start): with the
+ * decode fusion, unless KILN_CUDA_PDL=0 or kiln_cuda_decode_pdl_set(0). */
+static int kc_pdl = -1, kc_pdl_cc = -1;
+extern "C" void kiln_cuda_decode_pdl_set(int on) {
+    kc_pdl = on ? 1 : 0;
+}
+extern "C" int kiln_cuda_decode_pdl(void) {
+    if (kc_pdl < 0) {
+        const char *e = getenv("KILN_CUDA_PDL");
+        kc_pdl = e && e[0] == '0' ? 0 : 1;
+    }
+    if (kc_pdl && kc_pdl_cc < 0) { /* programmatic launches need sm_90 */
+        int dev = 0, major = 0;
+        kc_pdl_cc = cudaGetDevice(&dev) == cudaSuccess &&
+                            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                                   dev) == cudaSuccess
+                        ? major
+                        : 0;
+        (void)cudaGetLastError();
+    }
+    return kc_pdl && kc_pdl_cc >= 9 && kiln_cuda_decode_fused();
+}
+/* q4_K's T16 gemv at two CTAs of 16 warps per SM (64 registers; the default) or one (128
+ * registers: KILN_T16K_MB=1 or kiln_cuda_t16k_occupancy(1)). Session 9 run 3: the 8B
+ * q4_K_M decode matmuls 3.34 ms at 2 vs 3.77 at 1; kiln bench tg128 233-235 vs 219 tok/s. */
+static int kc_mb2 = -1;
+extern "C" void kiln_cuda_t16k_occupancy(int mb) {
+    kc_mb2 = mb == 1 ? 0 : 1;
+}
+static int kc_t16k_mb2(void) {
+    if (kc_mb2 < 0) {
+        const char *e = getenv("KILN_T16K_MB");
+        kc_mb2 = e && e[0] == '1' ? 0 : 1;
+    }
+    return kc_mb2;
+}
+
+template <int DT, bool FS>
+static void launch_t16(cudaStream_t s, const t16_jobs &J, unsigned grid, int64_t k, const float *x,
+                       const uint4 *xf, const float *inv, int T, bool pdl) {
     int sw, u;
-    t16_split(DT, n, k, &sw, &u);
-    const unsigned grid = (unsigned)((n + 15) / 16);
+    t16_split(DT, FS, k, &sw, &u);
 #define KC_T16(SWV, UV)                                                                            \
-    gemv_t16_kernel<DT, SWV, UV><<<grid, SWV * 32, 0, s>>>(W, n, k, xf, inv, T, y, ys, bias)
+    kc_launch_pdl(gemv_t16_kernel<DT, SWV, UV, FS>, grid, SWV * 32, s, pdl, J, k, x, xf, inv, T)
 #define KC_T16_U(SWV)                                                                              \
     do {                                                                                           \
         if (u == 4)                                                                                \
@@ -358,15 +553,21 @@ static void launch_t16(cudaStream_t s, const uint8_t *W, int64_t n, int64_t k, c
 #undef KC_T16
 }
 
-template <int DT>
-static void launch_t16k(cudaStream_t s, const uint8_t *W, int64_t n, int64_t k, const uint4 *xf,
-                        const float *inv, const float *xsum, int T, float *y, int64_t ys,
-                        const float *bias) {
+template <int DT, bool FS>
+static void launch_t16k(cudaStream_t s, const t16_jobs &J, unsigned grid, int64_t k, const float *x,
+                        const uint4 *xf, const float *inv, const float *xsum, int T, bool pdl) {
     int sw, u;
-    t16_split(DT, n, k, &sw, &u);
-    const unsigned grid = (unsigned)((n + 15) / 16);
+    t16_split(DT, FS, k, &sw, &u);
+#define KC_T16K_MB(SWV, UV, MBV)                                                                   \
+    kc_launch_pdl(gemv_t16k_kernel<DT, SWV, UV, FS, MBV>, grid, SWV * 32, s, pdl, J, k, x, xf,     \
+                  inv, xsum, T)
 #define KC_T16K(SWV, UV)                                                                           \
-    gemv_t16k_kernel<DT, SWV, UV><<<grid, SWV * 32, 0, s>>>(W, n, k, xf, inv, xsum, T, y, ys, bias)
+    do {                                                                                           \
+        if (DT == KILN_DTYPE_Q6_K || kc_t16k_mb2())                                                \
+            KC_T16K_MB(SWV, UV, 1024 / (SWV * 32));                                                \
+        else                                                                                       \
+            KC_T16K_MB(SWV, UV, 1);                                                                \
+    } while (0)
 #define KC_T16K_U(SWV)                                                                             \
     do {                                                                                           \
         if (u == 2)                                                                                \
@@ -384,6 +585,82 @@ static void launch_t16k(cudaStream_t s, const uint8_t *W, int64_t n, int64_t k, 
         KC_T16K_U(4);
 #undef KC_T16K_U
 #undef KC_T16K
+#undef KC_T16K_MB
+}
+
+/* One launch over the jobs (all of dtype dt) for a pass of T tokens: x (FS, T = 1) or the
+ * pass's split activations xf / inv / xsum */
+template <bool FS>
+static void launch_jobs(cudaStream_t s, uint32_t dt, const t16_jobs &J, int64_t k, const float *x,
+                        const uint4 *xf, const float *inv, const float *xsum, int T) {
+    const unsigned grid = J.m[0].tiles + J.m[1].tiles + J.m[2].tiles;
+    const bool pdl = kiln_cuda_decode_pdl() != 0;
+    if (dt == KILN_DTYPE_Q4_K)
+        launch_t16k<KILN_DTYPE_Q4_K, FS>(s, J, grid, k, x, xf, inv, xsum, T, pdl);
+    else if (dt == KILN_DTYPE_Q6_K)
+        launch_t16k<KILN_DTYPE_Q6_K, FS>(s, J, grid, k, x, xf, inv, inv, T, pdl);
+    else if (dt == KILN_DTYPE_Q4_0)
+        launch_t16<KILN_DTYPE_Q4_0, FS>(s, J, grid, k, x, xf, inv, T, pdl);
+    else
+        launch_t16<KILN_DTYPE_Q8_0, FS>(s, J, grid, k, x, xf, inv, T, pdl);
+}
+
+static bool t16_ok(const kiln_matmul_args *a) {
+    return a->w_layout == KILN_WLAYOUT_CUDA_T16 && kiln_cuda_t16_supports(a->w_dtype) && a->k > 0 &&
+           a->k % kiln_cuda_t16_k(a->w_dtype) == 0 && ((uintptr_t)a->w & 15) == 0 &&
+           ((uintptr_t)a->x & 15) == 0 && (a->x_stride & 3) == 0 && a->n > 0 &&
+           (a->n + 15) / 16 <= (int64_t)(INT32_MAX / 4);
+}
+
+/* matmuls m[0..nm) of the same k, t, x and x_stride (checked by the callers), every one
+ * T16: per pass of up to 8 tokens one split of x (none for a pass of one token: FS) and
+ * one launch per dtype over its members' tiles */
+static kiln_status t16_run(const kiln_kctx *c, const kiln_matmul_args *m, int nm) {
+    const int64_t k = m[0].k, t = m[0].t;
+    bool any_q4k = false;
+    for (int i = 0; i < nm; i++) any_q4k |= m[i].w_dtype == KILN_DTYPE_Q4_K;
+    if (!c || !c->scratch || c->scratch_size < t16_scratch(k) || ((uintptr_t)c->scratch & 15))
+        return KILN_ERR_NOMEM;
+    cudaStream_t s = KC_STREAM(c);
+    __half *xf = (__half *)c->scratch;
+    float *inv = (float *)(xf + (size_t)KILN_CUDA_GEMV_MAX_T * (size_t)k * 2);
+    float *xsum = any_q4k ? inv + (size_t)(k / 32) * KILN_CUDA_GEMV_MAX_T
+                          : NULL; /* only q4_K's min term reads it */
+    const bool fused = kiln_cuda_decode_fused() != 0;
+    for (int64_t t0 = 0; t0 < t; t0 += KILN_CUDA_GEMV_MAX_T) {
+        const int T = (int)(t - t0 < KILN_CUDA_GEMV_MAX_T ? t - t0 : KILN_CUDA_GEMV_MAX_T);
+        const bool fs = fused && T == 1;
+        const float *x = m[0].x + t0 * m[0].x_stride;
+        if (!fs) {
+            const int64_t thr = (int64_t)T * (k / 4);
+            xsplit_t16_kernel<<<(unsigned)((thr + 255) / 256), 256, 0, s>>>(x, m[0].x_stride, k, T,
+                                                                            xf, inv, xsum);
+        }
+        bool done[KILN_MATMUL_GROUP_MAX] = {false};
+        for (int i = 0; i < nm; i++) {
+            if (done[i]) continue;
+            /* this dtype's members, T16_JOBS at a time (all of them when fused) */
+            t16_jobs J;
+            memset(&J, 0, sizeof J);
+            int nj = 0;
+            for (int j = i; j < nm && nj < (fused ? T16_JOBS : 1); j++) {
+                if (done[j] || m[j].w_dtype != m[i].w_dtype) continue;
+                J.m[nj].W = (const uint8_t *)m[j].w;
+                J.m[nj].y = m[j].y + t0 * m[j].y_stride;
+                J.m[nj].ys = m[j].y_stride;
+                J.m[nj].bias = m[j].bias;
+                J.m[nj].n = m[j].n;
+                J.m[nj].tiles = (unsigned)((m[j].n + 15) / 16);
+                done[j] = true;
+                nj++;
+            }
+            if (fs)
+                launch_jobs<true>(s, m[i].w_dtype, J, k, x, NULL, NULL, NULL, 1);
+            else
+                launch_jobs<false>(s, m[i].w_dtype, J, k, NULL, (const uint4 *)xf, inv, xsum, T);
+        }
+    }
+    return kc_launched();
 }
 
 /* The entry of cuda.gemv_t16.matmul / cuda.gemv_t16_any.matmul: T16 weights; plain rows
@@ -391,37 +668,24 @@ static void launch_t16k(cudaStream_t s, const uint8_t *W, int64_t n, int64_t k, 
 extern "C" kiln_status kiln_cuda_matmul_t16(const kiln_kctx *c, const kiln_matmul_args *a) {
     if (a->t <= 0 || a->n <= 0) return KILN_OK;
     if (a->w_layout == KILN_WLAYOUT_PLAIN) return kiln_cuda_matmul_gemv_inv(c, a);
-    if (a->w_layout != KILN_WLAYOUT_CUDA_T16 || !kiln_cuda_t16_supports(a->w_dtype) || a->k <= 0 ||
-        a->k % kiln_cuda_t16_k(a->w_dtype) || ((uintptr_t)a->w & 15))
-        return KILN_ERR_INVALID_ARG;
-    if (((uintptr_t)a->x & 15) || (a->x_stride & 3)) return KILN_ERR_INVALID_ARG;
-    if (!c || !c->scratch || c->scratch_size < t16_scratch(a->k) || ((uintptr_t)c->scratch & 15))
-        return KILN_ERR_NOMEM;
-    cudaStream_t s = KC_STREAM(c);
-    __half *xf = (__half *)c->scratch;
-    float *inv = (float *)(xf + (size_t)KILN_CUDA_GEMV_MAX_T * (size_t)a->k * 2);
-    float *xsum = a->w_dtype == KILN_DTYPE_Q4_K ? inv + (size_t)(a->k / 32) * KILN_CUDA_GEMV_MAX_T
-                                                : NULL; /* only q4_K's min term reads it */
-    for (int64_t t0 = 0; t0 < a->t; t0 += KILN_CUDA_GEMV_MAX_T) {
-        const int T = (int)(a->t - t0 < KILN_CUDA_GEMV_MAX_T ? a->t - t0 : KILN_CUDA_GEMV_MAX_T);
-        const int64_t thr = (int64_t)T * (a->k / 4);
-        xsplit_t16_kernel<<<(unsigned)((thr + 255) / 256), 256, 0, s>>>(
-            a->x + t0 * a->x_stride, a->x_stride, a->k, T, xf, inv, xsum);
-        float *y = a->y + t0 * a->y_stride;
-        if (a->w_dtype == KILN_DTYPE_Q4_K)
-            launch_t16k<KILN_DTYPE_Q4_K>(s, (const uint8_t *)a->w, a->n, a->k, (const uint4 *)xf,
-                                         inv, xsum, T, y, a->y_stride, a->bias);
-        else if (a->w_dtype == KILN_DTYPE_Q6_K)
-            launch_t16k<KILN_DTYPE_Q6_K>(s, (const uint8_t *)a->w, a->n, a->k, (const uint4 *)xf,
-                                         inv, inv, T, y, a->y_stride, a->bias);
-        else if (a->w_dtype == KILN_DTYPE_Q4_0)
-            launch_t16<KILN_DTYPE_Q4_0>(s, (const uint8_t *)a->w, a->n, a->k, (const uint4 *)xf,
-                                        inv, T, y, a->y_stride, a->bias);
-        else
-            launch_t16<KILN_DTYPE_Q8_0>(s, (const uint8_t *)a->w, a->n, a->k, (const uint4 *)xf,
-                                        inv, T, y, a->y_stride, a->bias);
-    }
-    return kc_launched();
+    if (!t16_ok(a)) return KILN_ERR_INVALID_ARG;
+    return t16_run(c, a, 1);
+}
+
+/* A matmul group's members (matmul.cu's kiln_cuda_matmul_group) when every one is a T16
+ * matmul of the same k, t and x: one split per pass (none for one token) and one launch
+ * per dtype over their tiles, instead of a split and a gemv per member (q, k, v: the k / v
+ * projections' 64 tiles alone filled half the SMs). KILN_ERR_UNSUPPORTED: not such a
+ * group, or the fusion is off; the caller runs the members one by one. */
+extern "C" kiln_status kiln_cuda_matmul_t16_group(const kiln_kctx *c, const kiln_matmul_args *m,
+                                                  int nm) {
+    if (!kiln_cuda_decode_fused() || nm < 1 || nm > KILN_MATMUL_GROUP_MAX)
+        return KILN_ERR_UNSUPPORTED;
+    for (int i = 0; i < nm; i++)
+        if (!t16_ok(&m[i]) || m[i].k != m[0].k || m[i].t != m[0].t || m[i].x != m[0].x ||
+            m[i].x_stride != m[0].x_stride || m[i].t <= 0)
+            return KILN_ERR_UNSUPPORTED;
+    return t16_run(c, m, nm);
 }
 
 /* 32 values of row r, 32-block b -> hi halves at out[r k + 32 b ..], 2^11-scaled lo halves

@@ -651,6 +651,62 @@ __global__ void argmax_kernel(const float *__restrict__ logits, int64_t ls, int6
     }
 }
 
+/* The same pick over a row by 1024 threads, 4 float4 loads in flight each (the row's
+ * values in any order: the lowest index among equal maxima is order-free): 126 us per
+ * 128256-logit row in session 9's profile for argmax_kernel, whose 256 threads waited on
+ * one load at a time. Needs ls % 4 == 0 and 16-byte aligned rows. */
+__global__ void __launch_bounds__(1024)
+    argmax4_kernel(const float *__restrict__ logits, int64_t ls, int64_t n_limit, float softcap,
+                   int32_t *ids, float *vals) {
+    const int64_t t = blockIdx.x;
+    const float *row = logits + t * ls;
+    const int64_t n4 = n_limit / 4;
+    float bv = -INFINITY;
+    int bi = -1;
+#define KC_PICK(v, i)                                                                              \
+    do {                                                                                           \
+        float v_ = (v);                                                                            \
+        if (softcap > 0.0f) v_ = softcap * tanhf(v_ / softcap);                                    \
+        if (!isnan(v_) && v_ != -INFINITY) better(v_, (int)(i), &bv, &bi);                         \
+    } while (0)
+#pragma unroll 4
+    for (int64_t i = threadIdx.x; i < n4; i += blockDim.x) {
+        const float4 v = ((const float4 *)row)[i];
+        KC_PICK(v.x, 4 * i);
+        KC_PICK(v.y, 4 * i + 1);
+        KC_PICK(v.z, 4 * i + 2);
+        KC_PICK(v.w, 4 * i + 3);
+    }
+    for (int64_t i = 4 * n4 + threadIdx.x; i < n_limit; i += blockDim.x) KC_PICK(row[i], i);
+#undef KC_PICK
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        better(ov, oi, &bv, &bi);
+    }
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) sv[w] = bv, si[w] = bi;
+    __syncthreads();
+    if (w == 0) {
+        const int nw = blockDim.x >> 5;
+        bv = lane < nw ? sv[lane] : -INFINITY;
+        bi = lane < nw ? si[lane] : -1;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            better(ov, oi, &bv, &bi);
+        }
+        if (lane == 0) {
+            ids[t] = bi;
+            if (vals) vals[t] = bi >= 0 ? bv : -INFINITY;
+        }
+    }
+}
+
 extern "C" size_t kiln_cuda_matmul_argmax_workspace(const struct kiln_sel_ctx *ctx) {
     int64_t t = ctx->tokens_max < 64 ? ctx->tokens_max : 64;
     if (t < 1) t = 1;
@@ -690,9 +746,14 @@ extern "C" kiln_status kiln_cuda_matmul_argmax(const kiln_kctx *c,
         mm.y_stride = m->n;
         kiln_status st = fn(&inner, &mm);
         if (st) return st;
-        argmax_kernel<<<(unsigned)mm.t, 256, 0, KC_STREAM(c)>>>((const float *)c->scratch, m->n,
-                                                                a->n_limit, a->softcap, a->ids + t0,
-                                                                a->vals ? a->vals + t0 : NULL);
+        if (kiln_cuda_decode_fused() && m->n % 4 == 0 && ((uintptr_t)c->scratch & 15) == 0)
+            argmax4_kernel<<<(unsigned)mm.t, 1024, 0, KC_STREAM(c)>>>(
+                (const float *)c->scratch, m->n, a->n_limit, a->softcap, a->ids + t0,
+                a->vals ? a->vals + t0 : NULL);
+        else
+            argmax_kernel<<<(unsigned)mm.t, 256, 0, KC_STREAM(c)>>>(
+                (const float *)c->scratch, m->n, a->n_limit, a->softcap, a->ids + t0,
+                a->vals ? a->vals + t0 : NULL);
         if ((st = kc_launched())) return st;
     }
     return KILN_OK;
@@ -700,11 +761,17 @@ extern "C" kiln_status kiln_cuda_matmul_argmax(const kiln_kctx *c,
 
 extern "C" kiln_status kiln_cuda_matmul_group(const kiln_kctx *c, const kiln_matmul_group_args *a) {
     if (a->n < 1 || a->n > KILN_MATMUL_GROUP_MAX) return KILN_ERR_INVALID_ARG;
-    for (int i = 0; i < a->n; i++) {
-        kiln_matmul_fn fn = a->fn[i] ? a->fn[i] : kiln_cuda_matmul_gemv;
-        kiln_status st = fn(c, &a->m[i]);
-        if (st) return st;
-    }
+    bool all_t16 = true;
+    for (int i = 0; i < a->n; i++) all_t16 &= a->fn[i] == kiln_cuda_matmul_t16;
+    kiln_status gs = all_t16 ? kiln_cuda_matmul_t16_group(c, a->m, a->n) : KILN_ERR_UNSUPPORTED;
+    if (gs != KILN_ERR_UNSUPPORTED) {
+        if (gs) return gs;
+    } else
+        for (int i = 0; i < a->n; i++) {
+            kiln_matmul_fn fn = a->fn[i] ? a->fn[i] : kiln_cuda_matmul_gemv;
+            kiln_status st = fn(c, &a->m[i]);
+            if (st) return st;
+        }
     if (a->glu_fn) {
         if (a->n != 2 || a->m[0].n != a->m[1].n) return KILN_ERR_INVALID_ARG;
         kiln_glu_args g;

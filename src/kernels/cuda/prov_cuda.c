@@ -230,7 +230,8 @@ static const kiln_kernel_spec cuda_specs[] = {
      .workspace = kiln_cuda_gemv_workspace, /* its members' gemv (same k) */
      .priority = 80,
      .fn.matmul_group = kiln_cuda_matmul_group,
-     .summary = "each member's own kernel on the stream, then the glu kernel"},
+     .summary = "T16 members sharing x: one launch per dtype (no split launch at one token); "
+                "others: each member's own kernel; then the glu kernel"},
     {.id = "cuda.rope_kv",
      .op = KILN_KOP_ROPE_KV,
      CUDA_SPEC,
@@ -240,7 +241,7 @@ static const kiln_kernel_spec cuda_specs[] = {
      .props = ALL_PROPS,
      .priority = 80,
      .fn.rope_kv = kiln_cuda_rope_kv,
-     .summary = "cuda.rope on q and k, then cuda.kv_write"},
+     .summary = "rope q, rope k into the cache, kv write: one launch"},
     {.id = "cuda.matmul_argmax",
      .op = KILN_KOP_MATMUL_ARGMAX,
      CUDA_SPEC,
@@ -250,7 +251,7 @@ static const kiln_kernel_spec cuda_specs[] = {
      .workspace = kiln_cuda_matmul_argmax_workspace,
      .priority = 80,
      .fn.matmul_argmax = kiln_cuda_matmul_argmax,
-     .summary = "logits of 64 rows at a time into scratch, softcap, block argmax"},
+     .summary = "logits of 64 rows at a time into scratch, softcap, argmax by 1024 threads"},
 };
 
 int kiln_cuda_probe(int *sm, char *why, size_t why_size) {
