@@ -171,6 +171,18 @@ template <int DT> struct t16_geom;
 template <> struct t16_geom<KILN_DTYPE_Q4_0> { static constexpr int SCB = 1152, NQ = 2; };
 template <> struct t16_geom<KILN_DTYPE_Q8_0> { static constexpr int SCB = 2176, NQ = 4; };
 
+/* Block b's prepared activation fragments (the prep launch's hi / lo halves at xp, the
+ * block's inverse scales at ip) for a lane; zeros for a lane past the pass's tokens. */
+__device__ __forceinline__ void t16_xprep(const uint4 *xp, const float *ip, int64_t b, bool live,
+                                          uint32_t bh[4], uint32_t bl[4], float2 *iv) {
+    if (live) {
+        const uint4 h = xp[b * 64], l = xp[b * 64 + 1];
+        bh[0] = h.x, bh[1] = h.y, bh[2] = h.z, bh[3] = h.w;
+        bl[0] = l.x, bl[1] = l.y, bl[2] = l.z, bl[3] = l.w;
+    }
+    *iv = *(const float2 *)(ip + b * 8);
+}
+
 /* FS: at most 64 registers (two CTAs of 16 warps per SM, as without FS) */
 template <int DT, int SW, int U, bool FS>
 __global__ void __launch_bounds__(SW * 32, FS &&SW <= 16 ? 1024 / (SW * 32) : 1)
@@ -225,12 +237,7 @@ __global__ void __launch_bounds__(SW * 32, FS &&SW <= 16 ? 1024 / (SW * 32) : 1)
                 if constexpr (FS) {
                     t16_xfrag(xs, bb, tig, bh, bl, &iv);
                 } else {
-                    if (live) {
-                        const uint4 h = xp[b * 64], l = xp[b * 64 + 1];
-                        bh[0] = h.x, bh[1] = h.y, bh[2] = h.z, bh[3] = h.w;
-                        bl[0] = l.x, bl[1] = l.y, bl[2] = l.z, bl[3] = l.w;
-                    }
-                    iv = *(const float2 *)(ip + b * 8);
+                    t16_xprep(xp, ip, b, live, bh, bl, &iv);
                 }
                 const uint32_t dw = bb == 0   ? sd[u].x
                                     : bb == 1 ? sd[u].y
@@ -358,12 +365,7 @@ __global__ void __launch_bounds__(SW * 32, MB)
                         xsv = make_float2(sm, sm);
                     }
                 } else {
-                    if (live) {
-                        const uint4 h = xp[b * 64], l = xp[b * 64 + 1];
-                        bh[0] = h.x, bh[1] = h.y, bh[2] = h.z, bh[3] = h.w;
-                        bl[0] = l.x, bl[1] = l.y, bl[2] = l.z, bl[3] = l.w;
-                    }
-                    iv = *(const float2 *)(ip + b * 8);
+                    t16_xprep(xp, ip, b, live, bh, bl, &iv);
                     if constexpr (Q4K) xsv = *(const float2 *)(sp + b * 8);
                 }
                 uint32_t a0[4], a1[4];

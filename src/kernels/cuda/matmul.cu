@@ -611,18 +611,10 @@ __device__ __forceinline__ void better(float v, int i, float *bv, int *bi) {
     if (*bi < 0 || v > *bv || (v == *bv && i < *bi)) *bv = v, *bi = i;
 }
 
-__global__ void argmax_kernel(const float *__restrict__ logits, int64_t ls, int64_t n_limit,
-                              float softcap, int32_t *ids, float *vals) {
-    const int64_t t = blockIdx.x;
-    const float *row = logits + t * ls;
-    float bv = -INFINITY;
-    int bi = -1;
-    for (int64_t i = threadIdx.x; i < n_limit; i += blockDim.x) {
-        float v = row[i];
-        if (softcap > 0.0f) v = softcap * tanhf(v / softcap);
-        if (isnan(v) || v == -INFINITY) continue;
-        better(v, (int)i, &bv, &bi);
-    }
+/* The block's pick of the threads' (bv, bi) (better() order) into ids[t] / vals[t]: warps
+ * by shuffles, then warp 0 over the warps' picks. Every thread of the block calls it. */
+__device__ __forceinline__ void argmax_block_store(float bv, int bi, int64_t t, int32_t *ids,
+                                                   float *vals) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, bv, o);
@@ -649,6 +641,21 @@ __global__ void argmax_kernel(const float *__restrict__ logits, int64_t ls, int6
             if (vals) vals[t] = bi >= 0 ? bv : -INFINITY;
         }
     }
+}
+
+__global__ void argmax_kernel(const float *__restrict__ logits, int64_t ls, int64_t n_limit,
+                              float softcap, int32_t *ids, float *vals) {
+    const int64_t t = blockIdx.x;
+    const float *row = logits + t * ls;
+    float bv = -INFINITY;
+    int bi = -1;
+    for (int64_t i = threadIdx.x; i < n_limit; i += blockDim.x) {
+        float v = row[i];
+        if (softcap > 0.0f) v = softcap * tanhf(v / softcap);
+        if (isnan(v) || v == -INFINITY) continue;
+        better(v, (int)i, &bv, &bi);
+    }
+    argmax_block_store(bv, bi, t, ids, vals);
 }
 
 /* The same pick over a row by 1024 threads, 4 float4 loads in flight each (the row's
@@ -679,32 +686,7 @@ __global__ void __launch_bounds__(1024)
     }
     for (int64_t i = 4 * n4 + threadIdx.x; i < n_limit; i += blockDim.x) KC_PICK(row[i], i);
 #undef KC_PICK
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        better(ov, oi, &bv, &bi);
-    }
-    __shared__ float sv[32];
-    __shared__ int si[32];
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) sv[w] = bv, si[w] = bi;
-    __syncthreads();
-    if (w == 0) {
-        const int nw = blockDim.x >> 5;
-        bv = lane < nw ? sv[lane] : -INFINITY;
-        bi = lane < nw ? si[lane] : -1;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            better(ov, oi, &bv, &bi);
-        }
-        if (lane == 0) {
-            ids[t] = bi;
-            if (vals) vals[t] = bi >= 0 ? bv : -INFINITY;
-        }
-    }
+    argmax_block_store(bv, bi, t, ids, vals);
 }
 
 extern "C" size_t kiln_cuda_matmul_argmax_workspace(const struct kiln_sel_ctx *ctx) {

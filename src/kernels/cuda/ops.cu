@@ -50,22 +50,10 @@ extern "C" kiln_status kiln_cuda_embed(const kiln_kctx *c, const kiln_embed_args
 
 /* ---- RMS norm ---- */
 
-__global__ void rms_norm_kernel(float *x, const float *__restrict__ r, float *y,
-                                const float *__restrict__ w, float w_offset, int64_t n, int64_t xs,
-                                int64_t rs, int64_t ys, float eps) {
-    kc_pdl_trigger(); /* the next kernel (a T16 gemv) may start: kc_pdl_wait */
-    const int64_t row = blockIdx.x;
-    float *xr = x + row * xs;
-    float *yr = y + row * ys;
-    double sum = 0.0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = xr[i];
-        if (r) {
-            v += r[row * rs + i];
-            xr[i] = v;
-        }
-        sum += (double)v * (double)v;
-    }
+/* 1 / sqrt(mean of squares + eps) of a row from the threads' f64 partial sums: warps by
+ * shuffles, warp 0 over the warps (the same order in every RMS norm kernel). Every thread
+ * of the block calls it and gets the scale. */
+__device__ __forceinline__ float rms_block_scale(double sum, int64_t n, float eps) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     __shared__ double part[32];
@@ -84,7 +72,26 @@ __global__ void rms_norm_kernel(float *x, const float *__restrict__ r, float *y,
         }
     }
     __syncthreads();
-    const float scale = scale_s;
+    return scale_s;
+}
+
+__global__ void rms_norm_kernel(float *x, const float *__restrict__ r, float *y,
+                                const float *__restrict__ w, float w_offset, int64_t n, int64_t xs,
+                                int64_t rs, int64_t ys, float eps) {
+    kc_pdl_trigger(); /* the next kernel (a T16 gemv) may start: kc_pdl_wait */
+    const int64_t row = blockIdx.x;
+    float *xr = x + row * xs;
+    float *yr = y + row * ys;
+    double sum = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i];
+        if (r) {
+            v += r[row * rs + i];
+            xr[i] = v;
+        }
+        sum += (double)v * (double)v;
+    }
+    const float scale = rms_block_scale(sum, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         float v = xr[i] * scale;
         yr[i] = w ? v * (w[i] + w_offset) : v;
@@ -126,25 +133,7 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
     for (int j = 0; j < NV; j++)
         if (threadIdx.x + (int64_t)j * nt < n) sum += (double)v[j] * (double)v[j];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    __shared__ double part[32];
-    __shared__ float scale_s;
-    const int wi = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) part[wi] = sum;
-    __syncthreads();
-    if (wi == 0) {
-        const int nw = blockDim.x >> 5;
-        double s2 = lane < nw ? part[lane] : 0.0;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) s2 += __shfl_xor_sync(0xffffffffu, s2, o);
-        if (lane == 0) {
-            const float mean = (float)(s2 / (double)n);
-            scale_s = 1.0f / sqrtf(mean + eps);
-        }
-    }
-    __syncthreads();
-    const float scale = scale_s;
+    const float scale = rms_block_scale(sum, n, eps);
 #pragma unroll
     for (int j = 0; j < NV; j++) {
         const int64_t i = threadIdx.x + (int64_t)j * nt;
