@@ -28,6 +28,7 @@
 
 #ifdef KILN_HAVE_CUDA
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/spec.h"
 
 #include <cuda_runtime_api.h>
 
@@ -114,6 +115,22 @@ static double step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cudaEvent_
     return md[2];
 }
 
+/* The matmul arguments of one T16 matrix of the step: t tokens of x (stride k) into y
+ * (stride n). */
+static kiln_matmul_args t16_args(const mat *m, const float *x, float *y, int64_t t) {
+    return (kiln_matmul_args){.w = m->w,
+                              .w_dtype = m->dt,
+                              .w_layout = KILN_WLAYOUT_CUDA_T16,
+                              .w_row_bytes = m->row_bytes,
+                              .n = m->n,
+                              .k = m->k,
+                              .x = x,
+                              .x_stride = m->k,
+                              .y = y,
+                              .y_stride = m->n,
+                              .t = t};
+}
+
 /* One decode step's matmuls as the engine calls them on T16 weights (m: layers x q, k, v,
  * o, gate, up, down + the LM head): per layer the q/k/v group, o, the gate/up group with
  * the GLU, down; t tokens. Through a CUDA graph of one step (as kiln's step graphs) when
@@ -131,17 +148,7 @@ static double group_step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cuda
                 if (l == layers) {
                     if (!(parts & 16)) break;
                     const mat *h = &m[layers * 7];
-                    kiln_matmul_args a = {.w = h->w,
-                                          .w_dtype = h->dt,
-                                          .w_layout = 3,
-                                          .w_row_bytes = h->row_bytes,
-                                          .n = h->n,
-                                          .k = h->k,
-                                          .x = x,
-                                          .x_stride = h->k,
-                                          .y = y,
-                                          .y_stride = h->n,
-                                          .t = t};
+                    kiln_matmul_args a = t16_args(h, x, y, t);
                     if (kiln_cuda_matmul_t16(kc, &a)) return -1;
                     break;
                 }
@@ -149,32 +156,12 @@ static double group_step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cuda
                 kiln_matmul_group_args g = {.n = 3};
                 float *yo = y;
                 for (int i = 0; i < 3; i++) {
-                    g.m[i] = (kiln_matmul_args){.w = L[i].w,
-                                                .w_dtype = L[i].dt,
-                                                .w_layout = 3,
-                                                .w_row_bytes = L[i].row_bytes,
-                                                .n = L[i].n,
-                                                .k = L[i].k,
-                                                .x = x,
-                                                .x_stride = L[i].k,
-                                                .y = yo,
-                                                .y_stride = L[i].n,
-                                                .t = t};
+                    g.m[i] = t16_args(&L[i], x, yo, t);
                     g.fn[i] = kiln_cuda_matmul_t16;
                     yo += L[i].n * t;
                 }
                 if ((parts & 1) && kiln_cuda_matmul_group(kc, &g)) return -1;
-                kiln_matmul_args o = {.w = L[3].w,
-                                      .w_dtype = L[3].dt,
-                                      .w_layout = 3,
-                                      .w_row_bytes = L[3].row_bytes,
-                                      .n = L[3].n,
-                                      .k = L[3].k,
-                                      .x = x,
-                                      .x_stride = L[3].k,
-                                      .y = y2,
-                                      .y_stride = L[3].n,
-                                      .t = t};
+                kiln_matmul_args o = t16_args(&L[3], x, y2, t);
                 if ((parts & 2) && kiln_cuda_matmul_t16(kc, &o)) return -1;
                 kiln_matmul_group_args f = {.n = 2,
                                             .glu_fn = kiln_cuda_glu,
@@ -182,31 +169,11 @@ static double group_step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cuda
                                             .glu_y = y2,
                                             .glu_y_stride = L[4].n};
                 for (int i = 0; i < 2; i++) {
-                    f.m[i] = (kiln_matmul_args){.w = L[4 + i].w,
-                                                .w_dtype = L[4 + i].dt,
-                                                .w_layout = 3,
-                                                .w_row_bytes = L[4 + i].row_bytes,
-                                                .n = L[4 + i].n,
-                                                .k = L[4 + i].k,
-                                                .x = x,
-                                                .x_stride = L[4 + i].k,
-                                                .y = y + (int64_t)i * L[4].n * t,
-                                                .y_stride = L[4 + i].n,
-                                                .t = t};
+                    f.m[i] = t16_args(&L[4 + i], x, y + (int64_t)i * L[4].n * t, t);
                     f.fn[i] = kiln_cuda_matmul_t16;
                 }
                 if ((parts & 4) && kiln_cuda_matmul_group(kc, &f)) return -1;
-                kiln_matmul_args d = {.w = L[6].w,
-                                      .w_dtype = L[6].dt,
-                                      .w_layout = 3,
-                                      .w_row_bytes = L[6].row_bytes,
-                                      .n = L[6].n,
-                                      .k = L[6].k,
-                                      .x = y2,
-                                      .x_stride = L[6].k,
-                                      .y = y,
-                                      .y_stride = L[6].n,
-                                      .t = t};
+                kiln_matmul_args d = t16_args(&L[6], y2, y, t);
                 if ((parts & 8) && kiln_cuda_matmul_t16(kc, &d)) return -1;
             }
             cudaGraph_t gr = NULL;

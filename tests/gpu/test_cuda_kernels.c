@@ -221,89 +221,6 @@ static void test_matmul_cublas(void **state) {
             one_matmul(all_dt[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, true);
 }
 
-/* The T16 gemv (gemv_t16.cu) and the cuBLAS path on T16 weights: q4_0 / q8_0, k % 128 == 0,
- * ragged n (a padded last tile), every warp split and loads-in-flight setting, activations
- * far outside the f16 range, and batch invariance (a token's row alone = bitwise its row
- * in a pass of 8). */
-static void test_matmul_t16(void **state) {
-    (void)state;
-    static const mm_case cs[] = {{1, 256, 1},    {37, 256, 1},    {300, 512, 2},  {129, 768, 3},
-                                 {64, 1280, 4},  {33, 128, 5},    {257, 512, 7},  {1000, 1024, 8},
-                                 {71, 512, 11},  {96, 2816, 1},   {4096, 256, 1}, {5, 4096, 8},
-                                 {17, 14336, 1}, {1030, 4096, 2}, {20, 384, 64},  {250, 1664, 9}};
-    static const uint32_t dts[] = {KILN_DTYPE_Q4_0, KILN_DTYPE_Q8_0};
-    const kt_rng saved = rng; /* a data stream of its own: the other tests' draws stay */
-    w_t16 = true;
-    for (size_t d = 0; d < 2; d++)
-        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
-            one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, false);
-    static const int sws[] = {4, 8, 16, 32}, us[] = {1, 2, 4};
-    for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 3; b++) {
-            kiln_cuda_t16_config(sws[a], us[b]);
-            for (size_t d = 0; d < 2; d++)
-                for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i += 3)
-                    one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, false);
-        }
-    kiln_cuda_t16_config(0, 0);
-    static const float sig[] = {3e4f, 1e-6f};
-    for (size_t si = 0; si < 2; si++) {
-        x_sigma = sig[si];
-        for (size_t d = 0; d < 2; d++)
-            for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i += 2)
-                one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, true, false);
-    }
-    x_sigma = 1.0f;
-    static const mm_case bc[] = {{37, 256, 9}, {300, 512, 64}, {129, 768, 100}, {64, 256, 600}};
-    for (size_t d = 0; d < 2; d++)
-        for (size_t i = 0; i < sizeof bc / sizeof bc[0]; i++)
-            one_matmul(dts[d], bc[i].n, bc[i].k, bc[i].t, i % 2 == 0, true);
-    w_t16 = false;
-    /* batch invariance: 8 tokens in one pass vs each alone, bitwise */
-    for (size_t d = 0; d < 2; d++) {
-        const int64_t n = 333, k = 1536, t = 8;
-        const size_t rb = (size_t)(k / 32) * (dts[d] == KILN_DTYPE_Q4_0 ? 18 : 34);
-        const size_t tb = (size_t)((n + 15) / 16) * 16 * rb;
-        uint8_t *w = malloc((size_t)n * rb), *r = malloc(tb);
-        float *x = malloc(sizeof(float) * (size_t)(t * k)),
-              *y8 = malloc(sizeof(float) * (size_t)(t * n)),
-              *y1 = malloc(sizeof(float) * (size_t)n);
-        assert_true(w && r && x && y8 && y1);
-        kt_fill_weights(&rng, dts[d], w, n, k, rb);
-        kt_fill_normal(&rng, x, (size_t)(t * k), 1.0f);
-        assert_int_equal(kiln_cuda_t16_repack(dts[d], w, rb, n, k, r, NULL), KILN_OK);
-        kiln_matmul_args a = {.w = dup_dev(r, tb),
-                              .w_dtype = dts[d],
-                              .w_layout = KILN_WLAYOUT_CUDA_T16,
-                              .w_row_bytes = rb,
-                              .n = n,
-                              .k = k,
-                              .x = dup_dev(x, sizeof(float) * (size_t)(t * k)),
-                              .x_stride = k,
-                              .y = poisoned(sizeof(float) * (size_t)(t * n)),
-                              .y_stride = n,
-                              .t = t};
-        assert_int_equal(kiln_cuda_matmul_t16(&kc, &a), KILN_OK);
-        get(y8, a.y, sizeof(float) * (size_t)(t * n));
-        const float *x0 = a.x;
-        float *yd = a.y;
-        for (int64_t j = 0; j < t; j++) {
-            a.x = x0 + j * k;
-            a.y = yd;
-            a.t = 1;
-            CK(cudaMemset(yd, 0xFF, sizeof(float) * (size_t)n));
-            assert_int_equal(kiln_cuda_matmul_t16(&kc, &a), KILN_OK);
-            get(y1, yd, sizeof(float) * (size_t)n);
-            if (memcmp(y1, y8 + j * n, sizeof(float) * (size_t)n) != 0)
-                fail_msg("gemv_t16 %s: token %lld alone differs from its row in a pass of 8",
-                         dts[d] == KILN_DTYPE_Q4_0 ? "q4_0" : "q8_0", (long long)j);
-        }
-        cudaFree((void *)a.w), cudaFree((void *)x0), cudaFree(yd);
-        free(w), free(r), free(x), free(y8), free(y1);
-    }
-    rng = saved;
-}
-
 /* Batch invariance of the T16 gemv: 8 tokens in one pass vs each alone, bitwise. */
 static void t16_batch_inv(uint32_t dt, int64_t n, int64_t k) {
     const int64_t t = 8;
@@ -347,6 +264,55 @@ static void t16_batch_inv(uint32_t dt, int64_t n, int64_t k) {
     free(w), free(r), free(x), free(y8), free(y1);
 }
 
+/* The T16 sweep of both T16 tests for two dtypes: every case; every warp split and
+ * loads-in-flight setting on every third; activations of sigma 3e4 and 1e-6 on every
+ * second; the cuBLAS path on T16 weights at t 9-600. */
+static void t16_sweep(const uint32_t dts[2], const mm_case *cs, size_t ncs) {
+    w_t16 = true;
+    for (size_t d = 0; d < 2; d++)
+        for (size_t i = 0; i < ncs; i++)
+            one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, false);
+    static const int sws[] = {4, 8, 16, 32}, us[] = {1, 2, 4};
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 3; b++) {
+            kiln_cuda_t16_config(sws[a], us[b]);
+            for (size_t d = 0; d < 2; d++)
+                for (size_t i = 0; i < ncs; i += 3)
+                    one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, false);
+        }
+    kiln_cuda_t16_config(0, 0);
+    static const float sig[] = {3e4f, 1e-6f};
+    for (size_t si = 0; si < 2; si++) {
+        x_sigma = sig[si];
+        for (size_t d = 0; d < 2; d++)
+            for (size_t i = 0; i < ncs; i += 2)
+                one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, true, false);
+    }
+    x_sigma = 1.0f;
+    static const mm_case bc[] = {{37, 256, 9}, {300, 512, 64}, {129, 768, 100}, {64, 256, 600}};
+    for (size_t d = 0; d < 2; d++)
+        for (size_t i = 0; i < sizeof bc / sizeof bc[0]; i++)
+            one_matmul(dts[d], bc[i].n, bc[i].k, bc[i].t, i % 2 == 0, true);
+    w_t16 = false;
+}
+
+/* The T16 gemv (gemv_t16.cu) and the cuBLAS path on T16 weights: q4_0 / q8_0, k % 128 == 0,
+ * ragged n (a padded last tile), every warp split and loads-in-flight setting, activations
+ * far outside the f16 range, and batch invariance (a token's row alone = bitwise its row
+ * in a pass of 8). */
+static void test_matmul_t16(void **state) {
+    (void)state;
+    static const mm_case cs[] = {{1, 256, 1},    {37, 256, 1},    {300, 512, 2},  {129, 768, 3},
+                                 {64, 1280, 4},  {33, 128, 5},    {257, 512, 7},  {1000, 1024, 8},
+                                 {71, 512, 11},  {96, 2816, 1},   {4096, 256, 1}, {5, 4096, 8},
+                                 {17, 14336, 1}, {1030, 4096, 2}, {20, 384, 64},  {250, 1664, 9}};
+    static const uint32_t dts[] = {KILN_DTYPE_Q4_0, KILN_DTYPE_Q8_0};
+    const kt_rng saved = rng; /* a data stream of its own: the other tests' draws stay */
+    t16_sweep(dts, cs, sizeof cs / sizeof cs[0]);
+    for (size_t d = 0; d < 2; d++) t16_batch_inv(dts[d], 333, 1536);
+    rng = saved;
+}
+
 /* The T16 gemv and the cuBLAS path on T16 weights for the K-quants (q4_K, q6_K: 256-column
  * superchunks, cuda_t16.h): ragged n, t 1..64 (passes of 8), every warp split and
  * loads-in-flight setting (2 at most: 4 runs as 2), activations far outside the f16 range,
@@ -360,32 +326,7 @@ static void test_matmul_t16_k(void **state) {
                                  {513, 4096, 33}, {16, 256, 16},   {15, 11008, 24}, {2, 768, 57}};
     static const uint32_t dts[] = {KILN_DTYPE_Q4_K, KILN_DTYPE_Q6_K};
     const kt_rng saved = rng; /* a data stream of its own: the other tests' draws stay */
-    w_t16 = true;
-    for (size_t d = 0; d < 2; d++)
-        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
-            one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, false);
-    static const int sws[] = {4, 8, 16, 32}, us[] = {1, 2, 4};
-    for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 3; b++) {
-            kiln_cuda_t16_config(sws[a], us[b]);
-            for (size_t d = 0; d < 2; d++)
-                for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i += 3)
-                    one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, false);
-        }
-    kiln_cuda_t16_config(0, 0);
-    static const float sig[] = {3e4f, 1e-6f};
-    for (size_t si = 0; si < 2; si++) {
-        x_sigma = sig[si];
-        for (size_t d = 0; d < 2; d++)
-            for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i += 2)
-                one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, true, false);
-    }
-    x_sigma = 1.0f;
-    static const mm_case bc[] = {{37, 256, 9}, {300, 512, 64}, {129, 768, 100}, {64, 256, 600}};
-    for (size_t d = 0; d < 2; d++)
-        for (size_t i = 0; i < sizeof bc / sizeof bc[0]; i++)
-            one_matmul(dts[d], bc[i].n, bc[i].k, bc[i].t, i % 2 == 0, true);
-    w_t16 = false;
+    t16_sweep(dts, cs, sizeof cs / sizeof cs[0]);
     for (size_t d = 0; d < 2; d++) {
         t16_batch_inv(dts[d], 333, 1536);
         t16_batch_inv(dts[d], 1030, 4096);
