@@ -39,6 +39,12 @@
 #             q4_0 on the cpu backend (-t 2 and -t 8), 3 runs each, and 8B q4_0 on cuda
 #   ready     8B q4_0, warm file: whole-process `kiln run -n 1 --backend cuda` next to
 #             llama-completion -n 1 -ngl 99 (when in $LLAMA_BIN), alternating, 3 each
+#   real      the real Gemma 3 270M Q4_K_M and SmolLM2-135M-Instruct Q4_1 files, joined from
+#             pieces carried over earlier warm calls (scripts/carry-pieces.sh) into
+#             ~/.cache/kiln/models (where test_cuda_e2e, run by `verify` after it, finds them:
+#             teacher forcing vs cpu, Gemma's 12 greedy prompts): kiln bench --backend cuda
+#             -p 512 -n 128 (and llama-bench -ngl 99 -fa 1 when in $LLAMA_BIN), and a greedy
+#             `kiln run --chat` on SmolLM2 with cuda and cpu, texts compared
 #   verify    test_cuda_kernels, and test_cuda_e2e on tiny models of every family x type
 #             (every model through the upload lane, cuda vs ref teacher-forced)
 #   profile   ncu on the single-token gemv of one layer ($PROFILE_TYPES, default q4_0 q8_0):
@@ -78,6 +84,7 @@ for s in "$@"; do
     tp70b | ttft) TG="$TG bench_sched" ;;
     fault) TG="$TG test_cuda_fault" ;;
     verify) TG="$TG test_cuda_kernels test_cuda_e2e" ;;
+    real) TG="$TG" ;;
     profile) TG="$TG bench_cuda" ;;
     load) TG="$TG bench_load test_load" ;;
     upload|transform) TG="$TG bench_load" ;;
@@ -153,6 +160,28 @@ for s in "$@"; do
       fi
       llama llama-batched-bench && step llama-70b-batched 300 "$LB/llama-batched-bench" -m "$f" \
         -ngl 99 -fa 1 -sm layer -c 16384 -b 2048 -ub 512 -npp 128 -ntg 64 -npl 1,64 ;;
+    real)
+      R=$HOME/.cache/kiln/models; mkdir -p "$R"
+      [ -f /tmp/kiln-pieces/manifest ] &&
+        step join 180 bash scripts/carry-pieces.sh join /tmp/kiln-pieces/manifest "$R"
+      for f in "$R/gemma-3-270m-q4_k_m.gguf" "$R/SmolLM2-135M-Instruct.Q4_1.gguf"; do
+        [ -f "$f" ] || { echo "real: $f absent (scripts/carry-pieces.sh)" | tee -a "$LOG/real.log"; continue; }
+        n=$(basename "$f" .gguf)
+        step "kiln-$n" 300 kiln bench -m "$f" --backend cuda -p 512 -n 128 -r 5
+        llama llama-bench && step "llama-$n" 300 "$LB/llama-bench" -m "$f" -ngl 99 -fa 1 \
+          -p 512 -n 128 -r 5
+      done
+      f=$R/SmolLM2-135M-Instruct.Q4_1.gguf
+      if [ -f "$f" ]; then
+        for be in cuda cpu; do
+          step "chat-$be" 120 sh -c "kiln run -m '$f' --backend $be --chat --temp 0 -n 96 \
+            -p 'Write a haiku about a kiln, then explain it in one sentence.' >'$LOG/chat-$be.txt'"
+        done
+        step chat-same 10 cmp "$LOG/chat-cuda.txt" "$LOG/chat-cpu.txt"
+        cat "$LOG/chat-cuda.txt"
+        step sampled-cuda 120 kiln run -m "$f" --backend cuda --chat -n 64 -s 7 \
+          -p 'Name three uses of fired clay.'
+      fi ;;
     fault)
       step test_cuda_fault 240 env KILN_BINARY_DIR=$PWD/$B test_cuda_fault ;;
     verify)
