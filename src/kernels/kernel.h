@@ -115,17 +115,25 @@ typedef struct kiln_embed_args {
 } kiln_embed_args;
 
 /* ---- RMS norm (optionally fused with a residual add) ----
- * For each of `rows` rows of length n: if r != NULL, x[row] += r[row] first (x is then
- * updated in place, so the residual stream keeps the sum); then
- * y[row] = x[row] / sqrt(mean(x[row]^2) + eps) * (w + w_offset). y may equal x. */
+ * For each of `rows` rows of length n: if r != NULL, the sum u = x[row] + r[row] first,
+ * written to s[row] when s != NULL (x is then left as it is: a residual add whose sum has
+ * a buffer of its own, fused with the norm of that sum), else to x[row] in place (the
+ * residual stream keeps the sum); without r, u = x[row]. Then
+ * y[row] = u / sqrt(mean(u^2) + eps) * (w + w_offset). y may equal x; s must not alias
+ * x, r or y. Every rms_norm kernel implements r and s (KILN_KFEAT_RESIDUAL). With w2 set,
+ * rows from w2_row on take w2 as their weights instead of w (the per-head q and k norms of
+ * one token block in one call: k's rows follow q's). */
 typedef struct kiln_rms_norm_args {
     float *x;
     const float *r; /* residual to add first, or NULL                        */
+    float *s;       /* where x + r goes (with r), or NULL: into x in place   */
     float *y;
-    const float *w; /* [n] f32 weights, or NULL for no weights               */
-    float w_offset; /* 0, or 1 for Gemma checkpoints that store w - 1        */
+    const float *w;  /* [n] f32 weights, or NULL for no weights               */
+    float w_offset;  /* 0, or 1 for Gemma checkpoints that store w - 1        */
+    const float *w2; /* [n] f32 weights of rows >= w2_row, or NULL           */
+    int64_t w2_row;
     int64_t rows, n;
-    int64_t x_stride, r_stride, y_stride;
+    int64_t x_stride, r_stride, y_stride, s_stride;
     float eps;
 } kiln_rms_norm_args;
 

@@ -10,6 +10,8 @@
 #include "runtime/comm.h"
 
 #include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* the kernel of call site s for the step's bucket; remembers s and the bucket so a
@@ -59,6 +61,54 @@ static kiln_status norm_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
                             .y_stride = n,
                             .eps = bi->prm.norm.eps};
     return FN(bi, KILN_SITE_NORM, x).rms_norm(&x->kctx, &a);
+}
+
+/* A residual add and the RMS norm of its sum (the next instruction) as one call of the
+ * norm kernel: x = the add's first input, r = its second, s = the add's output (the sum
+ * keeps its own buffer: passes.c never lets an output share an input's), y = the norm's
+ * output. The sum is the same f32 addition as the add kernel's, so every value is the two
+ * calls' (test_cuda_kernels / test_cpu_ops check the kernels, the e2e tests the models).
+ * One launch and one pass over the sum less per pair: 2 per layer (issue 17).
+ * KILN_ERR_UNSUPPORTED: not such a pair (the caller runs the two adapters). */
+static _Atomic int add_norm_on = -1;    /* KILN_ADD_NORM=0: two calls (A/B) */
+static _Atomic uint64_t add_norm_pairs; /* pairs run fused since the process started */
+
+void kiln_adapter_add_norm_enable(int on) {
+    atomic_store_explicit(&add_norm_on, on ? 1 : 0, memory_order_relaxed);
+}
+
+uint64_t kiln_adapter_add_norm_count(void) {
+    return atomic_load_explicit(&add_norm_pairs, memory_order_relaxed);
+}
+
+kiln_status kiln_adapter_add_norm(kiln_exec *x, const kiln_bound_insn *add,
+                                  const kiln_bound_insn *norm) {
+    int on = atomic_load_explicit(&add_norm_on, memory_order_relaxed);
+    if (on < 0) {
+        const char *e = getenv("KILN_ADD_NORM");
+        on = !(e && e[0] == '0');
+        atomic_store_explicit(&add_norm_on, on, memory_order_relaxed);
+    }
+    if (!on || add->insn->opcode != KILN_OP_RESIDUAL_ADD ||
+        norm->insn->opcode != KILN_OP_RMS_NORM || add->insn->n_in != 2 ||
+        norm->insn->in[0] != add->insn->out[0] || norm->width_out[0] != add->width_out[0])
+        return KILN_ERR_UNSUPPORTED;
+    const int64_t n = norm->width_out[0];
+    kiln_rms_norm_args a = {.x = kiln_reg_in(x, add, 0),
+                            .r = kiln_reg_in(x, add, 1),
+                            .s = kiln_reg_out(x, add, 0),
+                            .y = kiln_reg_out(x, norm, 0),
+                            .w = norm->w[KILN_W_NORM].data,
+                            .w_offset = norm->prm.norm.w_offset,
+                            .rows = x->t,
+                            .n = n,
+                            .x_stride = n,
+                            .r_stride = n,
+                            .s_stride = n,
+                            .y_stride = n,
+                            .eps = norm->prm.norm.eps};
+    atomic_fetch_add_explicit(&add_norm_pairs, 1, memory_order_relaxed);
+    return FN(norm, KILN_SITE_NORM, x).rms_norm(&x->kctx, &a);
 }
 
 static kiln_matmul_args mm_args(const kiln_bound_weight *w, const kiln_bound_weight *bias,
@@ -116,11 +166,22 @@ static kiln_status attention_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
                                 .x_stride = p->head_dim,
                                 .y_stride = p->head_dim,
                                 .eps = p->qk_norm_eps};
-        KILN_TRY(FN(bi, KILN_SITE_Q_NORM, x).rms_norm(&x->kctx, &a));
-        a.x = a.y = k;
-        a.w = bi->w[KILN_W_ATT_K_NORM].data;
-        a.rows = t * p->n_kv_head;
-        KILN_TRY(FN(bi, KILN_SITE_K_NORM, x).rms_norm(&x->kctx, &a));
+        if (SITE_FN(bi, KILN_SITE_Q_NORM, x).rms_norm ==
+            SITE_FN(bi, KILN_SITE_K_NORM, x).rms_norm) {
+            /* one call: k's head rows follow q's in the workspace (k = q + t qd), the rows
+             * from t n_head on take k's weights (kiln_rms_norm_args w2); the values are the
+             * two calls' (every row is normed alone) */
+            a.w2 = bi->w[KILN_W_ATT_K_NORM].data;
+            a.w2_row = t * p->n_head;
+            a.rows = t * (p->n_head + p->n_kv_head);
+            KILN_TRY(FN(bi, KILN_SITE_Q_NORM, x).rms_norm(&x->kctx, &a));
+        } else {
+            KILN_TRY(FN(bi, KILN_SITE_Q_NORM, x).rms_norm(&x->kctx, &a));
+            a.x = a.y = k;
+            a.w = bi->w[KILN_W_ATT_K_NORM].data;
+            a.rows = t * p->n_kv_head;
+            KILN_TRY(FN(bi, KILN_SITE_K_NORM, x).rms_norm(&x->kctx, &a));
+        }
     }
     kiln_kv_layer kv = kiln_kv_pool_layer(x->kv, bi->kv_layer);
     kiln_kv_write_args w = {.kv = kv,

@@ -608,7 +608,16 @@ kiln_status kiln_exec_run(const kiln_bound_plan *bp, kiln_exec *x, kiln_err *err
         const kiln_bound_insn *bi = &bp->bi[i];
         if (x->counters) x->counters[bi->insn->opcode]++;
         x->cur_site = -1;
-        kiln_status st = ad[bi->insn->opcode](x, bi);
+        kiln_status st = KILN_ERR_UNSUPPORTED;
+        if (bi->insn->opcode == KILN_OP_RESIDUAL_ADD && i + 1 < bp->plan.n_insns &&
+            ad == kiln_adapters) {
+            st = kiln_adapter_add_norm(x, bi, &bp->bi[i + 1]);
+            if (st != KILN_ERR_UNSUPPORTED) { /* ran (or failed) as the norm's call */
+                i++, bi = &bp->bi[i];
+                if (x->counters) x->counters[bi->insn->opcode]++;
+            }
+        }
+        if (st == KILN_ERR_UNSUPPORTED) st = ad[bi->insn->opcode](x, bi);
         if (st) {
             x->failed_insn = x->cur_site >= 0 ? i : -1;
             if (bi->insn->layer >= 0)

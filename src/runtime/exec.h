@@ -151,6 +151,15 @@ static inline float *kiln_reg_out(const kiln_exec *x, const kiln_bound_insn *bi,
 /* The adapter table (adapters.c): the one composition of every macro-op over kernel
  * calls, shared by every backend. */
 extern const kiln_adapter_fn kiln_adapters[KILN_OP_LIMIT];
+/* A residual add and the RMS norm of its sum (the instruction after it) in one norm call
+ * (adapters.c); KILN_ERR_UNSUPPORTED when that does not apply (run the two adapters). */
+kiln_status kiln_adapter_add_norm(kiln_exec *x, const kiln_bound_insn *add,
+                                  const kiln_bound_insn *norm);
+/* Tests and A/B runs: the fusion on (default; KILN_ADD_NORM=0 in the environment turns it
+ * off) or off for the whole process, and how many pairs ran fused since it started
+ * (process-wide singletons). */
+void kiln_adapter_add_norm_enable(int on);
+uint64_t kiln_adapter_add_norm_count(void);
 /* Call-site indexes of the adapters. */
 enum {
     KILN_SITE_EMBED = 0,

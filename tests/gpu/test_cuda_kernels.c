@@ -549,6 +549,64 @@ static void test_rms_norm(void **state) {
             get(xo, xd, sizeof(float) * (size_t)(rows * st));
             CHECK_ERR("rms_norm y", relerr(yo, y, rows, n, st, st), 2e-5);
             CHECK_ERR("rms_norm x (+residual)", relerr(xo, x, rows, n, st, st), 1e-7);
+            /* the sum into a buffer of its own (the fused residual add + norm, s): the same
+             * bits as in place (y and the sum), x untouched; both kernels */
+            if (res)
+                for (int fused = 1; fused >= 0; fused--) {
+                    float *sd = poisoned(sizeof(float) * (size_t)(rows * st));
+                    float *y3 = malloc(sizeof(float) * (size_t)(rows * st)),
+                          *s3 = malloc(sizeof(float) * (size_t)(rows * st)),
+                          *x3 = malloc(sizeof(float) * (size_t)(rows * st));
+                    CK(cudaMemcpy(xd, x0, sizeof(float) * (size_t)(rows * st),
+                                  cudaMemcpyHostToDevice));
+                    CK(cudaMemset(a.y, 0xFF, sizeof(float) * (size_t)(rows * st)));
+                    a.s = sd, a.s_stride = st;
+                    kiln_cuda_decode_fusion(fused);
+                    assert_int_equal(kiln_cuda_rms_norm(&kc, &a), KILN_OK);
+                    kiln_cuda_decode_fusion(1);
+                    a.s = NULL;
+                    get(y3, a.y, sizeof(float) * (size_t)(rows * st));
+                    get(s3, sd, sizeof(float) * (size_t)(rows * st));
+                    get(x3, xd, sizeof(float) * (size_t)(rows * st));
+                    for (int64_t ro = 0; ro < rows; ro++)
+                        if (memcmp(y3 + ro * st, yo + ro * st, sizeof(float) * (size_t)n) ||
+                            memcmp(s3 + ro * st, xo + ro * st, sizeof(float) * (size_t)n) ||
+                            memcmp(x3 + ro * st, x0 + ro * st, sizeof(float) * (size_t)n))
+                            fail_msg("rms_norm n=%lld row %lld (kernel %s): the sum into s differs "
+                                     "from the sum in place, or x changed",
+                                     (long long)n, (long long)ro, fused ? "register" : "loop");
+                    cudaFree(sd), free(y3), free(s3), free(x3);
+                }
+            /* w2 from the middle row on (the q and k norms in one call): the same bits as
+             * the two calls, both kernels */
+            if (!res)
+                for (int fused = 1; fused >= 0; fused--) {
+                    float *w2 = malloc(sizeof(float) * (size_t)n);
+                    kt_fill_normal(&rng, w2, (size_t)n, 0.3f);
+                    float *w2d = dup_dev(w2, sizeof(float) * (size_t)n);
+                    float *y4 = malloc(sizeof(float) * (size_t)(rows * st)),
+                          *y5 = malloc(sizeof(float) * (size_t)(rows * st));
+                    const int64_t half = rows / 2;
+                    kiln_cuda_decode_fusion(fused);
+                    CK(cudaMemset(a.y, 0xFF, sizeof(float) * (size_t)(rows * st)));
+                    kiln_rms_norm_args b = a;
+                    b.w2 = w2d, b.w2_row = half;
+                    assert_int_equal(kiln_cuda_rms_norm(&kc, &b), KILN_OK);
+                    get(y4, a.y, sizeof(float) * (size_t)(rows * st));
+                    CK(cudaMemset(a.y, 0xFF, sizeof(float) * (size_t)(rows * st)));
+                    b = a, b.rows = half;
+                    if (half) assert_int_equal(kiln_cuda_rms_norm(&kc, &b), KILN_OK);
+                    b.x += half * st, b.y += half * st, b.w = w2d, b.rows = rows - half;
+                    assert_int_equal(kiln_cuda_rms_norm(&kc, &b), KILN_OK);
+                    kiln_cuda_decode_fusion(1);
+                    get(y5, a.y, sizeof(float) * (size_t)(rows * st));
+                    for (int64_t ro = 0; ro < rows; ro++)
+                        if (memcmp(y4 + ro * st, y5 + ro * st, sizeof(float) * (size_t)n))
+                            fail_msg("rms_norm n=%lld row %lld (kernel %s): w2 in one call differs "
+                                     "from two calls",
+                                     (long long)n, (long long)ro, fused ? "register" : "loop");
+                    cudaFree(w2d), free(w2), free(y4), free(y5);
+                }
             /* the previous kernel (decode fusion off) on the same input: the same bits */
             {
                 float *y2 = malloc(sizeof(float) * (size_t)(rows * st));

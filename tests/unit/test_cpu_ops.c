@@ -72,18 +72,26 @@ static void test_rms_add_glu(void **state) {
                       *x0 = malloc(sizeof(float) * rows * st);
                 float *res = malloc(sizeof(float) * rows * st),
                       *y = malloc(sizeof(float) * rows * st);
-                float *w = malloc(sizeof(float) * n);
+                float *w = malloc(sizeof(float) * n), *sum = malloc(sizeof(float) * rows * st);
+                float *w2 = malloc(sizeof(float) * n);
                 double *want = malloc(sizeof(double) * rows * st);
                 kt_fill_normal(&r, x0, (size_t)(rows * st), 2.0f);
                 kt_fill_normal(&r, res, (size_t)(rows * st), 1.0f);
                 kt_fill_normal(&r, w, (size_t)n, 0.5f);
-                for (int mode = 0; mode < 2; mode++) { /* 0: plain, 1: residual + offset */
+                kt_fill_normal(&r, w2, (size_t)n, 0.5f);
+                /* 0: plain, 1: residual + offset (the sum into x), 2: the sum into s,
+                 * 3: plain with w2 from the middle row on (the q + k norms in one call) */
+                for (int mode = 0; mode < 4; mode++) {
                     memcpy(x, x0, sizeof(float) * rows * st);
                     kiln_rms_norm_args a = {.x = x,
-                                            .r = mode ? res : NULL,
+                                            .r = mode == 1 || mode == 2 ? res : NULL,
+                                            .s = mode == 2 ? sum : NULL,
+                                            .w2 = mode == 3 ? w2 : NULL,
+                                            .w2_row = rows / 2,
+                                            .s_stride = st,
                                             .y = y,
                                             .w = w,
-                                            .w_offset = mode ? 1.0f : 0.0f,
+                                            .w_offset = mode == 1 || mode == 2 ? 1.0f : 0.0f,
                                             .rows = rows,
                                             .n = n,
                                             .x_stride = st,
@@ -95,18 +103,26 @@ static void test_rms_add_glu(void **state) {
                     for (int64_t i = 0; i < rows; i++) {
                         double ss = 0, xs[2100];
                         for (int64_t j = 0; j < n; j++) {
-                            xs[j] = (double)x0[i * st + j] + (mode ? res[i * st + j] : 0.0);
+                            xs[j] = (double)x0[i * st + j] +
+                                    (mode == 1 || mode == 2 ? res[i * st + j] : 0.0);
                             ss += xs[j] * xs[j];
                         }
                         double sc = 1.0 / sqrt(ss / n + 1e-6);
                         for (int64_t j = 0; j < n; j++)
-                            want[i * n + j] = xs[j] * sc * (w[j] + (mode ? 1.0 : 0.0));
+                            want[i * n + j] = xs[j] * sc *
+                                              ((mode == 3 && i >= rows / 2 ? w2 : w)[j] +
+                                               (mode == 1 || mode == 2 ? 1.0 : 0.0));
                         float got[2100];
                         memcpy(got, y + i * st, sizeof(float) * n);
                         bad += close_enough("rms_norm", got, want + i * n, n, 1e-6, 1e-5);
-                        if (mode) { /* x holds the sum */
-                            memcpy(got, x + i * st, sizeof(float) * n);
+                        if (mode == 1 || mode == 2) { /* x (mode 1) or s (mode 2): the sum */
+                            memcpy(got, (mode == 2 ? sum : x) + i * st, sizeof(float) * n);
                             bad += close_enough("rms_norm residual", got, xs, n, 1e-6, 1e-6);
+                        }
+                        if (mode == 2 && memcmp(x + i * st, x0 + i * st, sizeof(float) * n)) {
+                            fprintf(stderr, "rms_norm with s: x changed (row %lld)\n",
+                                    (long long)i);
+                            bad++;
                         }
                     }
                 }
@@ -159,7 +175,7 @@ static void test_rms_add_glu(void **state) {
                         bad += close_enough(what, y + i * st, want, n, 1e-6, 2e-5);
                     }
                 }
-                free(x), free(x0), free(res), free(y), free(w), free(want);
+                free(x), free(x0), free(res), free(y), free(w), free(w2), free(sum), free(want);
             }
     }
     assert_int_equal(bad, 0);

@@ -3,11 +3,14 @@
  * backends, 1 and 2 threads: over several decode steps of several sequences at once,
  * the ids it returns equal the greedy sampler's choice on the logits kiln_engine_step
  * returns for the same entries (kiln_sampler, temperature 0), with and without a
- * final softcap and a vocabulary limit; errors for a missing ids buffer. */
+ * final softcap and a vocabulary limit; errors for a missing ids buffer. And the fused
+ * residual add + RMS norm (runtime/adapters.c): the same logits, bitwise, with it on and
+ * off, and it does run (2 pairs per layer but the last). */
 #include "testutil.h"
 
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "runtime/exec.h"
 #include "sample/sample.h"
 
 #include <math.h>
@@ -170,6 +173,57 @@ static void test_greedy_cpu(void **state) {
     run("gemma3", "cpu", 2, 0.05f, 300); /* saturated softcap: ties resolved to the lowest id */
 }
 
+/* prefill of 2 sequences, then 6 decode steps; logits of every step into lg[step] */
+static void add_norm_steps(const kiln_model *m, const char *backend, float *lg) {
+    kiln_engine *e = engine(m, backend, 2);
+    int32_t sq[2];
+    kiln_batch_entry en[16];
+    int n = 0;
+    for (int q = 0; q < 2; q++) {
+        assert_int_equal(kiln_seq_create(e, &sq[q], NULL), 0);
+        for (int j = 0; j < 5 + q; j++)
+            en[n++] = (kiln_batch_entry){sq[q], (int32_t)((q * 53 + j * 7) % V), j, j == 4 + q};
+    }
+    for (int step = 0; step < 7; step++) {
+        kiln_err err;
+        if (kiln_engine_step(e, en, n, lg + (size_t)step * 2 * V, &err))
+            fail_msg("step: %s", err.msg);
+        n = 0;
+        for (int q = 0; q < 2; q++)
+            en[n++] = (kiln_batch_entry){sq[q], (int32_t)((step * 31 + q) % V), 5 + q + step, 1};
+    }
+    kiln_engine_free(e);
+}
+
+static void test_add_norm_fusion(void **state) {
+    (void)state;
+    static const char *const archs[] = {"llama", "gemma3"}, *const bes[] = {"ref", "cpu"};
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++) {
+            synth s;
+            synth_make(&s, archs[a], 0, 11);
+            float *on = malloc(sizeof(float) * 14 * V), *off = malloc(sizeof(float) * 14 * V);
+            const uint64_t c0 = kiln_adapter_add_norm_count();
+            kiln_adapter_add_norm_enable(1);
+            add_norm_steps(s.m, bes[b], on);
+            const uint64_t c1 = kiln_adapter_add_norm_count();
+            kiln_adapter_add_norm_enable(0);
+            add_norm_steps(s.m, bes[b], off);
+            const uint64_t c2 = kiln_adapter_add_norm_count();
+            kiln_adapter_add_norm_enable(1);
+            /* 2 layers: attention add -> ffn norm, ffn add -> next layer's norm (the last
+             * layer's to the output norm): 4 pairs per step, 7 steps */
+            if (c1 - c0 < 7 * 3)
+                fail_msg("%s %s: %llu pairs fused", archs[a], bes[b],
+                         (unsigned long long)(c1 - c0));
+            assert_true(c2 == c1);
+            if (memcmp(on, off, sizeof(float) * 14 * V) != 0)
+                fail_msg("%s %s: logits differ with the add + norm fusion", archs[a], bes[b]);
+            free(on), free(off);
+            synth_free(&s);
+        }
+}
+
 static void test_greedy_errors(void **state) {
     (void)state;
     synth s;
@@ -194,6 +248,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_ref),
         cmocka_unit_test(test_greedy_cpu),
         cmocka_unit_test(test_greedy_errors),
+        cmocka_unit_test(test_add_norm_fusion),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -75,16 +75,20 @@ __device__ __forceinline__ float rms_block_scale(double sum, int64_t n, float ep
     return scale_s;
 }
 
-__global__ void rms_norm_kernel(float *x, const float *__restrict__ r, float *y,
-                                const float *__restrict__ w, float w_offset, int64_t n, int64_t xs,
-                                int64_t rs, int64_t ys, float eps) {
+/* s: where x + r goes (kiln_rms_norm_args), or NULL: into x in place */
+__global__ void rms_norm_kernel(float *x, const float *__restrict__ r, float *s, float *y,
+                                const float *__restrict__ w, const float *__restrict__ w2,
+                                int64_t w2_row, float w_offset, int64_t n, int64_t xs, int64_t rs,
+                                int64_t ss, int64_t ys, float eps) {
     kc_pdl_trigger(); /* the next kernel (a T16 gemv) may start: kc_pdl_wait */
     const int64_t row = blockIdx.x;
-    float *xr = x + row * xs;
+    if (w2 && row >= w2_row) w = w2; /* k's rows after q's (kiln_rms_norm_args) */
+    const float *x0 = x + row * xs;
+    float *xr = r && s ? s + row * ss : x + row * xs;
     float *yr = y + row * ys;
     double sum = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = xr[i];
+        float v = x0[i];
         if (r) {
             v += r[row * rs + i];
             xr[i] = v;
@@ -104,19 +108,22 @@ __global__ void rms_norm_kernel(float *x, const float *__restrict__ r, float *y,
  * load per element (5.8 us per decode-step norm at n = 4096 in session 9's profile). */
 template <int NV>
 __global__ void __launch_bounds__(512)
-    rms_norm_reg_kernel(float *x, const float *__restrict__ r, float *y,
-                        const float *__restrict__ w, float w_offset, int64_t n, int64_t xs,
-                        int64_t rs, int64_t ys, float eps) {
+    rms_norm_reg_kernel(float *x, const float *__restrict__ r, float *s, float *y,
+                        const float *__restrict__ w, const float *__restrict__ w2, int64_t w2_row,
+                        float w_offset, int64_t n, int64_t xs, int64_t rs, int64_t ss, int64_t ys,
+                        float eps) {
     kc_pdl_trigger(); /* the next kernel (a T16 gemv) may start: kc_pdl_wait */
     const int64_t row = blockIdx.x;
-    float *xr = x + row * xs;
+    if (w2 && row >= w2_row) w = w2; /* k's rows after q's (kiln_rms_norm_args) */
+    const float *x0 = x + row * xs;
+    float *xr = r && s ? s + row * ss : x + row * xs; /* where the sum goes */
     float *yr = y + row * ys;
     const int nt = blockDim.x;
     float v[NV], wv[NV]; /* the weights too: no second round trip after the reduction */
 #pragma unroll
     for (int j = 0; j < NV; j++) {
         const int64_t i = threadIdx.x + (int64_t)j * nt;
-        v[j] = i < n ? xr[i] : 0.0f;
+        v[j] = i < n ? x0[i] : 0.0f;
         wv[j] = w && i < n ? w[i] : 0.0f;
     }
     if (r) {
@@ -152,7 +159,8 @@ extern "C" kiln_status kiln_cuda_rms_norm(const kiln_kctx *c, const kiln_rms_nor
     cudaStream_t s = KC_STREAM(c);
 #define KC_NORM_REG(NV)                                                                            \
     rms_norm_reg_kernel<NV><<<(unsigned)a->rows, threads, 0, s>>>(                                 \
-        a->x, a->r, a->y, a->w, a->w_offset, a->n, a->x_stride, a->r_stride, a->y_stride, a->eps)
+        a->x, a->r, a->s, a->y, a->w, a->w2, a->w2_row, a->w_offset, a->n, a->x_stride,            \
+        a->r_stride, a->s_stride, a->y_stride, a->eps)
     if (kiln_cuda_decode_fused() && nv <= 16) {
         if (nv <= 4)
             KC_NORM_REG(4);
@@ -161,9 +169,9 @@ extern "C" kiln_status kiln_cuda_rms_norm(const kiln_kctx *c, const kiln_rms_nor
         else
             KC_NORM_REG(16);
     } else
-        rms_norm_kernel<<<(unsigned)a->rows, threads, 0, s>>>(a->x, a->r, a->y, a->w, a->w_offset,
-                                                              a->n, a->x_stride, a->r_stride,
-                                                              a->y_stride, a->eps);
+        rms_norm_kernel<<<(unsigned)a->rows, threads, 0, s>>>(
+            a->x, a->r, a->s, a->y, a->w, a->w2, a->w2_row, a->w_offset, a->n, a->x_stride,
+            a->r_stride, a->s_stride, a->y_stride, a->eps);
 #undef KC_NORM_REG
     return kc_launched();
 }

@@ -122,16 +122,18 @@ kiln_status kiln_ref_rms_norm(const kiln_kctx *c, const kiln_rms_norm_args *a) {
         float *x = a->x + r * a->x_stride;
         float *y = a->y + r * a->y_stride;
         if (a->r) {
-            const float *rr = a->r + r * a->r_stride;
-            for (int64_t i = 0; i < a->n; i++) x[i] += rr[i];
+            const float *rr = a->r + r * a->r_stride, *x0 = x;
+            if (a->s) x = a->s + r * a->s_stride; /* the sum to its own buffer */
+            for (int64_t i = 0; i < a->n; i++) x[i] = x0[i] + rr[i];
         }
         double sum = 0.0;
         for (int64_t i = 0; i < a->n; i++) sum += (double)x[i] * (double)x[i];
         const float mean = (float)(sum / (double)a->n);
         const float scale = 1.0f / sqrtf(mean + a->eps);
+        const float *w = a->w2 && r >= a->w2_row ? a->w2 : a->w;
         for (int64_t i = 0; i < a->n; i++) {
             float v = x[i] * scale;
-            y[i] = a->w ? v * (a->w[i] + a->w_offset) : v;
+            y[i] = w ? v * (w[i] + a->w_offset) : v;
         }
     }
     return KILN_OK;
