@@ -81,15 +81,20 @@ uint64_t kiln_adapter_add_norm_count(void) {
     return atomic_load_explicit(&add_norm_pairs, memory_order_relaxed);
 }
 
-kiln_status kiln_adapter_add_norm(kiln_exec *x, const kiln_bound_insn *add,
-                                  const kiln_bound_insn *norm) {
+/* the norm fusions (this one and the joint q/k norm below) on? */
+static int norm_fusion_on(void) {
     int on = atomic_load_explicit(&add_norm_on, memory_order_relaxed);
     if (on < 0) {
         const char *e = getenv("KILN_ADD_NORM");
         on = !(e && e[0] == '0');
         atomic_store_explicit(&add_norm_on, on, memory_order_relaxed);
     }
-    if (!on || add->insn->opcode != KILN_OP_RESIDUAL_ADD ||
+    return on;
+}
+
+kiln_status kiln_adapter_add_norm(kiln_exec *x, const kiln_bound_insn *add,
+                                  const kiln_bound_insn *norm) {
+    if (!norm_fusion_on() || add->insn->opcode != KILN_OP_RESIDUAL_ADD ||
         norm->insn->opcode != KILN_OP_RMS_NORM || add->insn->n_in != 2 ||
         norm->insn->in[0] != add->insn->out[0] || norm->width_out[0] != add->width_out[0])
         return KILN_ERR_UNSUPPORTED;
@@ -166,8 +171,8 @@ static kiln_status attention_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
                                 .x_stride = p->head_dim,
                                 .y_stride = p->head_dim,
                                 .eps = p->qk_norm_eps};
-        if (SITE_FN(bi, KILN_SITE_Q_NORM, x).rms_norm ==
-            SITE_FN(bi, KILN_SITE_K_NORM, x).rms_norm) {
+        if (norm_fusion_on() && SITE_FN(bi, KILN_SITE_Q_NORM, x).rms_norm ==
+                                    SITE_FN(bi, KILN_SITE_K_NORM, x).rms_norm) {
             /* one call: k's head rows follow q's in the workspace (k = q + t qd), the rows
              * from t n_head on take k's weights (kiln_rms_norm_args w2); the values are the
              * two calls' (every row is normed alone) */
