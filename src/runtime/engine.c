@@ -447,24 +447,26 @@ bool kiln_engine_device_sampling(kiln_engine *e) {
 static kiln_status pack_sample(kiln_engine *e, kiln_step_slot *sl, const kiln_sample_step *ss,
                                int32_t n_rows, int32_t n_vocab, kiln_err *err) {
     if (!kiln_engine_device_sampling(e))
-        return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
-                            "sampled step: the %s backend has no sample kernel (sample on the host)",
-                            e->dev.be->name);
+        return kiln_err_set(
+            err, KILN_ERR_UNSUPPORTED,
+            "sampled step: the %s backend has no sample kernel (sample on the host)",
+            e->dev.be->name);
     if (n_rows > 0 && !ss->rows)
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "sampled step: no row parameters");
     if (ss->n_ov < 0 || (ss->n_ov > 0 && (!ss->ov_id || !ss->ov_bias || !ss->ov_count)))
-        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "sampled step: %d overrides",
-                            (int)ss->n_ov);
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "sampled step: %d overrides", (int)ss->n_ov);
     for (int32_t i = 0; i < n_rows; i++) {
         const kiln_sample_row_params *r = &ss->rows[i];
-        const int64_t k = r->temperature > 0 ? r->top_k : 1;
-        if (r->ov_off < 0 || r->n_ov < 0 || (int64_t)r->ov_off + r->n_ov > ss->n_ov ||
-            k <= 0 || k + 2 * (int64_t)r->n_ov > KILN_SAMPLE_MAX_CAND)
+        const int64_t k = !(r->temperature > 0)                ? 1
+                          : r->top_k > 0 && r->top_k < n_vocab ? r->top_k
+                                                               : n_vocab;
+        if (r->ov_off < 0 || r->n_ov < 0 || (int64_t)r->ov_off + r->n_ov > ss->n_ov || k <= 0 ||
+            k + 2 * (int64_t)r->n_ov > KILN_SAMPLE_MAX_CAND)
             return kiln_err_set(err, KILN_ERR_INVALID_ARG,
                                 "sampled step: row %d (top-k %d, %d overrides at %d of %d): the "
-                                "kernel takes top-k on with k + 2 x overrides <= %d",
-                                (int)i, (int)r->top_k, (int)r->n_ov, (int)r->ov_off,
-                                (int)ss->n_ov, KILN_SAMPLE_MAX_CAND);
+                                "kernel takes k + 2 x overrides <= %d",
+                                (int)i, (int)r->top_k, (int)r->n_ov, (int)r->ov_off, (int)ss->n_ov,
+                                KILN_SAMPLE_MAX_CAND);
         for (int32_t j = 0; j < r->n_ov; j++) {
             const int32_t id = ss->ov_id[r->ov_off + j];
             if (id < 0 || id >= n_vocab || (j > 0 && id <= ss->ov_id[r->ov_off + j - 1]))
@@ -641,10 +643,9 @@ kiln_status kiln_engine_prepare(kiln_engine *e, const kiln_batch_entry *en, int3
     }
     pp->sampled = false;
     if (opts && opts->sample) {
-        kiln_status sst =
-            opts->greedy ? kiln_err_set(err, KILN_ERR_INVALID_ARG,
-                                        "a step is greedy or sampled, not both")
-                         : pack_sample(e, sl, opts->sample, n_logits, n_vocab, err);
+        kiln_status sst = opts->greedy ? kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                                                      "a step is greedy or sampled, not both")
+                                       : pack_sample(e, sl, opts->sample, n_logits, n_vocab, err);
         if (sst) {
             for (int32_t si = 0; si < n_seqs; si++) {
                 kiln_seq_state *sj = &e->seqs[pp->step_seq[si]];
@@ -884,8 +885,8 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
     e->out_greedy = pp->greedy || pp->sampled;
     /* what the accessors read: the engine's own buffers, or nothing when the caller's
      * memory took the outputs (kiln_engine_step wrappers, which do not use accessors) */
-    e->out_caller = (pp->greedy ? ids != NULL : logits != NULL) && host && !tp_greedy &&
-                    !pp->sampled;
+    e->out_caller =
+        (pp->greedy ? ids != NULL : logits != NULL) && host && !tp_greedy && !pp->sampled;
     return KILN_OK;
 }
 

@@ -57,7 +57,7 @@ kiln_status kiln_generate_seq(kiln_engine *e, const kiln_vocab *v, const kiln_ge
     kiln_sampler *smp = NULL;
     kiln_text_stream ts;
     memset(&ts, 0, sizeof(ts));
-    const float *logits = NULL; /* the engine's row */
+    const float *logits = NULL;                          /* the engine's row */
     int32_t *ov_id = NULL, *ov_count = NULL, ov_cap = 0; /* a device-sampled step's overrides */
     float *ov_bias = NULL;
     kiln_status st = kiln_sampler_create(sp, n_vocab, &smp, err);
@@ -77,8 +77,8 @@ kiln_status kiln_generate_seq(kiln_engine *e, const kiln_vocab *v, const kiln_ge
     /* otherwise, on a device backend (cuda) whose sample kernel gives this sampler's
      * tokens: the device samples each decode step and only the id comes back */
     const char *hs = getenv("KILN_HOST_SAMPLING");
-    const bool on_dev = !fused && !r->host_sampling && !(hs && hs[0] == '1') &&
-                        kiln_engine_device_sampling(e);
+    const bool on_dev =
+        !fused && !r->host_sampling && !(hs && hs[0] == '1') && kiln_engine_device_sampling(e);
     kiln_sample_row_params srow;
     kiln_sample_step ss = {.rows = &srow};
     int32_t next = -2; /* -2: sample from logits */

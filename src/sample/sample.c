@@ -839,8 +839,10 @@ bool kiln_sampler_device_ok(const kiln_sampler *s, int32_t n) {
     if (n > s->n_vocab) n = s->n_vocab;
     const int64_t nov = kiln_sampler_device_max_overrides(s);
     if (!(p->temperature > 0)) return 1 + 2 * nov <= KILN_SAMPLE_MAX_CAND;
-    if (p->top_k <= 0 || p->top_k >= n) return false; /* the CPU's O(n) paths */
-    return p->top_k + nov <= HEAP_MAX && p->top_k + 2 * nov <= KILN_SAMPLE_MAX_CAND;
+    const int64_t k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+    if ((p->top_k <= 0 || p->top_k >= n) && p->top_p >= 1.0f && !(p->min_p > 0.0f))
+        return false; /* every filter off: the CPU's two-pass draw */
+    return k + nov <= HEAP_MAX && k + 2 * nov <= KILN_SAMPLE_MAX_CAND; /* else O(n) paths */
 }
 
 kiln_status kiln_sampler_device_row(kiln_sampler *s, int32_t n, kiln_sample_row_params *row,

@@ -106,8 +106,9 @@ kiln_status kiln_sample_batch(const kiln_sample_row *rows, int32_t n_rows, int32
  * greedy and for 0 < top_k with top_k + overrides <= 4096), so for the same logits and
  * the same draw it gives the same token (docs/SAMPLING.md: the boundary cases that can
  * differ). kiln_sampler_device_ok: whether this sampler's rows of n_vocab logits can be
- * sampled there (no logprobs; greedy, or top-k on with k + 2 x overrides <= 4096 — top-k
- * off takes the CPU's O(n) paths, which a kernel does not mirror).
+ * sampled there: no logprobs, and greedy, or k + 2 x overrides <= 4096 with k = top_k
+ * (n_vocab when off or larger) and not every filter off (top-k off on a large vocabulary,
+ * or every filter off, takes the CPU's O(n) paths, which a kernel does not mirror).
  * kiln_sampler_device_max_overrides: an upper bound of the overrides of a row (bias
  * entries + the window), for sizing.
  * kiln_sampler_device_row: the row's parameters (row->ov_off is the caller's) and its

@@ -86,8 +86,8 @@ static kiln_status a_step(void *impl, const kiln_batch_entry *en, int32_t n, flo
 }
 
 static kiln_status a_step_sampled(void *impl, const kiln_batch_entry *en, int32_t n,
-                                 const kiln_sample_step *ss, int32_t *ids, int32_t limit,
-                                 kiln_err *err) {
+                                  const kiln_sample_step *ss, int32_t *ids, int32_t limit,
+                                  kiln_err *err) {
     kiln_engine *e = ((wrap *)impl)->e;
     if (n <= 0) return KILN_OK;
     kiln_step_opts o = {.n_vocab_limit = limit, .sample = ss};

@@ -1029,8 +1029,7 @@ kiln_status ks_step(kiln_sched *s, bool *worked, kiln_err *err) {
         }
         const uint64_t te = kiln_now_ns();
         if (!st && sampled)
-            st = s->eng.step_sampled(s->eng.impl, s->en, n, &s->sstep, s->ids, s->n_vocab_tok,
-                                     err);
+            st = s->eng.step_sampled(s->eng.impl, s->en, n, &s->sstep, s->ids, s->n_vocab_tok, err);
         else if (!st)
             st = s->eng.step(s->eng.impl, s->en, n, need_logits ? s->logits : NULL,
                              need_logits ? NULL : s->ids, s->n_vocab_tok, err);

@@ -62,8 +62,8 @@ __device__ __forceinline__ float s_override(float l, float bias, int32_t count,
     l = __fadd_rn(l, bias);
     if (count > 0) {
         l = l <= 0.0f ? __fmul_rn(l, p.repeat_penalty) : __fdiv_rn(l, p.repeat_penalty);
-        l = __fsub_rn(l, __fadd_rn(__fmul_rn((float)count, p.frequency_penalty),
-                                   p.presence_penalty));
+        l = __fsub_rn(l,
+                      __fadd_rn(__fmul_rn((float)count, p.frequency_penalty), p.presence_penalty));
     }
     return l;
 }
@@ -357,9 +357,9 @@ extern "C" kiln_status kiln_cuda_sample(const kiln_kctx *c, const kiln_sample_ar
         return kiln_kerr(c, KILN_ERR_INVALID_ARG, "cuda.sample: %lld rows of %lld (stride %lld)",
                          (long long)a->t, (long long)a->n, (long long)a->ld);
     const bool vec = a->ld % 4 == 0 && ((uintptr_t)a->logits & 15) == 0;
-    sample_kernel<<<(unsigned)a->t, SNT, 0, KC_STREAM(c)>>>(a->logits, a->ld, a->n, vec,
-                                                            a->softcap, a->rows, a->ov_id,
-                                                            a->ov_bias, a->ov_count, a->ids);
+    sample_kernel<<<(unsigned)a->t, SNT, 0, KC_STREAM(c)>>>(a->logits, a->ld, a->n, vec, a->softcap,
+                                                            a->rows, a->ov_id, a->ov_bias,
+                                                            a->ov_count, a->ids);
     kiln_status st = kc_launched();
     return st ? kiln_kerr(c, st, "cuda.sample: launch failed") : KILN_OK;
 }
