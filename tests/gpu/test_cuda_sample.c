@@ -19,7 +19,9 @@
  *    alone).
  * 4. End to end on a tiny synthetic llama: kiln_generate with the default sampling chain
  *    and a fixed seed on cuda (the device samples) equals cuda with KILN_HOST_SAMPLING=1
- *    (same logits, host chain) and the cpu backend.
+ *    (same logits, the host chain) for 4 seeds x 64 tokens; how many equal the cpu
+ *    backend's run is printed (its logits differ in the last bits, so a sampled run may
+ *    part from it where a draw falls between them).
  * Exits 77 (skipped), saying why, without a usable GPU or in a build without CUDA.
  */
 #include "testutil.h"
@@ -407,10 +409,14 @@ static void test_generate_e2e(void **state) {
         eq_cpu += same;
         runs++;
     }
+    /* the cpu backend's logits differ from cuda's in the last bits (test_cuda_e2e bounds
+     * them: top-1 >= 99.9 %, KL < 1e-4); a sampled continuation parts where a draw or a
+     * top-p / min-p boundary falls between the two (session 10: 3 of 4 seeds equal over 64
+     * tokens, seed 2 parted at token 29 while device == host sampling held on every seed):
+     * reported, not asserted */
     print_message("generate: cuda (device sampling) == cuda (host sampling) on %d seeds; == cpu "
                   "backend on %d of %d\n",
                   runs, eq_cpu, runs);
-    assert_int_equal(eq_cpu, runs);
     kiln_model_free(m);
     kiln_err_free(err);
     remove(model);
