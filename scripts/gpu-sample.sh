@@ -13,6 +13,10 @@
 #   sched   bench_sched --mode overhead on the 8B (64 requests through the scheduler,
 #           greedy and sampled: the sampled rows go through the device's sampled steps)
 #   bash scripts/gpu-sample.sh [STEP...]    (default: tests chain run8b sched)
+# Unpack the tree into a fresh directory on the device (a warm machine may hold another
+# helper's /tmp/w with a newer build-gpu, which make would take as up to date), e.g.
+#   rm -rf /tmp/gsw && mkdir /tmp/gsw && tar xzf .carry/h-NAME/src.tgz -C /tmp/gsw && \
+#   cp -r .carry /tmp/gsw/ && cd /tmp/gsw && OUT=$OUT bash scripts/gpu-sample.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kiln-gpu-out}
@@ -34,7 +38,7 @@ for s in $STEPS; do
   t0=$SECONDS
   case $s in
     tests)
-      (cd $B && timeout 200 ctest -R '^(test_sample_device|test_cuda_sample)$' -V) >"$OUT/tests.log" 2>&1
+      (cd $B && timeout 170 ctest -R '^(test_sample_device|test_cuda_sample)$' -V) >"$OUT/tests.log" 2>&1
       echo "tests: rc $? $((SECONDS - t0)) s"; grep -E "mismatch|steps on|rows|tokens equal|generate:|part at|PASSED|FAILED|tests passed|Passed|Failed" "$OUT/tests.log" | head -40 ;;
     chain)
       timeout 120 bench_cuda_sample 128256 262144 >"$OUT/chain.log" 2>&1
@@ -59,7 +63,7 @@ for s in $STEPS; do
       done ;;
     sched)
       wait
-      [ -f $M ] && timeout 150 bench_sched -m $M -b cuda --mode overhead >"$OUT/sched.log" 2>&1
+      [ -f $M ] && timeout 60 bench_sched -m $M -b cuda --mode overhead >"$OUT/sched.log" 2>&1
       echo "sched: rc $? $((SECONDS - t0)) s"; tail -12 "$OUT/sched.log" ;;
   esac
 done
