@@ -163,6 +163,9 @@ typedef struct kiln_step_opts {
      * penalties picks; the backend may fuse the pick into the LM head. */
     int32_t greedy;
     int32_t n_vocab_limit; /* greedy: <= 0 means the whole vocabulary */
+    /* internal (runtime/engine.h): a sampled step, the sampling chain run on the backend;
+     * NULL for callers of this API */
+    const struct kiln_sample_step *sample;
 } kiln_step_opts;
 
 kiln_status kiln_engine_prepare(kiln_engine *e, const kiln_batch_entry *entries, int32_t n,

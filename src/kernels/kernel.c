@@ -15,6 +15,7 @@ static const char *const kop_names[] = {
     [KILN_KOP_MATMUL_GROUP] = "matmul_group",
     [KILN_KOP_ROPE_KV] = "rope_kv",
     [KILN_KOP_MATMUL_ARGMAX] = "matmul_argmax",
+    [KILN_KOP_SAMPLE] = "sample",
 };
 static_assert(sizeof(kop_names) / sizeof(kop_names[0]) == KILN_KOP_COUNT,
               "kop_names must name every kiln_kop");

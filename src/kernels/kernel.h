@@ -61,6 +61,7 @@ typedef enum kiln_kop {
     KILN_KOP_MATMUL_GROUP,  /* several matmuls over the same x in one call (q/k/v, gate/up) */
     KILN_KOP_ROPE_KV,       /* rope(q), rope(k) and the k, v write into the paged cache   */
     KILN_KOP_MATMUL_ARGMAX, /* LM head + greedy pick: argmax_n (x W^T) without the logits */
+    KILN_KOP_SAMPLE,        /* the sampling chain over logits rows -> token ids (no weights) */
     KILN_KOP_COUNT
 } kiln_kop;
 
@@ -282,6 +283,45 @@ typedef struct kiln_matmul_argmax_args {
     float *vals;  /* [t] or NULL                                              */
 } kiln_matmul_argmax_args;
 
+/* Sampling of t logits rows, one token id per row: the chain of src/sample/sample.h
+ * (docs/SAMPLING.md) on the sorted-candidate path of its CPU implementation, so that a
+ * row gives the CPU chain's token for the same uniform draw u:
+ *   f(v) = softcap tanh(v / softcap) when softcap > 0, else v (the final softcap);
+ *   overrides: for each of the row's n_ov entries (ids sorted, distinct, < n)
+ *     l = f(logits[id]) + bias; if count > 0: l = l <= 0 ? l * repeat_penalty
+ *     : l / repeat_penalty, then l -= count * frequency_penalty + presence_penalty
+ *     (float, in this order; bias 0 for window-only tokens);
+ *   candidates: the k best of the effective logits (k = top_k when 0 < top_k < n, else
+ *     n; NaN / -inf never; larger logit first, ties to the lower id); temperature <= 0:
+ *     k = 1 and the result is that token (u unused);
+ *   top-p (top_p < 1, more than one candidate): the shortest prefix whose cumulative
+ *     sum of exp((double)l - max) (1 for the max itself) reaches top_p * their total;
+ *   min-p (min_p > 0): keeps l >= max + log_min_p (log_min_p = logf(min_p), computed
+ *     by the caller so both chains use the same float), the max always;
+ *   draw: w_i = exp(((double)l_i - max) / temperature) (1 for the max), the first
+ *     candidate whose cumulative weight exceeds u * sum (the last one otherwise).
+ * -1 when no logit is alive. Kernels may restrict k + 2 n_ov (the CUDA one: <= 4096;
+ * KILN_ERR_INVALID_ARG above). Every pointer is in the backend's memory. */
+#define KILN_SAMPLE_MAX_CAND 4096
+typedef struct kiln_sample_row_params {
+    double u; /* uniform draw in [0, 1) */
+    float temperature, top_p, min_p, log_min_p;
+    float repeat_penalty, frequency_penalty, presence_penalty;
+    int32_t top_k;
+    int32_t ov_off, n_ov; /* the row's overrides: [ov_off, ov_off + n_ov) of ov_* */
+    int32_t pad_;
+} kiln_sample_row_params;
+typedef struct kiln_sample_args {
+    const float *logits; /* [t][ld] */
+    int64_t ld, t, n;    /* row stride, rows, candidates per row (ids [0, n), n <= ld) */
+    float softcap;
+    const kiln_sample_row_params *rows; /* [t] */
+    const int32_t *ov_id;               /* overrides of all rows */
+    const float *ov_bias;
+    const int32_t *ov_count;
+    int32_t *ids; /* [t] out */
+} kiln_sample_args;
+
 typedef kiln_status (*kiln_embed_fn)(const kiln_kctx *c, const kiln_embed_args *a);
 typedef kiln_status (*kiln_rms_norm_fn)(const kiln_kctx *c, const kiln_rms_norm_args *a);
 typedef kiln_status (*kiln_rope_fn)(const kiln_kctx *c, const kiln_rope_args *a);
@@ -291,6 +331,7 @@ typedef kiln_status (*kiln_add_fn)(const kiln_kctx *c, const kiln_add_args *a);
 typedef kiln_status (*kiln_matmul_group_fn)(const kiln_kctx *c, const kiln_matmul_group_args *a);
 typedef kiln_status (*kiln_rope_kv_fn)(const kiln_kctx *c, const kiln_rope_kv_args *a);
 typedef kiln_status (*kiln_matmul_argmax_fn)(const kiln_kctx *c, const kiln_matmul_argmax_args *a);
+typedef kiln_status (*kiln_sample_fn)(const kiln_kctx *c, const kiln_sample_args *a);
 
 /* A kernel's entry point, typed by its op. */
 typedef union kiln_kernel_fn {
@@ -305,6 +346,7 @@ typedef union kiln_kernel_fn {
     kiln_matmul_group_fn matmul_group;
     kiln_rope_kv_fn rope_kv;
     kiln_matmul_argmax_fn matmul_argmax;
+    kiln_sample_fn sample;
     void (*any)(void);
 } kiln_kernel_fn;
 

@@ -173,6 +173,15 @@ static const kiln_kernel_spec ref_specs[] = {
      .priority = 10,
      .fn.matmul_argmax = kiln_ref_matmul_argmax,
      .summary = "the LM head's matmul into a buffer, softcap, argmax"},
+    {.id = "ref.sample",
+     .op = KILN_KOP_SAMPLE,
+     .provider = "ref",
+     .platform = KILN_PLATFORM_HOST,
+     .act_dtypes = F32,
+     .props = REF_PROPS,
+     .priority = 10,
+     .fn.sample = kiln_ref_sample,
+     .summary = "penalties, every alive logit sorted, top-k, top-p, min-p, draw (double)"},
 };
 
 const kiln_provider kiln_provider_ref = {

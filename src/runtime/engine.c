@@ -10,6 +10,7 @@
 #include "base/mapguard.h"
 #include "base/mem.h"
 #include "format/dtype.h"
+#include "kernels/registry.h"
 #include "load/load.h"
 #include "runtime/comm.h"
 
@@ -225,6 +226,8 @@ void kiln_engine_free(kiln_engine *e) {
         for (int s = 0; s < 2; s++) {
             kiln_buf_free(dev, &e->slot[s].staging);
             kiln_buf_free(dev, &e->slot[s].dev);
+            kiln_buf_free(dev, &e->slot[s].sstaging);
+            kiln_buf_free(dev, &e->slot[s].sdev);
         }
         kiln_buf_free(dev, &e->out_logits);
         kiln_buf_free(dev, &e->out_ids);
@@ -417,6 +420,104 @@ void kiln_engine_cancel(kiln_engine *e) {
     drop_step(e, KILN_OK);
 }
 
+/* ---- sampled steps ---- */
+
+bool kiln_engine_device_sampling(kiln_engine *e) {
+    if (e->sample_state == 0) {
+        e->sample_state = -1;
+        kiln_backend_id b;
+        if (!e->tp && !e->dev.be->host_memory && kiln_backend_from_name(e->dev.be->name, &b)) {
+            const kiln_registry *r = kiln_registry_default();
+            const kiln_platform pf = kiln_backend_platform(b);
+            for (int i = 0; i < r->n_by_op[KILN_KOP_SAMPLE]; i++) {
+                const kiln_reg_kernel *k = &r->kernels[r->by_op[KILN_KOP_SAMPLE][i]];
+                if (k->spec.platform != pf || !kiln_registry_kernel_available(r, k)) continue;
+                if (k->spec.backends && !(k->spec.backends & KILN_BACKEND_BIT(b))) continue;
+                e->sample_fn = k->spec.fn.sample;
+                e->sample_state = 1;
+                break;
+            }
+        }
+    }
+    return e->sample_state > 0;
+}
+
+/* Checks a sampled step's parameters and packs them into the slot (rows | ov_id | ov_bias
+ * | ov_count), copied to the device. */
+static kiln_status pack_sample(kiln_engine *e, kiln_step_slot *sl, const kiln_sample_step *ss,
+                               int32_t n_rows, int32_t n_vocab, kiln_err *err) {
+    if (!kiln_engine_device_sampling(e))
+        return kiln_err_set(
+            err, KILN_ERR_UNSUPPORTED,
+            "sampled step: the %s backend has no sample kernel (sample on the host)",
+            e->dev.be->name);
+    if (n_rows > 0 && !ss->rows)
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "sampled step: no row parameters");
+    if (ss->n_ov < 0 || (ss->n_ov > 0 && (!ss->ov_id || !ss->ov_bias || !ss->ov_count)))
+        return kiln_err_set(err, KILN_ERR_INVALID_ARG, "sampled step: %d overrides", (int)ss->n_ov);
+    for (int32_t i = 0; i < n_rows; i++) {
+        const kiln_sample_row_params *r = &ss->rows[i];
+        const int64_t k = !(r->temperature > 0)                ? 1
+                          : r->top_k > 0 && r->top_k < n_vocab ? r->top_k
+                                                               : n_vocab;
+        if (r->ov_off < 0 || r->n_ov < 0 || (int64_t)r->ov_off + r->n_ov > ss->n_ov || k <= 0 ||
+            k + 2 * (int64_t)r->n_ov > KILN_SAMPLE_MAX_CAND)
+            return kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                                "sampled step: row %d (top-k %d, %d overrides at %d of %d): the "
+                                "kernel takes k + 2 x overrides <= %d",
+                                (int)i, (int)r->top_k, (int)r->n_ov, (int)r->ov_off, (int)ss->n_ov,
+                                KILN_SAMPLE_MAX_CAND);
+        for (int32_t j = 0; j < r->n_ov; j++) {
+            const int32_t id = ss->ov_id[r->ov_off + j];
+            if (id < 0 || id >= n_vocab || (j > 0 && id <= ss->ov_id[r->ov_off + j - 1]))
+                return kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                                    "sampled step: row %d: override ids must be sorted, "
+                                    "distinct and < %d",
+                                    (int)i, (int)n_vocab);
+        }
+    }
+    const size_t rb = (size_t)n_rows * sizeof(kiln_sample_row_params);
+    const size_t ob = (size_t)ss->n_ov * sizeof(int32_t);
+    const size_t bytes = rb + 3 * ob + 16;
+    KILN_TRY(kiln_engine_grow_buf(e, &sl->sstaging, KILN_MEM_STAGING, bytes, err));
+    KILN_TRY(kiln_engine_grow_buf(e, &sl->sdev, KILN_MEM_DEVICE, bytes, err));
+    uint8_t *b = sl->sstaging.ptr;
+    if (rb) memcpy(b, ss->rows, rb);
+    if (ob) {
+        memcpy(b + rb, ss->ov_id, ob);
+        memcpy(b + rb + ob, ss->ov_bias, ob);
+        memcpy(b + rb + 2 * ob, ss->ov_count, ob);
+    }
+    return kiln_buf_h2d(&e->dev, &sl->sdev, 0, b, bytes, err);
+}
+
+/* Launches the sample kernel over the step's logits rows (device memory) into ids. */
+static kiln_status run_sample(kiln_engine *e, const kiln_prepared *pp, const kiln_exec *x,
+                              const float *logits, int32_t *ids, int32_t n_vocab, kiln_err *err) {
+    float cap = 0; /* the final softcap: device logits are before it (adapters.c) */
+    for (int32_t i = 0; i < e->bp.plan.n_insns; i++)
+        if (e->bp.bi[i].insn->opcode == KILN_OP_LM_HEAD) cap = e->bp.bi[i].prm.lm_head.softcap;
+    const uint8_t *b = e->slot[pp->slot].sdev.ptr;
+    const size_t rb = (size_t)pp->n_logits * sizeof(kiln_sample_row_params);
+    const size_t ob = (size_t)pp->sample_n_ov * sizeof(int32_t);
+    const int32_t lim =
+        pp->greedy_limit > 0 && pp->greedy_limit < n_vocab ? pp->greedy_limit : n_vocab;
+    kiln_sample_args a = {.logits = logits,
+                          .ld = n_vocab,
+                          .t = pp->n_logits,
+                          .n = lim,
+                          .softcap = e->dev.be->host_memory ? 0.0f : cap,
+                          .rows = (const kiln_sample_row_params *)(const void *)b,
+                          .ov_id = (const int32_t *)(const void *)(b + rb),
+                          .ov_bias = (const float *)(const void *)(b + rb + ob),
+                          .ov_count = (const int32_t *)(const void *)(b + rb + 2 * ob),
+                          .ids = ids};
+    kiln_kctx kc = x->kctx;
+    kc.err = err;
+    kiln_status st = e->sample_fn(&kc, &a);
+    return st ? kiln_err_wrap(err, st, "sampled step") : KILN_OK;
+}
+
 kiln_status kiln_engine_prepare(kiln_engine *e, const kiln_batch_entry *en, int32_t n,
                                 const kiln_step_opts *opts, kiln_err *err) {
     kiln_prepared *pp = &e->prep;
@@ -540,6 +641,21 @@ kiln_status kiln_engine_prepare(kiln_engine *e, const kiln_batch_entry *en, int3
             return st;
         }
     }
+    pp->sampled = false;
+    if (opts && opts->sample) {
+        kiln_status sst = opts->greedy ? kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                                                      "a step is greedy or sampled, not both")
+                                       : pack_sample(e, sl, opts->sample, n_logits, n_vocab, err);
+        if (sst) {
+            for (int32_t si = 0; si < n_seqs; si++) {
+                kiln_seq_state *sj = &e->seqs[pp->step_seq[si]];
+                kiln_kv_truncate(&e->kv, &sj->kv, sj->kv.len, NULL);
+            }
+            return sst;
+        }
+        pp->sampled = true;
+        pp->sample_n_ov = opts->sample->n_ov;
+    }
     pp->slot = slot;
     e->next_slot = slot ^ 1;
     pp->t = n;
@@ -660,7 +776,15 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
     /* outputs: the caller's memory (host backends), else the engine's device buffers */
     float *out_logits = NULL;
     int32_t *out_ids = NULL;
-    if (pp->n_logits > 0) {
+    if (pp->n_logits > 0 && pp->sampled) {
+        st = kiln_engine_grow_buf(e, &e->out_ids, KILN_MEM_DEVICE,
+                                  (size_t)pp->n_logits * sizeof(int32_t), err);
+        out_ids = e->out_ids.ptr;
+        if (!st)
+            st = kiln_engine_grow_buf(e, &e->out_logits, KILN_MEM_DEVICE,
+                                      (size_t)pp->n_logits * (size_t)n_vocab * sizeof(float), err);
+        out_logits = e->out_logits.ptr;
+    } else if (pp->n_logits > 0) {
         if (pp->greedy && !tp_greedy) {
             if (ids && host)
                 out_ids = ids;
@@ -697,6 +821,8 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
         } else {
             st = kiln_exec_run(&e->bp, &x, err);
         }
+        if (!st && pp->sampled && pp->n_logits > 0)
+            st = run_sample(e, pp, &x, out_logits, out_ids, n_vocab, err);
         if (!st) st = kiln_device_sync(&e->dev, err);
     }
     /* a model page faulted (file truncated while mapped): not the model's output */
@@ -714,7 +840,7 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
         return drop_step(e, st);
     }
     /* outputs to host memory */
-    const bool greedy_out = pp->greedy && !tp_greedy;
+    const bool greedy_out = (pp->greedy && !tp_greedy) || pp->sampled;
     if (pp->n_logits > 0 && !host) {
         if (greedy_out) {
             size_t bytes = (size_t)pp->n_logits * sizeof(int32_t);
@@ -756,10 +882,11 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
     for (int32_t si = 0; si < pp->n_seqs; si++)
         e->seqs[pp->step_seq[si]].kv.len += pp->step_count[si];
     e->n_out = pp->n_logits;
-    e->out_greedy = pp->greedy;
+    e->out_greedy = pp->greedy || pp->sampled;
     /* what the accessors read: the engine's own buffers, or nothing when the caller's
      * memory took the outputs (kiln_engine_step wrappers, which do not use accessors) */
-    e->out_caller = (pp->greedy ? ids != NULL : logits != NULL) && host && !tp_greedy;
+    e->out_caller =
+        (pp->greedy ? ids != NULL : logits != NULL) && host && !tp_greedy && !pp->sampled;
     return KILN_OK;
 }
 

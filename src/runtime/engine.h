@@ -42,7 +42,28 @@ typedef struct kiln_mode_bufs {
 /* A slot of packed step inputs (see above). */
 typedef struct kiln_step_slot {
     kiln_buf staging, dev;
+    kiln_buf sstaging, sdev; /* a sampled step's parameters (kiln_sample_step, packed) */
 } kiln_step_slot;
+
+/* A sampled step (kiln_step_opts.sample): every entry that wants logits gets a token id
+ * (kiln_engine_token) from the backend's KILN_KOP_SAMPLE kernel (kernels/kernel.h) over
+ * its logits row [0, n_vocab_limit), which then stays on the device: rows[i] is the i-th
+ * such entry's parameters and draw (entry order); its overrides are
+ * [rows[i].ov_off, + rows[i].n_ov) of ov_id / ov_bias / ov_count (n_ov in all). The
+ * engine copies all of it at prepare. kiln_sampler_device_row (sample/sample.h) fills a
+ * row from a sequence's sampler. */
+typedef struct kiln_sample_step {
+    const struct kiln_sample_row_params *rows;
+    const int32_t *ov_id;
+    const float *ov_bias;
+    const int32_t *ov_count;
+    int32_t n_ov;
+} kiln_sample_step;
+
+/* Whether sampled steps run on this engine's device: a device backend (cuda) with a
+ * sample kernel, one rank (tensor-parallel engines sample on the host). Callers sample on
+ * the host otherwise. */
+bool kiln_engine_device_sampling(kiln_engine *e);
 
 /* The prepared step (between kiln_engine_prepare and kiln_engine_run). */
 typedef struct kiln_prepared {
@@ -50,7 +71,9 @@ typedef struct kiln_prepared {
     int slot;
     int32_t t, n_seqs, n_decode, n_logits, stride;
     bool greedy;
+    bool sampled; /* kiln_step_opts.sample: packed in slot's sdev */
     int32_t greedy_limit;
+    int32_t sample_n_ov;
     /* host arrays (capacity max_step / max_seqs) */
     int32_t *logit_rows; /* [n_logits] row of each entry that wants logits, entry order */
     int32_t *step_seq;   /* [n_seqs] engine sequence id of each block-table row        */
@@ -81,7 +104,10 @@ struct kiln_engine {
      * host backends, a STAGING copy otherwise) */
     kiln_buf out_logits, out_ids, out_logits_host, out_ids_host;
     int32_t n_out;
-    bool out_greedy;
+    bool out_greedy; /* token ids (greedy or sampled steps) */
+    /* the sample kernel (sampled steps): looked up at the first one; -1 none, 0 unknown */
+    int sample_state;
+    kiln_sample_fn sample_fn;
     bool out_caller; /* the last run wrote into caller memory (no accessor output) */
     /* step scratch (host) */
     int32_t *seq_slot, *row_of_entry;

@@ -14,11 +14,12 @@
 /* One step through the engine's own outputs (no copy of the logits): *logits points at
  * the engine's row 0 until the next step. */
 static kiln_status run_step(kiln_engine *e, const kiln_batch_entry *b, int32_t n, bool greedy,
-                            int32_t n_tok, const float **logits, int32_t *token, kiln_err *err) {
-    kiln_step_opts so = {.greedy = greedy, .n_vocab_limit = n_tok};
+                            const kiln_sample_step *ss, int32_t n_tok, const float **logits,
+                            int32_t *token, kiln_err *err) {
+    kiln_step_opts so = {.greedy = greedy, .n_vocab_limit = n_tok, .sample = ss};
     KILN_TRY(kiln_engine_prepare(e, b, n, &so, err));
     KILN_TRY(kiln_engine_run(e, err));
-    if (greedy)
+    if (greedy || ss)
         *token = kiln_engine_token(e, 0);
     else
         *logits = kiln_engine_logits(e, 0);
@@ -37,7 +38,7 @@ static kiln_status prefill(kiln_engine *e, int32_t seq, const int32_t *ids, size
         int32_t pos = kiln_seq_len(e, seq);
         for (size_t j = 0; j < m; j++)
             b[j] = (kiln_batch_entry){seq, ids[i + j], pos + (int32_t)j, i + j == n - 1};
-        st = run_step(e, b, (int32_t)m, false, 0, logits, &unused, err);
+        st = run_step(e, b, (int32_t)m, false, NULL, 0, logits, &unused, err);
     }
     kiln_free(b);
     return st;
@@ -56,7 +57,9 @@ kiln_status kiln_generate_seq(kiln_engine *e, const kiln_vocab *v, const kiln_ge
     kiln_sampler *smp = NULL;
     kiln_text_stream ts;
     memset(&ts, 0, sizeof(ts));
-    const float *logits = NULL; /* the engine's row */
+    const float *logits = NULL;                          /* the engine's row */
+    int32_t *ov_id = NULL, *ov_count = NULL, ov_cap = 0; /* a device-sampled step's overrides */
+    float *ov_bias = NULL;
     kiln_status st = kiln_sampler_create(sp, n_vocab, &smp, err);
     if (!st && !r->no_text)
         st = kiln_text_stream_init(&ts, v, r->prompt, r->n_prompt, r->stops, r->n_stops, err);
@@ -71,6 +74,13 @@ kiln_status kiln_generate_seq(kiln_engine *e, const kiln_vocab *v, const kiln_ge
     const bool fused = sp->temperature <= 0 && sp->repeat_penalty == 1.0f &&
                        sp->frequency_penalty == 0.0f && sp->presence_penalty == 0.0f &&
                        sp->n_logit_bias == 0 && sp->n_logprobs < 0;
+    /* otherwise, on a device backend (cuda) whose sample kernel gives this sampler's
+     * tokens: the device samples each decode step and only the id comes back */
+    const char *hs = getenv("KILN_HOST_SAMPLING");
+    const bool on_dev =
+        !fused && !r->host_sampling && !(hs && hs[0] == '1') && kiln_engine_device_sampling(e);
+    kiln_sample_row_params srow;
+    kiln_sample_step ss = {.rows = &srow};
     int32_t next = -2; /* -2: sample from logits */
     bool stop = false;
     while (stats->n_gen < r->n_predict && !stop) {
@@ -96,7 +106,33 @@ kiln_status kiln_generate_seq(kiln_engine *e, const kiln_vocab *v, const kiln_ge
         }
         if (stats->n_gen == r->n_predict) break;
         kiln_batch_entry b = {r->seq, id, kiln_seq_len(e, r->seq), 1};
-        if ((st = run_step(e, &b, 1, fused, n_tok, &logits, &next, err))) goto done;
+        const kiln_sample_step *sstep = NULL;
+        if (on_dev && kiln_sampler_device_ok(smp, n_tok)) {
+            int32_t need = kiln_sampler_device_max_overrides(smp);
+            if (need > ov_cap) {
+                kiln_free(ov_id);
+                kiln_free(ov_bias);
+                kiln_free(ov_count);
+                ov_cap = need;
+                ov_id = kiln_malloc((size_t)need * sizeof(int32_t));
+                ov_bias = kiln_malloc((size_t)need * sizeof(float));
+                ov_count = kiln_malloc((size_t)need * sizeof(int32_t));
+                if (!ov_id || !ov_bias || !ov_count) {
+                    st = kiln_err_set(err, KILN_ERR_NOMEM, "generate: out of memory");
+                    goto done;
+                }
+            }
+            srow.ov_off = 0;
+            st = kiln_sampler_device_row(smp, n_tok, &srow, ov_id, ov_bias, ov_count, ov_cap, err);
+            if (st) goto done;
+            ss.ov_id = ov_id;
+            ss.ov_bias = ov_bias;
+            ss.ov_count = ov_count;
+            ss.n_ov = srow.n_ov;
+            sstep = &ss;
+        }
+        if ((st = run_step(e, &b, 1, fused, sstep, n_tok, &logits, &next, err))) goto done;
+        if (!sstep && !fused) next = -2;
     }
     if (!r->no_text) {
         char *rest;
@@ -107,6 +143,9 @@ kiln_status kiln_generate_seq(kiln_engine *e, const kiln_vocab *v, const kiln_ge
     }
     stats->gen_ms = kiln_elapsed_ms(t1);
 done:
+    kiln_free(ov_id);
+    kiln_free(ov_bias);
+    kiln_free(ov_count);
     kiln_text_stream_free(&ts);
     kiln_sampler_free(smp);
     return st;

@@ -34,6 +34,9 @@ typedef struct kiln_gen_run {
     int n_stops;
     bool ignore_eos; /* do not stop at end-of-generation tokens          */
     bool no_text;    /* callback gets no text (ids only; no detokenizer) */
+    /* sample on the host even where the engine's device could (decode steps on cuda sample
+     * on the device by default; KILN_HOST_SAMPLING=1 in the environment does the same) */
+    bool host_sampling;
 } kiln_gen_run;
 
 typedef struct kiln_gen_stats {

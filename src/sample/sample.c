@@ -1,6 +1,7 @@
 /* sample.c — the sampling chain and its RNG (see sample.h; docs/SAMPLING.md). */
 #include "sample/sample.h"
 #include "base/mem.h"
+#include "kernels/kernel.h"
 
 #include <math.h>
 #ifdef __SSE2__
@@ -824,6 +825,69 @@ int32_t kiln_sampler_sample(kiln_sampler *s, const float *logits, int32_t n_voca
     kiln_sample_out o;
     if (n_vocab <= 0 || sample_row(s, logits, n_vocab, &o, NULL)) return -1;
     return o.token;
+}
+
+/* ---- the chain on a device ---- */
+
+int32_t kiln_sampler_device_max_overrides(const kiln_sampler *s) {
+    return s->n_bias + (penalties_on(s) ? s->hist_len : 0);
+}
+
+bool kiln_sampler_device_ok(const kiln_sampler *s, int32_t n) {
+    const kiln_sampler_params *p = &s->p;
+    if (n <= 0 || p->n_logprobs >= 0) return false;
+    if (n > s->n_vocab) n = s->n_vocab;
+    const int64_t nov = kiln_sampler_device_max_overrides(s);
+    if (!(p->temperature > 0)) return 1 + 2 * nov <= KILN_SAMPLE_MAX_CAND;
+    const int64_t k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+    if ((p->top_k <= 0 || p->top_k >= n) && p->top_p >= 1.0f && !(p->min_p > 0.0f))
+        return false; /* every filter off: the CPU's two-pass draw */
+    return k + nov <= HEAP_MAX && k + 2 * nov <= KILN_SAMPLE_MAX_CAND; /* else O(n) paths */
+}
+
+kiln_status kiln_sampler_device_row(kiln_sampler *s, int32_t n, kiln_sample_row_params *row,
+                                    int32_t *ov_id, float *ov_bias, int32_t *ov_count,
+                                    int32_t ov_cap, kiln_err *err) {
+    const kiln_sampler_params *p = &s->p;
+    if (n > s->n_vocab) n = s->n_vocab;
+    int32_t nw = 0;
+    if (penalties_on(s)) {
+        memcpy(s->win, s->hist, (size_t)s->hist_len * sizeof(int32_t));
+        nw = s->hist_len;
+        qsort(s->win, (size_t)nw, sizeof(int32_t), cmp_i32);
+    }
+    int32_t bi = 0, wi = 0, m = 0;
+    while (bi < s->n_bias || wi < nw) {
+        int32_t id;
+        if (wi >= nw || (bi < s->n_bias && s->bias[bi].token <= s->win[wi]))
+            id = s->bias[bi].token;
+        else
+            id = s->win[wi];
+        float b = 0;
+        if (bi < s->n_bias && s->bias[bi].token == id) b = s->bias[bi++].bias;
+        int32_t count = 0;
+        while (wi < nw && s->win[wi] == id) wi++, count++;
+        if (id >= n) continue;
+        if (m >= ov_cap)
+            return kiln_err_set(err, KILN_ERR_RANGE, "sampler: more than %d overridden logits",
+                                (int)ov_cap);
+        ov_id[m] = id;
+        ov_bias[m] = b;
+        ov_count[m] = count;
+        m++;
+    }
+    row->n_ov = m;
+    row->temperature = p->temperature;
+    row->top_k = p->top_k;
+    row->top_p = p->top_p;
+    row->min_p = p->min_p;
+    row->log_min_p = p->min_p > 0.0f ? logf(p->min_p) : 0.0f;
+    row->repeat_penalty = p->repeat_penalty;
+    row->frequency_penalty = p->frequency_penalty;
+    row->presence_penalty = p->presence_penalty;
+    row->pad_ = 0;
+    row->u = p->temperature > 0 ? kiln_rng_uniform(&s->rng) : 0.0;
+    return KILN_OK;
 }
 
 kiln_status kiln_sampler_stage(kiln_sampler *s, const float *lg, int32_t n, kiln_sample_stage stage,

@@ -101,6 +101,29 @@ typedef struct kiln_sample_out {
 kiln_status kiln_sample_batch(const kiln_sample_row *rows, int32_t n_rows, int32_t n_vocab,
                               kiln_sample_out *out, kiln_err *err);
 
+/* ---- the chain on a device: a KILN_KOP_SAMPLE kernel (kernels/kernel.h) ----
+ * The kernel runs the CPU chain's sorted-candidate path (what kiln_sample_batch runs for
+ * greedy and for 0 < top_k with top_k + overrides <= 4096), so for the same logits and
+ * the same draw it gives the same token (docs/SAMPLING.md: the boundary cases that can
+ * differ). kiln_sampler_device_ok: whether this sampler's rows of n_vocab logits can be
+ * sampled there: no logprobs, and greedy, or k + 2 x overrides <= 4096 with k = top_k
+ * (n_vocab when off or larger) and not every filter off (top-k off on a large vocabulary,
+ * or every filter off, takes the CPU's O(n) paths, which a kernel does not mirror).
+ * kiln_sampler_device_max_overrides: an upper bound of the overrides of a row (bias
+ * entries + the window), for sizing.
+ * kiln_sampler_device_row: the row's parameters (row->ov_off is the caller's) and its
+ * overrides (ids sorted, distinct, < n_vocab; the bias, 0 for window-only tokens; the
+ * count in the penalty window, 0 for bias-only ones) into ov_*[0, *n_ov), at most ov_cap,
+ * and the row's draw from the sampler's RNG: one uniform when temperature > 0, as
+ * kiln_sample_batch takes. Errors: KILN_ERR_RANGE when more than ov_cap overrides. */
+struct kiln_sample_row_params;
+bool kiln_sampler_device_ok(const kiln_sampler *s, int32_t n_vocab);
+int32_t kiln_sampler_device_max_overrides(const kiln_sampler *s);
+kiln_status kiln_sampler_device_row(kiln_sampler *s, int32_t n_vocab,
+                                    struct kiln_sample_row_params *row, int32_t *ov_id,
+                                    float *ov_bias, int32_t *ov_count, int32_t ov_cap,
+                                    kiln_err *err);
+
 /* ---- inspection (tests, docs): the candidate set after a stage of the chain ---- */
 typedef enum kiln_sample_stage {
     KILN_SAMPLE_STAGE_PENALTIES = 0, /* bias + penalties: every finite logit   */

@@ -85,6 +85,18 @@ static kiln_status a_step(void *impl, const kiln_batch_entry *en, int32_t n, flo
     return kiln_engine_step_greedy(e, en, n, limit, ids, err);
 }
 
+static kiln_status a_step_sampled(void *impl, const kiln_batch_entry *en, int32_t n,
+                                  const kiln_sample_step *ss, int32_t *ids, int32_t limit,
+                                  kiln_err *err) {
+    kiln_engine *e = ((wrap *)impl)->e;
+    if (n <= 0) return KILN_OK;
+    kiln_step_opts o = {.n_vocab_limit = limit, .sample = ss};
+    KILN_TRY(kiln_engine_prepare(e, en, n, &o, err));
+    KILN_TRY(kiln_engine_run(e, err));
+    for (int32_t i = 0; i < kiln_engine_n_outputs(e); i++) ids[i] = kiln_engine_token(e, i);
+    return KILN_OK;
+}
+
 kiln_status kiln_sched_engine_wrap(kiln_engine *e, kiln_sched_engine *out, kiln_err *err) {
     memset(out, 0, sizeof(*out));
     if (!e) return kiln_err_set(err, KILN_ERR_INVALID_ARG, "scheduler: no engine");
@@ -114,6 +126,7 @@ kiln_status kiln_sched_engine_wrap(kiln_engine *e, kiln_sched_engine *out, kiln_
     out->block_refcount = a_block_refcount;
     out->blocks_free = a_blocks_free;
     out->step = a_step;
+    out->step_sampled = kiln_engine_device_sampling(e) ? a_step_sampled : NULL;
     return KILN_OK;
 }
 

@@ -47,6 +47,12 @@ typedef struct kiln_sched_engine {
      * when logits is NULL, greedy ids into ids (lowest id < limit with the max logit) */
     kiln_status (*step)(void *impl, const kiln_batch_entry *en, int32_t n, float *logits,
                         int32_t *ids, int32_t limit, kiln_err *err);
+    /* a sampled step (runtime/engine.h, kiln_sample_step): the engine's device samples
+     * each row and ids gets the tokens (entry order); NULL when the engine cannot (host
+     * backends, tensor parallelism, fakes): the scheduler samples the logits then */
+    kiln_status (*step_sampled)(void *impl, const kiln_batch_entry *en, int32_t n,
+                                const struct kiln_sample_step *ss, int32_t *ids, int32_t limit,
+                                kiln_err *err);
 } kiln_sched_engine;
 
 typedef struct kiln_engine kiln_engine;

@@ -63,6 +63,10 @@ kiln_status kiln_sched_create_with(const kiln_sched_engine *eng, const kiln_voca
     s->vocab = v;
     s->o = *o;
     s->n_vocab_tok = eng->n_vocab;
+    {
+        const char *hs = getenv("KILN_HOST_SAMPLING");
+        s->host_sampling = hs && hs[0] == '1';
+    }
     if (v && (int64_t)kiln_vocab_n_tokens(v) < s->n_vocab_tok)
         s->n_vocab_tok = (int32_t)kiln_vocab_n_tokens(v);
     s->max_slots = o->max_slots > 0 ? o->max_slots : eng->max_seqs;
@@ -154,6 +158,10 @@ void kiln_sched_free(kiln_sched *s) {
     kiln_free(s->en_rq);
     kiln_free(s->ids);
     kiln_free(s->logits);
+    kiln_free(s->srows);
+    kiln_free(s->sov_id);
+    kiln_free(s->sov_count);
+    kiln_free(s->sov_bias);
     kiln_free(s->top);
     kiln_free(s->plan);
     kiln_free(s->lpbuf);

@@ -10,6 +10,7 @@
 #ifndef KILN_SCHED_SCHED_IMPL_H
 #define KILN_SCHED_SCHED_IMPL_H
 
+#include "runtime/engine.h"
 #include "sched/adapter.h"
 #include "sched/prefix.h"
 #include "sched/sched.h"
@@ -126,6 +127,13 @@ struct kiln_sched {
     int32_t *ids;
     float *logits;
     size_t logits_rows;
+    /* sampled steps (the engine's device samples): per row parameters, overrides */
+    struct kiln_sample_row_params *srows; /* [max_slots] */
+    int32_t *sov_id, *sov_count;
+    float *sov_bias;
+    int32_t sov_cap, srows_cap;
+    kiln_sample_step sstep;
+    bool host_sampling; /* KILN_HOST_SAMPLING=1: never sampled steps */
     kiln_top_logprob *top;
     ks_req **plan; /* requests in this step's plan */
     int32_t n_plan;

@@ -17,6 +17,7 @@
 #include "base/mem.h"
 
 #include "base/timer.h"
+#include "sample/sample.h"
 #include "tok/tok.h"
 
 #include <math.h>
@@ -886,6 +887,45 @@ static void publish(kiln_sched *s, uint64_t t_step, uint64_t eng_ns, int32_t n_d
     pthread_mutex_unlock(&s->lmu);
 }
 
+/* The parameters of a sampled step (s->sstep): each row's sampler's parameters, overrides
+ * and draw, in row order (at most n_ov overrides in all). */
+static kiln_status build_sampled(kiln_sched *s, int32_t rows, int64_t n_ov, kiln_err *err) {
+    if (n_ov > INT32_MAX / 4) return kiln_err_set(err, KILN_ERR_RANGE, "scheduler: overrides");
+    if (rows > s->srows_cap) {
+        kiln_sample_row_params *q = kiln_realloc(s->srows, (size_t)rows * sizeof(*q));
+        if (!q) return kiln_err_set(err, KILN_ERR_NOMEM, "scheduler: sample rows");
+        s->srows = q;
+        s->srows_cap = rows;
+    }
+    if (n_ov > s->sov_cap) {
+        int32_t *a = kiln_realloc(s->sov_id, (size_t)n_ov * sizeof(int32_t));
+        if (a) s->sov_id = a;
+        int32_t *c = kiln_realloc(s->sov_count, (size_t)n_ov * sizeof(int32_t));
+        if (c) s->sov_count = c;
+        float *b = kiln_realloc(s->sov_bias, (size_t)n_ov * sizeof(float));
+        if (b) s->sov_bias = b;
+        if (!a || !b || !c) return kiln_err_set(err, KILN_ERR_NOMEM, "scheduler: overrides");
+        s->sov_cap = (int32_t)n_ov;
+    }
+    int32_t off = 0;
+    for (int32_t i = 0; i < s->n_plan; i++) {
+        ks_req *r = s->plan[i];
+        if (!r->plan_cnt || r->row < 0) continue;
+        kiln_sample_row_params *rp = &s->srows[r->row];
+        rp->ov_off = off;
+        KILN_TRY(kiln_sampler_device_row(r->smp, s->n_vocab_tok, rp, s->sov_id + off,
+                                         s->sov_bias + off, s->sov_count + off, s->sov_cap - off,
+                                         err));
+        off += rp->n_ov;
+    }
+    s->sstep = (kiln_sample_step){.rows = s->srows,
+                                  .ov_id = s->sov_id,
+                                  .ov_bias = s->sov_bias,
+                                  .ov_count = s->sov_count,
+                                  .n_ov = off};
+    return KILN_OK;
+}
+
 kiln_status ks_step(kiln_sched *s, bool *worked, kiln_err *err) {
     const uint64_t t0 = kiln_now_ns();
     *worked = false;
@@ -960,6 +1000,22 @@ kiln_status ks_step(kiln_sched *s, bool *worked, kiln_err *err) {
                 else
                     n_pre += r->plan_cnt;
             }
+        /* rows that need the sampler: on the engine's device when it can run every one of
+         * them (no logprobs; kiln_sampler_device_ok), so only ids come back */
+        bool sampled = false;
+        if (need_logits && !st && s->eng.step_sampled && !s->host_sampling) {
+            sampled = true;
+            int64_t n_ov = 0;
+            for (int32_t i = 0; i < n && sampled; i++) {
+                ks_req *r = s->en_rq[i];
+                if (!s->en[i].want_logits) continue;
+                sampled = !r->logprobs && kiln_sampler_device_ok(r->smp, s->n_vocab_tok);
+                n_ov += kiln_sampler_device_max_overrides(r->smp);
+            }
+            if (sampled) st = build_sampled(s, rows, n_ov, err);
+            if (!st && sampled) need_logits = false;
+            sampled = sampled && !st;
+        }
         if (need_logits && s->logits_rows < (size_t)rows) {
             size_t want = (size_t)s->max_slots;
             float *q = kiln_realloc(s->logits, want * (size_t)s->eng.n_vocab * sizeof(float));
@@ -972,7 +1028,9 @@ kiln_status ks_step(kiln_sched *s, bool *worked, kiln_err *err) {
             }
         }
         const uint64_t te = kiln_now_ns();
-        if (!st)
+        if (!st && sampled)
+            st = s->eng.step_sampled(s->eng.impl, s->en, n, &s->sstep, s->ids, s->n_vocab_tok, err);
+        else if (!st)
             st = s->eng.step(s->eng.impl, s->en, n, need_logits ? s->logits : NULL,
                              need_logits ? NULL : s->ids, s->n_vocab_tok, err);
         eng_ns = kiln_now_ns() - te;

@@ -108,6 +108,10 @@ kiln_status kiln_cuda_add(const kiln_kctx *c, const kiln_add_args *a);
  * of 32 up to 256. */
 kiln_status kiln_cuda_attention(const kiln_kctx *c, const kiln_attention_args *a);
 
+/* sample.cu: the sampling chain (kernel.h, kiln_sample_args), one block per row; rows with
+ * k + 2 n_ov > KILN_SAMPLE_MAX_CAND get id -2 (callers check before the launch). */
+kiln_status kiln_cuda_sample(const kiln_kctx *c, const kiln_sample_args *a);
+
 /* util.cu: a streaming read of `bytes` (a multiple of 16) from buf on the stream, the
  * sum written to sink[0..1023] (device) so nothing is optimized away: the device's read
  * bandwidth for `kiln doctor` and bench_cuda. */

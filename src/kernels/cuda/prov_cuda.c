@@ -252,6 +252,15 @@ static const kiln_kernel_spec cuda_specs[] = {
      .priority = 80,
      .fn.matmul_argmax = kiln_cuda_matmul_argmax,
      .summary = "logits of 64 rows at a time into scratch, softcap, argmax by 1024 threads"},
+    {.id = "cuda.sample",
+     .op = KILN_KOP_SAMPLE,
+     CUDA_SPEC,
+     .act_dtypes = F32,
+     .props = ALL_PROPS,
+     .priority = 80,
+     .fn.sample = kiln_cuda_sample,
+     .summary = "block per row: penalties on the window, top-k by threshold passes, bitonic "
+                "sort of <= 4096, top-p / min-p / draw in double (warp 0)"},
 };
 
 int kiln_cuda_probe(int *sm, char *why, size_t why_size) {

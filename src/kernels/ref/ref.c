@@ -444,6 +444,9 @@ kiln_kernel_fn kiln_ref_kernel(kiln_kop op) {
     case KILN_KOP_MATMUL_ARGMAX:
         f.matmul_argmax = kiln_ref_matmul_argmax;
         break;
+    case KILN_KOP_SAMPLE:
+        f.sample = kiln_ref_sample;
+        break;
     default:
         break;
     }

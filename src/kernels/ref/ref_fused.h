@@ -22,4 +22,13 @@ kiln_status kiln_ref_matmul_argmax(const kiln_kctx *c, const kiln_matmul_argmax_
  * *val (may be NULL) gets f of the winner. */
 int32_t kiln_argmax_row(const float *v, int64_t n, float softcap, float *val);
 
+/* ref_sample.c: the sampling chain (kernel.h, kiln_sample_args) over every alive logit
+ * sorted; and its pieces, shared with tests: the final softcap, a row's override of one
+ * logit, and the chain after top-k on candidates sorted best first (l, id: m of them). */
+kiln_status kiln_ref_sample(const kiln_kctx *c, const kiln_sample_args *a);
+float kiln_ref_sample_softcap(float v, float softcap);
+float kiln_ref_sample_override(float l, float bias, int32_t count, const kiln_sample_row_params *p);
+int32_t kiln_ref_sample_tail(const float *l, const int32_t *id, int32_t m,
+                             const kiln_sample_row_params *p);
+
 #endif /* KILN_KERNELS_REF_REF_FUSED_H */

@@ -1,0 +1,363 @@
+/*
+ * sample.cu — the sampling chain on the device (kernel.h, KILN_KOP_SAMPLE): one block of
+ * 1024 threads per logits row hands back the row's token id, so a sampled decode step
+ * copies ids, not logits, to the host.
+ *
+ * Per row (the CPU chain's sorted-candidate path, src/sample/sample.c, step for step):
+ *  1. K = k + n_ov raw candidates (k = top_k, or 1 when greedy; n_ov the tokens whose
+ *     logit the bias / penalties change): the K best of f(logits) (f = the final softcap)
+ *     by a threshold search on 32-bit order keys (float bits made monotone, larger logit
+ *     first, ties to the lower id): every pass counts, per thread in registers, the keys
+ *     at or above 16 thresholds splitting the current interval [lo, hi) (count(>= lo) >=
+ *     K > count(>= hi)); a pass narrows it 16-fold, and the search stops once count(>=
+ *     lo) fits the 4096-entry shared buffer (typically 3-4 passes of the row) or the
+ *     interval is one key (ties: the lowest ids of that key are taken in id order). No
+ *     sort of the row, no atomics per element.
+ *  2. the survivors (and the overridden tokens with their new logits, dropping their raw
+ *     copies, exactly as the CPU heap path) sorted in shared memory (bitonic, 64-bit keys
+ *     logit|~id) and cut to k;
+ *  3. top-p, min-p and the draw by warp 0 in double, with the CPU's sums in the CPU's
+ *     order (lanes compute the exps, the running sum walks them one by one), using the
+ *     row's uniform draw u from the host's per-sequence RNG.
+ * Float steps use explicit _rn intrinsics (no FMA contraction) so the penalties and the
+ * softcap round as the C code does; exp / tanhf are CUDA's (within 1 ulp of glibc's):
+ * docs/SAMPLING.md lists the boundary cases that can differ.
+ */
+#include "kernels/cuda/common.cuh"
+
+#include <math.h>
+
+#define SNT  1024 /* threads per row */
+#define SCAP KILN_SAMPLE_MAX_CAND
+#define NTHR 16 /* thresholds per counting pass */
+
+/* Order key of an effective logit: 0 for NaN / -inf (never a candidate), else the float's
+ * bits made monotone (-0 counted as +0, so equal logits have equal keys). */
+__device__ __forceinline__ uint32_t s_key(float v) {
+    if (isnan(v) || v == -INFINITY) return 0u;
+    uint32_t u = __float_as_uint(v);
+    if ((u << 1) == 0) u = 0; /* -0 -> +0 */
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ float s_val(uint32_t k) {
+    return (k & 0x80000000u) ? __uint_as_float(k & 0x7fffffffu) : __uint_as_float(~k);
+}
+
+/* Sort key: key high, then 0xffffffff - id (descending order = best first, ties to the
+ * lower id). 0 never denotes a candidate. */
+__device__ __forceinline__ uint64_t s_comp(uint32_t key, int32_t id) {
+    return ((uint64_t)key << 32) | (uint64_t)(0xffffffffu - (uint32_t)id);
+}
+__device__ __forceinline__ int32_t s_comp_id(uint64_t c) {
+    return (int32_t)(0xffffffffu - (uint32_t)c);
+}
+
+__device__ __forceinline__ float s_cap(float v, float cap) {
+    return cap > 0.0f ? __fmul_rn(cap, tanhf(__fdiv_rn(v, cap))) : v;
+}
+
+__device__ __forceinline__ float s_override(float l, float bias, int32_t count,
+                                            const kiln_sample_row_params &p) {
+    l = __fadd_rn(l, bias);
+    if (count > 0) {
+        l = l <= 0.0f ? __fmul_rn(l, p.repeat_penalty) : __fdiv_rn(l, p.repeat_penalty);
+        l = __fsub_rn(l,
+                      __fadd_rn(__fmul_rn((float)count, p.frequency_penalty), p.presence_penalty));
+    }
+    return l;
+}
+
+/* Calls f(key, id) for every logit of the row, float4 loads (4 in flight) when aligned.
+ * Every thread of the block runs the same number of iterations (f may use warp
+ * collectives): positions past the row come as key 0 (never a candidate). */
+template <typename F>
+__device__ __forceinline__ void s_for_row(const float *__restrict__ row, int64_t n, bool vec,
+                                          float cap, F f) {
+    int64_t i0 = 0;
+    if (vec) {
+        const int64_t n4 = n / 4;
+#pragma unroll 4
+        for (int64_t b = 0; b < n4; b += SNT) {
+            const int64_t i = b + threadIdx.x;
+            const bool in = i < n4;
+            const float4 v = in ? ((const float4 *)row)[i] : make_float4(0, 0, 0, 0);
+            f(in ? s_key(s_cap(v.x, cap)) : 0u, (int32_t)(4 * i));
+            f(in ? s_key(s_cap(v.y, cap)) : 0u, (int32_t)(4 * i + 1));
+            f(in ? s_key(s_cap(v.z, cap)) : 0u, (int32_t)(4 * i + 2));
+            f(in ? s_key(s_cap(v.w, cap)) : 0u, (int32_t)(4 * i + 3));
+        }
+        i0 = 4 * n4;
+    }
+    for (int64_t b = i0; b < n; b += SNT) {
+        const int64_t i = b + threadIdx.x;
+        f(i < n ? s_key(s_cap(row[i], cap)) : 0u, (int32_t)i);
+    }
+}
+
+/* Descending bitonic sort of buf[0..m) (padded with zeros to a power of two). */
+__device__ void s_sort(uint64_t *buf, int m) {
+    int p = 1;
+    while (p < m) p <<= 1;
+    for (int i = m + threadIdx.x; i < p; i += SNT) buf[i] = 0;
+    __syncthreads();
+    for (int k = 2; k <= p; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = threadIdx.x; i < p; i += SNT) {
+                const int ixj = i ^ j;
+                if (ixj > i) {
+                    const uint64_t a = buf[i], b = buf[ixj];
+                    if ((i & k) == 0 ? a < b : a > b) buf[i] = b, buf[ixj] = a;
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+/* Slot for a thread whose pred holds: one shared atomic per warp. */
+__device__ __forceinline__ int s_slot(bool pred, int *counter) {
+    const unsigned m = __ballot_sync(0xffffffffu, pred);
+    if (!m) return -1;
+    const int lane = threadIdx.x & 31, leader = __ffs(m) - 1;
+    int base = 0;
+    if (lane == leader) base = atomicAdd(counter, __popc(m));
+    base = __shfl_sync(0xffffffffu, base, leader);
+    return pred ? base + __popc(m & ((1u << lane) - 1)) : -1;
+}
+
+/* Exclusive prefix (in id order) of a per-thread flag over the block; *total gets the sum. */
+__device__ __forceinline__ int s_block_rank(bool flag, int *warp_sums, int *total) {
+    const unsigned m = __ballot_sync(0xffffffffu, flag);
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    if (lane == 0) warp_sums[w] = __popc(m);
+    __syncthreads();
+    int before = 0, all = 0;
+    for (int i = 0; i < SNT / 32; i++) {
+        const int s = warp_sums[i];
+        before += i < w ? s : 0;
+        all += s;
+    }
+    __syncthreads();
+    *total = all;
+    return before + __popc(m & ((1u << lane) - 1));
+}
+
+/* Sum in candidate order of e(i) for i < m, by warp 0 (every lane gets the same value);
+ * with stop_at >= 0 it returns the first i whose running sum satisfies the test (cum >=
+ * target when ge, else cum > target) in *hit, -1 when none. */
+template <typename E>
+__device__ __forceinline__ double s_walk(int m, E e, double target, bool ge, int *hit) {
+    const int lane = threadIdx.x & 31;
+    double cum = 0;
+    if (hit) *hit = -1;
+    for (int c0 = 0; c0 < m; c0 += 32) {
+        const double v = c0 + lane < m ? e(c0 + lane) : 0.0;
+        const int len = m - c0 < 32 ? m - c0 : 32;
+        for (int j = 0; j < len; j++) {
+            cum += __shfl_sync(0xffffffffu, v, j);
+            if (hit && (ge ? cum >= target : target < cum)) {
+                *hit = c0 + j;
+                return cum;
+            }
+        }
+    }
+    return cum;
+}
+
+__global__ void __launch_bounds__(SNT)
+    sample_kernel(const float *__restrict__ logits, int64_t ld, int64_t n, bool vec, float cap,
+                  const kiln_sample_row_params *__restrict__ rows,
+                  const int32_t *__restrict__ ov_id, const float *__restrict__ ov_bias,
+                  const int32_t *__restrict__ ov_count, int32_t *__restrict__ ids) {
+    __shared__ uint64_t buf[SCAP];
+    __shared__ uint32_t cnt[NTHR];
+    __shared__ int warp_sums[SNT / 32];
+    __shared__ int s_n;
+    const int64_t r = blockIdx.x;
+    const float *row = logits + r * ld;
+    const kiln_sample_row_params p = rows[r];
+    const bool greedy = !(p.temperature > 0.0f);
+    const int64_t k = greedy ? 1 : (p.top_k > 0 && p.top_k < n ? p.top_k : n);
+    const int n_ov = p.n_ov;
+    const int32_t *oid = ov_id + p.ov_off;
+    if (n_ov < 0 || k + 2 * (int64_t)n_ov > SCAP) {
+        if (threadIdx.x == 0) ids[r] = -2; /* the caller checks this before the launch */
+        return;
+    }
+    const uint32_t K = (uint32_t)(k + n_ov);
+
+    /* 1. threshold search: count(key >= lo) >= K > count(key >= hi) */
+    uint32_t lo = 1, cnt_lo = 0;
+    uint64_t hi = 1ull << 32;
+    for (bool first = true;; first = false) {
+        if (!first && (cnt_lo <= SCAP || hi - lo <= 1)) break;
+        uint32_t thr[NTHR], c[NTHR];
+#pragma unroll
+        for (int j = 0; j < NTHR; j++) {
+            thr[j] = (uint32_t)(lo + (hi - lo) * (uint64_t)j / NTHR);
+            c[j] = 0;
+        }
+        if (threadIdx.x < NTHR) cnt[threadIdx.x] = 0;
+        __syncthreads();
+        s_for_row(row, n, vec, cap, [&](uint32_t key, int32_t) {
+            if (key < lo) return;
+#pragma unroll
+            for (int j = 0; j < NTHR; j++) c[j] += key >= thr[j];
+        });
+#pragma unroll
+        for (int j = 0; j < NTHR; j++) {
+            const uint32_t s = __reduce_add_sync(0xffffffffu, c[j]);
+            if ((threadIdx.x & 31) == 0 && s) atomicAdd(&cnt[j], s);
+        }
+        __syncthreads();
+        if (first && cnt[0] <= K) { /* every alive logit is a candidate */
+            cnt_lo = cnt[0];
+            break;
+        }
+        int j = 0;
+        while (j + 1 < NTHR && cnt[j + 1] >= K) j++;
+        const uint32_t new_lo = thr[j];
+        cnt_lo = cnt[j];
+        if (j + 1 < NTHR) hi = thr[j + 1];
+        lo = new_lo;
+        __syncthreads(); /* cnt is reset by the next pass */
+    }
+
+    /* gather the K best raw candidates into buf */
+    if (threadIdx.x == 0) s_n = 0;
+    __syncthreads();
+    int m;
+    if (cnt_lo <= SCAP) {
+        s_for_row(row, n, vec, cap, [&](uint32_t key, int32_t id) {
+            const int slot = s_slot(key >= lo, &s_n);
+            if (slot >= 0 && slot < SCAP) buf[slot] = s_comp(key, id);
+        });
+        __syncthreads();
+        m = s_n < SCAP ? s_n : SCAP;
+        __syncthreads();
+        s_sort(buf, m);
+        if (m > (int)K) m = (int)K;
+    } else { /* the boundary is one key shared by more than SCAP logits: lowest ids */
+        const uint32_t T = lo;
+        s_for_row(row, n, vec, cap, [&](uint32_t key, int32_t id) {
+            const int slot = s_slot(key > T, &s_n);
+            if (slot >= 0 && slot < SCAP) buf[slot] = s_comp(key, id);
+        });
+        __syncthreads();
+        const int above = s_n < SCAP ? s_n : SCAP;
+        const int need = (int)K - above;
+        int taken = 0;
+        for (int64_t base = 0; base < n && taken < need; base += SNT) {
+            const int64_t i = base + threadIdx.x;
+            const bool f = i < n && s_key(s_cap(row[i], cap)) == T;
+            int total;
+            const int rk = s_block_rank(f, warp_sums, &total);
+            if (f && taken + rk < need) buf[above + taken + rk] = s_comp(T, (int32_t)i);
+            taken += total;
+        }
+        m = above + (taken < need ? taken : need);
+        __syncthreads();
+        s_sort(buf, m);
+    }
+
+    /* 2. overrides: drop the raw copies of overridden ids, add their new logits */
+    if (n_ov > 0) {
+        uint64_t keep[SCAP / SNT];
+        int nk = 0;
+        for (int i = threadIdx.x; i < m; i += SNT) {
+            const uint64_t cc = buf[i];
+            const int32_t id = s_comp_id(cc);
+            int a = 0, b = n_ov;
+            while (a < b) {
+                const int mid = (a + b) / 2;
+                if (oid[mid] < id)
+                    a = mid + 1;
+                else
+                    b = mid;
+            }
+            if (!(a < n_ov && oid[a] == id)) keep[nk++] = cc;
+        }
+        if (threadIdx.x == 0) s_n = 0;
+        __syncthreads();
+        for (int q = 0; q < SCAP / SNT; q++) {
+            const int slot = s_slot(q < nk, &s_n);
+            if (slot >= 0) buf[slot] = keep[q];
+        }
+        for (int j0 = 0; j0 < n_ov; j0 += SNT) {
+            const int j = j0 + threadIdx.x;
+            uint32_t key = 0;
+            int32_t id = 0;
+            if (j < n_ov) {
+                id = oid[j];
+                if (id >= 0 && id < n)
+                    key = s_key(s_override(s_cap(row[id], cap), ov_bias[p.ov_off + j],
+                                           ov_count[p.ov_off + j], p));
+            }
+            const int slot = s_slot(key != 0, &s_n);
+            if (slot >= 0) buf[slot] = s_comp(key, id);
+        }
+        __syncthreads();
+        m = s_n;
+        __syncthreads();
+        s_sort(buf, m);
+    }
+    if (m > (int)k) m = (int)k;
+
+    /* 3. top-p, min-p, draw (warp 0, double, the CPU's order) */
+    if (threadIdx.x >= 32) return;
+    if (m <= 0) {
+        if (threadIdx.x == 0) ids[r] = -1;
+        return;
+    }
+    if (greedy) {
+        if (threadIdx.x == 0) ids[r] = s_comp_id(buf[0]);
+        return;
+    }
+    const float mx = s_val((uint32_t)(buf[0] >> 32));
+    auto lg = [&](int i) { return s_val((uint32_t)(buf[i] >> 32)); };
+    if (p.top_p < 1.0f && m > 1) {
+        auto e = [&](int i) {
+            const float l = lg(i);
+            return l == mx ? 1.0 : exp((double)l - (double)mx);
+        };
+        const double z = s_walk(m, e, 0.0, true, NULL);
+        int hit;
+        s_walk(m, e, (double)p.top_p * z, true, &hit);
+        if (hit >= 0) m = hit + 1;
+    }
+    if (p.min_p > 0.0f && m > 1) {
+        const float thr = __fadd_rn(mx, p.log_min_p);
+        if (!(mx >= thr)) {
+            m = 1;
+        } else {
+            int w = 0;
+            for (int c0 = 0; c0 < m; c0 += 32) {
+                const bool ok = c0 + (int)threadIdx.x < m && lg(c0 + threadIdx.x) >= thr;
+                w += __popc(__ballot_sync(0xffffffffu, ok));
+            }
+            m = w;
+        }
+    }
+    const double t = (double)p.temperature;
+    auto wgt = [&](int i) {
+        const float l = lg(i);
+        return l == mx ? 1.0 : exp(((double)l - (double)mx) / t);
+    };
+    const double sum = s_walk(m, wgt, 0.0, true, NULL);
+    int hit;
+    s_walk(m, wgt, p.u * sum, false, &hit);
+    if (threadIdx.x == 0) ids[r] = s_comp_id(buf[hit >= 0 ? hit : m - 1]);
+}
+
+extern "C" kiln_status kiln_cuda_sample(const kiln_kctx *c, const kiln_sample_args *a) {
+    if (a->t == 0) return KILN_OK;
+    if (a->t < 0 || a->t > INT32_MAX || a->n <= 0 || a->n > a->ld || a->n > INT32_MAX ||
+        !a->logits || !a->rows || !a->ids)
+        return KILN_ERR_INVALID_ARG; /* kernels.h: argument shapes are the caller's to check */
+    const bool vec = a->ld % 4 == 0 && ((uintptr_t)a->logits & 15) == 0;
+    sample_kernel<<<(unsigned)a->t, SNT, 0, KC_STREAM(c)>>>(a->logits, a->ld, a->n, vec, a->softcap,
+                                                            a->rows, a->ov_id, a->ov_bias,
+                                                            a->ov_count, a->ids);
+    return kc_launched();
+}
