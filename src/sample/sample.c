@@ -193,7 +193,10 @@ static bool grow_hist(kiln_sampler *s) {
 
 void kiln_sampler_accept(kiln_sampler *s, int32_t token) {
     if (token < 0 || token >= s->n_vocab || s->p.repeat_last_n == 0) return;
-    if (s->p.repeat_last_n < 0 && s->hist_len == s->hist_cap && s->hist_pos == 0) grow_hist(s);
+    /* a full unbounded history (in order: it wrapped to 0) grows; the next token goes after
+     * the kept ones (the ring's write position was 0: it would overwrite the oldest) */
+    if (s->p.repeat_last_n < 0 && s->hist_len == s->hist_cap && s->hist_pos == 0 && grow_hist(s))
+        s->hist_pos = s->hist_len;
     s->hist[s->hist_pos] = token;
     s->hist_pos = (s->hist_pos + 1) % s->hist_cap;
     if (s->hist_len < s->hist_cap) s->hist_len++;

@@ -151,6 +151,22 @@ static void test_penalties(void **state) {
     kiln_sampler_accept(s, 0); /* 2 - 1.2 = 0.8 < 1 */
     assert_int_equal(kiln_sampler_sample(s, q, 2), 1);
     kiln_sampler_free(s);
+    /* the whole history (repeat_last_n -1) keeps every token as it grows: after tokens
+     * 0..2099 (distinct) each is penalized, so greedy over equal logits picks 2100 (the
+     * grown ring once overwrote its oldest entries: 0 came back) */
+    {
+        enum { NV = 3000, NH = 2100 };
+        p.frequency_penalty = 0.0f;
+        p.presence_penalty = 1.0f;
+        p.repeat_last_n = -1;
+        assert_int_equal(kiln_sampler_create(&p, NV, &s, NULL), KILN_OK);
+        float *z = calloc(NV, sizeof(float));
+        assert_non_null(z);
+        for (int i = 0; i < NH; i++) kiln_sampler_accept(s, i);
+        assert_int_equal(kiln_sampler_sample(s, z, NV), NH);
+        free(z);
+        kiln_sampler_free(s);
+    }
     /* bad parameters */
     p.top_p = 0;
     assert_int_equal(kiln_sampler_create(&p, 4, &s, NULL), KILN_ERR_INVALID_ARG);
