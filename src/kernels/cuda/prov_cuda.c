@@ -22,6 +22,9 @@
  * binding loads the weight in it: cuda.gemv_t16.matmul (86, up to 64 tokens),
  * cuda.cublas_t16.matmul (71, the cuBLAS path dequantizing T16), cuda.gemv_t16_any.matmul
  * (31, batch invariant at every size). Other shapes keep the plain rows and kernels.
+ * Session 10: cuda.gemm_t16.matmul (87, q4_0 / q8_0, any t) sits above them all: the T16
+ * GEMM from 12 tokens (gemm_t16.cu), the T16 gemv below, the same bits either way (batch
+ * invariant at every t); KILN_AVOID=cuda.gemm_t16.matmul gives the previous selection.
  */
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/registry.h"
@@ -120,6 +123,21 @@ static const kiln_kernel_spec cuda_specs[] = {
      .fn.matmul = kiln_cuda_matmul_t16,
      .summary = "q8_0/q4_0/q4_K/q6_K in the T16 layout: mma fragments loaded 16 bytes a lane "
                 "from global memory, split-f16 x; passes of 8 tokens"},
+    {.id = "cuda.gemm_t16.matmul",
+     .op = KILN_KOP_MATMUL,
+     CUDA_SPEC,
+     .w_dtypes = KILN_DT(KILN_DTYPE_Q8_0) | KILN_DT(KILN_DTYPE_Q4_0),
+     .act_dtypes = F32,
+     .k_multiple = 128,
+     .features = KILN_KFEAT_BIAS,
+     .props = ALL_PROPS,
+     .workspace = kiln_cuda_gemm_t16_workspace,
+     .priority = 87,
+     .w_layout = KILN_WLAYOUT_CUDA_T16,
+     .fn.matmul = kiln_cuda_matmul_t16_gemm,
+     .summary = "q8_0/q4_0 in the T16 layout, any t: tensor-core GEMM reading the weights once "
+                "per 16-32 tokens from 12 tokens (the T16 gemv below), bitwise the gemv's "
+                "values"},
     {.id = "cuda.cublas_t16.matmul",
      .op = KILN_KOP_MATMUL,
      CUDA_SPEC,
