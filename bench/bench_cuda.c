@@ -365,25 +365,27 @@ int main(int argc, char **argv) {
             off += m[i].row_bytes * (size_t)m[i].n;
         }
         /* --gemm: the engine's matmul calls of a step (groups + GLU, one graph) at 16-512
-         * tokens through the T16 GEMM (cuda.gemm_t16.matmul) and through the T16 gemv in
-         * passes of 8 (KILN_CUDA_OLD_GEMM=1), alternating, twice; the prefill's previous
-         * path (cuBLAS on dequantized T16) at 512 */
+         * tokens through the T16 GEMM (cuda.gemm_t16.matmul: by shape, version 2, version
+         * 1) and through the T16 gemv in passes of 8 (KILN_CUDA_OLD_GEMM=1); the prefill's
+         * previous path (cuBLAS on dequantized T16) at 512 */
         if (gemm_only) {
             if (dt == KILN_DTYPE_Q4_0 || dt == KILN_DTYPE_Q8_0) {
                 static const int64_t gt[5] = {16, 32, 64, 128, 512};
+                static const char *const gm[4] = {"gemv passes of 8", "GEMM v1", "GEMM v2",
+                                                  "GEMM (default: by shape)"};
                 g_t16 = kiln_cuda_matmul_t16_gemm;
-                for (int rep = 0; rep < 2; rep++)
-                    for (int ti = 0; ti < 5; ti++)
-                        for (int on = 1; on >= 0; on--) {
-                            kiln_cuda_gemm_t16_set(on);
-                            const double v = group_step_ms(&kc, st, e0, e1, m, layers, gt[ti], x, y,
-                                                           y + tmax * FF, reps, 1, 31);
-                            printf("%s t=%lld (T16 %s, engine's groups + glu, graph): %.3f ms "
-                                   "per step, %.0f tok/s\n",
-                                   tok, (long long)gt[ti], on ? "GEMM" : "gemv passes of 8", v,
-                                   (double)gt[ti] / (v * 1e-3));
-                            fflush(stdout);
-                        }
+                for (int ti = 0; ti < 5; ti++)
+                    for (int v = 3; v >= 0; v--) {
+                        kiln_cuda_gemm_t16_set(v > 0);
+                        kiln_cuda_gemm_t16_variant(v);
+                        const double ms = group_step_ms(&kc, st, e0, e1, m, layers, gt[ti], x, y,
+                                                        y + tmax * FF, reps, 1, 31);
+                        printf("%s t=%lld (T16 %s, engine's groups + glu, graph): %.3f ms per "
+                               "step, %.0f tok/s\n",
+                               tok, (long long)gt[ti], gm[v], ms, (double)gt[ti] / (ms * 1e-3));
+                        fflush(stdout);
+                    }
+                kiln_cuda_gemm_t16_variant(0);
                 kiln_cuda_gemm_t16_set(1);
                 g_t16 = kiln_cuda_matmul_t16;
                 const double v =

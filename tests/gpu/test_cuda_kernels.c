@@ -521,24 +521,34 @@ static void test_matmul_gemm_t16(void **state) {
     static const uint32_t dts[] = {KILN_DTYPE_Q4_0, KILN_DTYPE_Q8_0};
     const kt_rng saved = rng; /* a data stream of its own: the other tests' draws stay */
     const size_t ncs = sizeof cs / sizeof cs[0];
-    for (size_t d = 0; d < 2; d++)
-        for (size_t i = 0; i < ncs; i++) g16_case(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, 0);
-    static const float sig[] = {3e4f, 1e-6f};
-    for (size_t si = 0; si < 2; si++) {
-        x_sigma = sig[si];
+    /* version 1 (warps split k), 2 (warps split rows, 4 or 8 warps by grid size), 3 (by
+     * shape, the default) */
+    for (int v = 1; v <= 3; v++) {
+        kiln_cuda_gemm_t16_variant(v);
         for (size_t d = 0; d < 2; d++)
-            for (size_t i = 0; i < ncs; i += 3)
-                g16_case(dts[d], cs[i].n, cs[i].k, cs[i].t, true, 0);
+            for (size_t i = 0; i < ncs; i++)
+                g16_case(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, 0);
+        static const float sig[] = {3e4f, 1e-6f};
+        for (size_t si = 0; si < 2; si++) {
+            x_sigma = sig[si];
+            for (size_t d = 0; d < 2; d++)
+                for (size_t i = si; i < ncs; i += 3)
+                    g16_case(dts[d], cs[i].n, cs[i].k, cs[i].t, true, 0);
+        }
+        x_sigma = 1.0f;
+        static const int sws[] = {4, 8, 16, 32};
+        for (int a = 0; a < 4; a++) {
+            kiln_cuda_t16_config(sws[a], 0);
+            for (size_t d = 0; d < 2; d++)
+                for (size_t i = a % 2; i < ncs; i += 4)
+                    g16_case(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, 0);
+        }
+        kiln_cuda_t16_config(0, 0);
     }
-    x_sigma = 1.0f;
-    static const int sws[] = {4, 8, 16, 32};
-    for (int a = 0; a < 4; a++) {
-        kiln_cuda_t16_config(sws[a], 0);
-        for (size_t d = 0; d < 2; d++)
-            for (size_t i = a % 2; i < ncs; i += 4)
-                g16_case(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, 0);
-    }
-    kiln_cuda_t16_config(0, 0);
+    /* version 2 with 8-warp CTAs: rows and tokens enough for two waves of them */
+    kiln_cuda_gemm_t16_variant(2);
+    for (size_t d = 0; d < 2; d++) g16_case(dts[d], 14336 + 40, 256, 260, d == 1, 0);
+    kiln_cuda_gemm_t16_variant(0);
     /* chunks: room for 24 / 16 / 8 tokens of split activations (k = 512: 2112 bytes a
      * token) */
     static const size_t sc[] = {24 * 2112 + 100, 16 * 2112, 8 * 2112 + 4};

@@ -99,6 +99,10 @@ kiln_status kiln_cuda_matmul_t16_gemm_group(const kiln_kctx *c, const kiln_matmu
 /* The GEMM on (default) or off (KILN_CUDA_OLD_GEMM=1: the T16 gemv in passes of 8 at every
  * token count, the A/B switch). Process-wide. */
 void kiln_cuda_gemm_t16_set(int on);
+/* Which GEMM: 1 (a CTA's warps split k, as the gemv) or 2 (warps split rows, the split
+ * activations staged once per CTA: the default); 0: KILN_G16_V=1|2 or the default.
+ * Same values. Process-wide. */
+void kiln_cuda_gemm_t16_variant(int v);
 
 /* T16 weights (n x k) -> f16 hi halves at out[0, n k), 2^11-scaled lo at out[n k, 2 n k)
  * (the cuBLAS path's split-f16 weights), on the stream. */

@@ -180,16 +180,254 @@ __global__ void __launch_bounds__(SW * 32, 1)
     }
 }
 
+/* ---- version 2: warps split rows, the activations staged once per CTA ----
+ *
+ * Version 1 above has the gemv's shape (the SW warps of a CTA split k, each reads its own
+ * B fragments from L2): 8B prefill ran at 4.5k tok/s of matmuls (session 10 run 1), bound
+ * by L2 (each warp's 32 tokens x 32 columns of split x, 4 KB a 32-block, feed only 32
+ * rows). Here a CTA's WN warps own G16_MT tiles each (128 or 256 rows) and share one copy
+ * of the superchunk's B fragments in shared memory (cp.async, double-buffered; the weights
+ * of the next superchunk are loaded into registers while this one computes); each warp
+ * walks the gemv's SW partial sums itself: superchunks p, p + SW, ... into tot, then
+ * S = tot (p = 0) or S += tot, in the order p = 0 .. SW - 1 (empty partials add 0.0f, as
+ * the gemv's idle warps do), then y = S + bias: the operations of kc_mma_store on the same
+ * values, so the same bits. Launched when its CTAs fill the GPU (gemm_v_for); version 1
+ * keeps the small grids (batched decode: 16-64 tokens). */
+__device__ __forceinline__ void g16_cp16(void *smem, const void *gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem));
+#else
+    (void)smem, (void)gmem;
+#endif
+}
+__device__ __forceinline__ void g16_cp_commit(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+__device__ __forceinline__ void g16_cp_wait1(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group 1;\n" ::);
+#endif
+}
+
+/* The superchunk after sc in the walk (partial p = sc % SW: sc + SW, else the next
+ * partial's first), -1 at the end */
+__device__ __forceinline__ int64_t g2_next(int64_t sc, int64_t nsc, int sw) {
+    if (sc + sw < nsc) return sc + sw;
+    const int64_t p = sc % sw + 1;
+    return p < sw && p < nsc ? p : -1;
+}
+
+template <int DT, int NT> struct g2_smem {
+    uint4 x[2][4][NT][64]; /* [buffer][block][token tile][hi words of lanes 0..31, lo ...] */
+    float iv[2][4][NT][8]; /* inverse scales of the 8 tokens */
+};
+
+template <int DT, int NT, int WN>
+__global__ void __launch_bounds__(WN * 32, 1)
+    gemm2_t16_kernel(const uint8_t *__restrict__ W, int64_t n, int64_t k,
+                     const uint4 *__restrict__ xf, const float *__restrict__ inv, int T,
+                     float *__restrict__ y, int64_t ys, const float *__restrict__ bias, int sw) {
+    constexpr int SCB = g16_geom<DT>::SCB, NQ = g16_geom<DT>::NQ, MT = G16_MT;
+    using MQ = kc_mq<DT>;
+    __shared__ g2_smem<DT, NT> sm;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, tig = lane & 3;
+    const int64_t nsc = k / KILN_CUDA_T16_K, nb = k / 32;
+    const int64_t tiles = (n + 15) / 16, tw = (int64_t)blockIdx.y * (WN * MT) + w * MT;
+    const int ntt = (T + 7) / 8, j0 = (int)blockIdx.x * NT;
+    const int nj = ntt - j0 < NT ? ntt - j0 : NT; /* this CTA's token tiles */
+    int mlive = 0;
+#pragma unroll
+    for (int m = 0; m < MT; m++) mlive += tw + m < tiles;
+    /* stage superchunk sc's activations: 4 blocks x nj tiles x 64 words, then the scales */
+    auto stage = [&](int64_t sc, int bf) {
+        for (int i = tid; i < 4 * NT * 64; i += WN * 32) {
+            const int blk = i / (NT * 64), jt = (i / 64) % NT, u = i % 64;
+            if (jt < nj)
+                g16_cp16(&sm.x[bf][blk][jt][(u & 1) * 32 + (u >> 1)],
+                         xf + ((int64_t)(j0 + jt) * nb + sc * 4 + blk) * 64 + u);
+        }
+        if (tid < 4 * NT * 2) {
+            const int blk = tid / (NT * 2), jt = (tid / 2) % NT, hf = tid % 2;
+            if (jt < nj)
+                g16_cp16(&sm.iv[bf][blk][jt][hf * 4],
+                         inv + ((int64_t)(j0 + jt) * nb + sc * 4 + blk) * 8 + hf * 4);
+        }
+    };
+    auto wload = [&](int64_t sc, uint4(&q)[MT][NQ], uint4(&sd)[MT]) {
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            const uint8_t *c = W + ((size_t)(tw + (m < mlive ? m : 0)) * nsc + sc) * SCB;
+            if (mlive > 0) {
+#pragma unroll
+                for (int i = 0; i < NQ; i++) q[m][i] = __ldg((const uint4 *)(c + i * 512) + lane);
+                sd[m] = __ldg((const uint4 *)(c + NQ * 512) + g);
+            }
+        }
+    };
+    float S[MT][NT][4], tot[MT][NT][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) S[m][j][e] = 0.0f, tot[m][j][e] = 0.0f;
+    uint4 q[MT][NQ], sd[MT], qn[MT][NQ], sdn[MT];
+    int64_t sc = 0;
+    int bf = 0;
+    stage(0, 0);
+    g16_cp_commit();
+    wload(0, q, sd);
+    while (sc >= 0) {
+        const int64_t nx = g2_next(sc, nsc, sw);
+        if (nx >= 0) {
+            stage(nx, bf ^ 1);
+            wload(nx, qn, sdn);
+        }
+        g16_cp_commit();
+        g16_cp_wait1();
+        __syncthreads();
+#pragma unroll
+        for (int bb = 0; bb < 4; bb++) {
+            uint32_t a0[MT][4], a1[MT][4];
+            float dd[MT][2];
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                const uint32_t dw = bb == 0   ? sd[m].x
+                                    : bb == 1 ? sd[m].y
+                                    : bb == 2 ? sd[m].z
+                                              : sd[m].w;
+                MQ raw;
+                raw.d[0] = (uint16_t)(dw & 0xFFFFu);
+                raw.d[1] = (uint16_t)(dw >> 16);
+                if constexpr (DT == KILN_DTYPE_Q4_0) {
+                    const uint4 v = q[m][bb / 2];
+                    raw.q[0] = bb % 2 ? v.z : v.x;
+                    raw.q[1] = bb % 2 ? v.w : v.y;
+                } else {
+                    const uint4 v = q[m][bb];
+                    raw.q[0][0] = v.x, raw.q[0][1] = v.y, raw.q[1][0] = v.z, raw.q[1][1] = v.w;
+                }
+                raw.frag(a0[m], a1[m], dd[m]);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                if (j >= nj) break; /* uniform */
+                uint32_t bh[4] = {0u, 0u, 0u, 0u}, bl[4] = {0u, 0u, 0u, 0u};
+                if ((j0 + j) * 8 + g < T) { /* t16_xprep's zeros for a lane past the tokens */
+                    const uint4 h = sm.x[bf][bb][j][lane], l = sm.x[bf][bb][j][32 + lane];
+                    bh[0] = h.x, bh[1] = h.y, bh[2] = h.z, bh[3] = h.w;
+                    bl[0] = l.x, bl[1] = l.y, bl[2] = l.z, bl[3] = l.w;
+                }
+                const float2 iv = *(const float2 *)&sm.iv[bf][bb][j][2 * tig];
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    if (m >= mlive) break; /* uniform */
+                    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    kc_mma16816(acc, a0[m], bh[0], bh[1]);
+                    kc_mma16816(acc, a1[m], bh[2], bh[3]);
+                    kc_mma16816(acc, a0[m], bl[0], bl[1]);
+                    kc_mma16816(acc, a1[m], bl[2], bl[3]);
+                    tot[m][j][0] = fmaf(dd[m][0] * iv.x, acc[0], tot[m][j][0]);
+                    tot[m][j][1] = fmaf(dd[m][0] * iv.y, acc[1], tot[m][j][1]);
+                    tot[m][j][2] = fmaf(dd[m][1] * iv.x, acc[2], tot[m][j][2]);
+                    tot[m][j][3] = fmaf(dd[m][1] * iv.y, acc[3], tot[m][j][3]);
+                }
+            }
+        }
+        __syncthreads();                    /* the buffer is restaged two superchunks on */
+        if (nx < 0 || nx % sw != sc % sw) { /* partial sc % sw is complete: into S in order */
+            const bool first = sc % sw == 0;
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        S[m][j][e] = first ? tot[m][j][e] : S[m][j][e] + tot[m][j][e];
+                        tot[m][j][e] = 0.0f;
+                    }
+        }
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            sd[m] = sdn[m];
+#pragma unroll
+            for (int i = 0; i < NQ; i++) q[m][i] = qn[m][i];
+        }
+        sc = nx;
+        bf ^= 1;
+    }
+    /* the gemv's idle warps (partials past the last superchunk) add their 0.0f */
+    for (int64_t p = nsc; p < sw; p++)
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) S[m][j][e] += 0.0f;
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        if (m >= mlive) break;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            if (j >= nj) break;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t row = (tw + m) * 16 + g + (e >= 2 ? 8 : 0);
+                const int64_t tok = (int64_t)(j0 + j) * 8 + 2 * tig + (e & 1);
+                if (row < n && tok < T) y[tok * ys + row] = S[m][j][e] + (bias ? bias[row] : 0.0f);
+            }
+        }
+    }
+}
+
 /* ---- host side ---- */
 
 /* The GEMM from this many tokens per call (fewer: the T16 gemv, bitwise the same);
  * KILN_CUDA_OLD_GEMM=1 or kiln_cuda_gemm_t16_set(0): never (passes of 8 at every size,
  * the A/B switch of docs/PERF_GPU.md session 10). */
 #define G16_MIN_T 12
-#define G16_CHUNK 256 /* most tokens split per prep launch (the workspace holds them) */
-static int kc_gemm_on = -1;
+#define G16_CHUNK 512 /* most tokens split per prep launch (the workspace holds them) */
+static int kc_gemm_on = -1, kc_gemm_v = 0;
 extern "C" void kiln_cuda_gemm_t16_set(int on) {
     kc_gemm_on = on ? 1 : 0;
+}
+/* 1: version 1 (warps split k), 2: version 2 (warps split rows), 3: by shape (the
+ * default, gemm_v_for); 0: by the environment, KILN_G16_V=1|2 (else 3) */
+extern "C" void kiln_cuda_gemm_t16_variant(int v) {
+    kc_gemm_v = v >= 1 && v <= 3 ? v : 0;
+}
+static int gemm_v(void) {
+    if (!kc_gemm_v) {
+        const char *e = getenv("KILN_G16_V");
+        kc_gemm_v = e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 3;
+    }
+    return kc_gemm_v;
+}
+/* the device's SMs (cached per host thread and device) */
+static int kc_sms(void) {
+    static __thread int dev_cached = -1, sms = 132;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return sms;
+    if (dev != dev_cached) {
+        int v = 0;
+        if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0)
+            sms = v;
+        dev_cached = dev;
+    }
+    return sms;
+}
+/* The version for a matmul of n rows and T tokens (3, the default: version 2 when its CTAs
+ * of 4 warps fill the GPU once, else version 1, whose CTAs own 32 rows; version 1 takes SW
+ * 4, 8 or 16 only). Same values either way. */
+static int gemm_v_for(int64_t n, int T, int sw) {
+    const int v = gemm_v();
+    if (sw != 4 && sw != 8 && sw != 16) return 2;
+    if (v != 3) return v;
+    const int64_t ntt = (T + 7) / 8, gx = ntt <= 2 ? 1 : (ntt + 3) / 4;
+    return ((n + 15) / 16 + 7) / 8 * gx >= kc_sms() ? 2 : 1;
 }
 static bool gemm_on(void) {
     if (kc_gemm_on < 0) {
@@ -230,6 +468,27 @@ static void launch_g16(cudaStream_t s, const kiln_matmul_args *a, const uint4 *x
 template <int DT>
 static void launch_g16_dt(cudaStream_t s, const kiln_matmul_args *a, int sw, const uint4 *xf,
                           const float *inv, int T, float *y) {
+    if (gemm_v_for(a->n, T, sw) == 2) {
+        const int64_t tiles = (a->n + 15) / 16;
+        const int ntt = (T + 7) / 8;
+        const unsigned gx = (unsigned)(ntt <= 2 ? 1 : (ntt + 3) / 4);
+        const unsigned r8 = (unsigned)((tiles + 15) / 16), r4 = (unsigned)((tiles + 7) / 8);
+        const bool w8 = (int64_t)r8 * gx >= 2 * (int64_t)kc_sms();
+#define KC_G2(NTV, WNV)                                                                            \
+    gemm2_t16_kernel<DT, NTV, WNV><<<dim3(gx, WNV == 8 ? r8 : r4), WNV * 32, 0, s>>>(              \
+        (const uint8_t *)a->w, a->n, a->k, xf, inv, T, y, a->y_stride, a->bias, sw)
+        if (ntt <= 2) {
+            if (w8)
+                KC_G2(2, 8);
+            else
+                KC_G2(2, 4);
+        } else if (w8)
+            KC_G2(4, 8);
+        else
+            KC_G2(4, 4);
+#undef KC_G2
+        return;
+    }
     if (sw == 16)
         launch_g16<DT, 16>(s, a, xf, inv, T, y);
     else if (sw == 8)
@@ -261,7 +520,7 @@ static bool g16_use(const kiln_kctx *c, const kiln_matmul_args *m, int nm) {
     const int sw = kiln_cuda_t16_warps(m[0].w_dtype, m[0].k);
     for (int i = 0; i < nm; i++)
         if (!g16_ok(&m[i]) || kiln_cuda_t16_warps(m[i].w_dtype, m[i].k) != sw) return false;
-    return (sw == 4 || sw == 8 || sw == 16) && g16_chunk(c, m[0].k, m[0].t) >= 8;
+    return g16_chunk(c, m[0].k, m[0].t) >= 8;
 }
 
 /* matmuls m[0..nm) sharing x (one split per chunk of tokens), then one GEMM each */
