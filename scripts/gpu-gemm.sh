@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # gpu-gemm.sh — session 10's device call for the T16 GEMM (gemm_t16.cu), run on the lent
 # GPU machine from a copy of the tree (scripts/gpu-round.sh's build): build, the GEMM's
-# kernel test, then before / after in the same call (KILN_AVOID=cuda.gemm_t16.matmul: the
-# previous selection, T16 gemv passes of 8 up to 64 tokens and cuBLAS on dequantized T16
-# above), where the time goes (nsys, else ncu) in a pp512 prefill and a 64-sequence
-# decode, the full kernel test and the end-to-end test last. Stops starting steps after
+# and attention's kernel tests, then before / after in the same call ("old":
+# KILN_AVOID=cuda.gemm_t16.matmul, the previous selection: T16 gemv passes of 8 up to 64
+# tokens and cuBLAS on dequantized T16 above; and KILN_CUDA_OLD_ATTN=1, the per-head
+# attention kernel), where the time goes (nsys, else ncu) in a pp512 prefill, batched
+# decode, the full kernel test and the end-to-end test, the sanitizers last. Stops starting steps after
 # $LIMIT seconds (default 470). Logs: one tarball in $OUT.
 #
 #   bash scripts/gpu-gemm.sh [STEP...]   (default: all; steps: kern bench prof batched e2e
@@ -57,13 +58,22 @@ if has kern && ! step kern-gemm 200 env KILN_TEST_FILTER=test_matmul_gemm_t16 te
   export KILN_G16_V=1 # version 1 passed in run 1: the benchmarks run it
   echo "kern-gemm failed: KILN_G16_V=1 for the rest" | tee "$LOG/fallback.txt"
 fi
+if has kern && ! step kern-attn 200 env KILN_TEST_FILTER=test_attention test_cuda_kernels; then
+  export KILN_CUDA_OLD_ATTN=1
+  echo "kern-attn failed: KILN_CUDA_OLD_ATTN=1 for the rest" | tee -a "$LOG/fallback.txt"
+fi
 wait $GEN
 OLD="KILN_AVOID=cuda.gemm_t16.matmul"
 if has bench; then
   for r in 1 2; do
     step "pp-q4_0-new-$r" 120 kiln bench -m $M/q4_0.gguf --backend cuda -p 512 -n 128 -r 3
-    step "pp-q4_0-old-$r" 120 env $OLD kiln bench -m $M/q4_0.gguf --backend cuda -p 512 -n 128 -r 3
+    step "pp-q4_0-old-$r" 120 env $OLD KILN_CUDA_OLD_ATTN=1 kiln bench -m $M/q4_0.gguf \
+      --backend cuda -p 512 -n 128 -r 3
   done
+  step pp-q4_0-oldattn 120 env KILN_CUDA_OLD_ATTN=1 kiln bench -m $M/q4_0.gguf --backend cuda \
+    -p 512 -n 128 -r 3
+  step pp-q4_0-gemm-v1 120 env KILN_G16_V=1 kiln bench -m $M/q4_0.gguf --backend cuda \
+    -p 512 -n 128 -r 3
   step bench-gemm 150 bench_cuda --gemm --dtypes q4_0,q8_0 --reps 3
 fi
 if has prof; then
@@ -94,7 +104,7 @@ fi
 if has batched; then
   step batched-new 150 bench_sched -m $M/q4_0.gguf -b cuda --mode decode --npl 1,4,16,64 \
     --pp 128 --tg 128
-  step batched-old 150 env $OLD bench_sched -m $M/q4_0.gguf -b cuda --mode decode \
+  step batched-old 150 env $OLD KILN_CUDA_OLD_ATTN=1 bench_sched -m $M/q4_0.gguf -b cuda --mode decode \
     --npl 1,4,16,64 --pp 128 --tg 128
 fi
 if has e2e; then
@@ -107,7 +117,7 @@ fi
 has allkern && step kern-all 300 test_cuda_kernels
 if has q8; then
   step pp-q8_0-new 120 kiln bench -m $M/q8_0.gguf --backend cuda -p 512 -n 128 -r 3
-  step pp-q8_0-old 120 env $OLD kiln bench -m $M/q8_0.gguf --backend cuda -p 512 -n 128 -r 3
+  step pp-q8_0-old 120 env $OLD KILN_CUDA_OLD_ATTN=1 kiln bench -m $M/q8_0.gguf --backend cuda -p 512 -n 128 -r 3
 fi
 if has sanitize; then
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

@@ -1116,6 +1116,11 @@ static void test_attention(void **state) {
         {2, 2, 2, 32, {16, 31}, {16, 31}, 0, 30.0f, KILN_DTYPE_F32},
         {2, 12, 4, 256, {1200, 90}, {2, 90}, 512, 0, KILN_DTYPE_F16},
         {1, 8, 1, 160, {77}, {77}, 0, 0, KILN_DTYPE_F32},
+        /* enough (KV head, token) pairs for the GQA kernel (attn_gqa_kernel): the 8B's
+         * prefill shape, 8 heads per KV head with softcap, 2 with a window */
+        {1, 32, 8, 128, {512}, {512}, 0, 0, KILN_DTYPE_F16},
+        {3, 16, 2, 64, {300, 5, 200}, {150, 5, 200}, 0, 30.0f, KILN_DTYPE_F32},
+        {2, 8, 4, 128, {100, 90}, {70, 66}, 40, 0, KILN_DTYPE_F16},
     };
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
         const attn_case *c = &cs[ci];
@@ -1156,6 +1161,14 @@ static void test_attention(void **state) {
         snprintf(what, sizeof what, "attention case %zu (gqa %d, hd %d, window %d)", ci,
                  c->n_head / c->n_kv_head, c->head_dim, c->window);
         CHECK_ERR(what, relerr(oo, o, t, qd, qd, qd), 2e-5);
+        /* the per-head kernel (KILN_CUDA_OLD_ATTN=1) on the same call: the same bits */
+        CK(cudaMemset(a.out, 0xFF, sizeof(float) * (size_t)(t * qd)));
+        kiln_cuda_attention_gqa(0);
+        assert_int_equal(kiln_cuda_attention(&kc, &a), KILN_OK);
+        kiln_cuda_attention_gqa(1);
+        get(o, a.out, sizeof(float) * (size_t)(t * qd));
+        if (memcmp(o, oo, sizeof(float) * (size_t)(t * qd)) != 0)
+            fail_msg("%s: the per-head kernel's output differs from the default's", what);
         cudaFree((void *)a.q), cudaFree(a.out), cudaFree((void *)a.tok_seq),
             cudaFree((void *)a.tok_pos);
         free(q), free(o), free(oo), free(tok_seq), free(tok_pos);
