@@ -365,17 +365,17 @@ int main(int argc, char **argv) {
             off += m[i].row_bytes * (size_t)m[i].n;
         }
         /* --gemm: the engine's matmul calls of a step (groups + GLU, one graph) at 16-512
-         * tokens through the T16 GEMM (cuda.gemm_t16.matmul: by shape, version 2, version
-         * 1) and through the T16 gemv in passes of 8 (KILN_CUDA_OLD_GEMM=1); the prefill's
-         * previous path (cuBLAS on dequantized T16) at 512 */
+         * tokens through the T16 GEMM (cuda.gemm_t16.matmul: version 2, version 1) and
+         * through the T16 gemv in passes of 8 (KILN_CUDA_OLD_GEMM=1); the prefill's path
+         * (cuBLAS on dequantized T16) at 512 */
         if (gemm_only) {
             if (dt == KILN_DTYPE_Q4_0 || dt == KILN_DTYPE_Q8_0) {
                 static const int64_t gt[5] = {16, 32, 64, 128, 512};
-                static const char *const gm[4] = {"gemv passes of 8", "GEMM v1", "GEMM v2",
-                                                  "GEMM (default: by shape)"};
+                static const char *const gm[3] = {"gemv passes of 8", "GEMM v1 (default)",
+                                                  "GEMM v2"};
                 g_t16 = kiln_cuda_matmul_t16_gemm;
                 for (int ti = 0; ti < 5; ti++)
-                    for (int v = 3; v >= 0; v--) {
+                    for (int v = 2; v >= 0; v--) {
                         kiln_cuda_gemm_t16_set(v > 0);
                         kiln_cuda_gemm_t16_variant(v);
                         const double ms = group_step_ms(&kc, st, e0, e1, m, layers, gt[ti], x, y,

@@ -2,9 +2,10 @@
 # gpu-gemm.sh — session 10's device call for the T16 GEMM (gemm_t16.cu), run on the lent
 # GPU machine from a copy of the tree (scripts/gpu-round.sh's build): build, the GEMM's
 # and attention's kernel tests, then before / after in the same call ("old":
-# KILN_AVOID=cuda.gemm_t16.matmul, the previous selection: T16 gemv passes of 8 up to 64
-# tokens and cuBLAS on dequantized T16 above; and KILN_CUDA_OLD_ATTN=1, the per-head
-# attention kernel), where the time goes (nsys, else ncu) in a pp512 prefill, batched
+# KILN_AVOID=cuda.gemm_t16.matmul,cuda.gemm_t16_any.matmul, the previous selection: T16 gemv
+# passes of 8 up to 64 tokens and cuBLAS on dequantized T16 above; and KILN_CUDA_OLD_ATTN=1,
+# the per-head attention kernel; runs 1 and 2 of session 10 ran its earlier versions, when
+# the GEMM's one row took every size), where the time goes (nsys, else ncu) in a pp512 prefill, batched
 # decode, the full kernel test and the end-to-end test, the sanitizers last. Stops starting steps after
 # $LIMIT seconds (default 470). Logs: one tarball in $OUT.
 #
@@ -63,7 +64,7 @@ if has kern && ! step kern-attn 200 env KILN_TEST_FILTER=test_attention test_cud
   echo "kern-attn failed: KILN_CUDA_OLD_ATTN=1 for the rest" | tee -a "$LOG/fallback.txt"
 fi
 wait $GEN
-OLD="KILN_AVOID=cuda.gemm_t16.matmul"
+OLD="KILN_AVOID=cuda.gemm_t16.matmul,cuda.gemm_t16_any.matmul"
 if has bench; then
   for r in 1 2; do
     step "pp-q4_0-new-$r" 120 kiln bench -m $M/q4_0.gguf --backend cuda -p 512 -n 128 -r 3

@@ -86,11 +86,12 @@ void kiln_cuda_t16k_occupancy(int mb);
  * override included). */
 int kiln_cuda_t16_warps(uint32_t dtype, int64_t k);
 
-/* gemm_t16.cu: the tensor-core GEMM on T16 q4_0 / q8_0 weights (prefill, batched decode):
- * the weights read once per 16-32 tokens, bit for bit the T16 gemv's values for every
- * token (batch invariant with it); below 12 tokens, and for what it does not take (q4_K,
- * q6_K, plain rows), it runs the T16 gemv. Workspace: the split activations of up to 256
- * tokens (kiln_cuda_gemm_t16_workspace, at least the gemv's). */
+/* gemm_t16.cu: the tensor-core GEMM on T16 q4_0 / q8_0 weights (batched decode; prefill
+ * under the deterministic policy): the weights read once per 16-32 tokens, bit for bit the
+ * T16 gemv's values for every token (batch invariant with it); below 12 tokens, and for
+ * what it does not take (q4_K, q6_K, plain rows), it runs the T16 gemv. Workspace: the
+ * split activations of up to 512 tokens (kiln_cuda_gemm_t16_workspace, at least the
+ * gemv's). */
 kiln_status kiln_cuda_matmul_t16_gemm(const kiln_kctx *c, const kiln_matmul_args *a);
 size_t kiln_cuda_gemm_t16_workspace(const struct kiln_sel_ctx *ctx);
 /* A matmul group's members that all run the GEMM entry: one split of x, a GEMM each (below
@@ -99,9 +100,9 @@ kiln_status kiln_cuda_matmul_t16_gemm_group(const kiln_kctx *c, const kiln_matmu
 /* The GEMM on (default) or off (KILN_CUDA_OLD_GEMM=1: the T16 gemv in passes of 8 at every
  * token count, the A/B switch). Process-wide. */
 void kiln_cuda_gemm_t16_set(int on);
-/* Which GEMM: 1 (a CTA's warps split k, as the gemv) or 2 (warps split rows, the split
- * activations staged once per CTA: the default); 0: KILN_G16_V=1|2 or the default.
- * Same values. Process-wide. */
+/* Which GEMM: 1 (a CTA's warps split k, as the gemv: the default) or 2 (warps split rows,
+ * the split activations staged once per CTA: slower, kept for A/B runs); 0: KILN_G16_V=2
+ * or the default. Same values. Process-wide. */
 void kiln_cuda_gemm_t16_variant(int v);
 
 /* T16 weights (n x k) -> f16 hi halves at out[0, n k), 2^11-scaled lo at out[n k, 2 n k)

@@ -22,6 +22,12 @@
  * activations' B fragments per 32-block and token tile (32 bytes a lane, L2-resident).
  * The grid's x runs over token groups (CTAs of the same rows next to each other share the
  * weights in L2), y over row pairs.
+ *
+ * Measured (session 10, H100, bench_cuda --gemm, the 8B's matmuls of a step in one graph,
+ * q4_0): 16 tokens 5.3 ms (gemv passes of 8: 6.2), 64 tokens 15.0 ms (24.5), 512 tokens
+ * 118 ms (196; cuBLAS on dequantized T16: 76 ms). So it serves up to 64 tokens
+ * (cuda.gemm_t16.matmul) and, batch invariant, every size under the deterministic policy
+ * (cuda.gemm_t16_any.matmul); prefill keeps cuBLAS (docs/CUDA.md, "The T16 GEMM").
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -183,16 +189,19 @@ __global__ void __launch_bounds__(SW * 32, 1)
 /* ---- version 2: warps split rows, the activations staged once per CTA ----
  *
  * Version 1 above has the gemv's shape (the SW warps of a CTA split k, each reads its own
- * B fragments from L2): 8B prefill ran at 4.5k tok/s of matmuls (session 10 run 1), bound
- * by L2 (each warp's 32 tokens x 32 columns of split x, 4 KB a 32-block, feed only 32
- * rows). Here a CTA's WN warps own G16_MT tiles each (128 or 256 rows) and share one copy
- * of the superchunk's B fragments in shared memory (cp.async, double-buffered; the weights
- * of the next superchunk are loaded into registers while this one computes); each warp
+ * B fragments from L2): 8B prefill ran at 4.5k tok/s of matmuls (session 10 run 1), by
+ * the estimate bound by L2 (each warp's 32 tokens x 32 columns of split x, 4 KB a 32-block,
+ * feed only 32 rows; not profiled). Here a CTA's WN warps own G16_MT tiles each (128 or 256 rows)
+ * and share one copy of the superchunk's B fragments in shared memory (cp.async, double-buffered;
+ * the weights of the next superchunk are loaded into registers while this one computes); each warp
  * walks the gemv's SW partial sums itself: superchunks p, p + SW, ... into tot, then
  * S = tot (p = 0) or S += tot, in the order p = 0 .. SW - 1 (empty partials add 0.0f, as
  * the gemv's idle warps do), then y = S + bias: the operations of kc_mma_store on the same
- * values, so the same bits. Launched when its CTAs fill the GPU (gemm_v_for); version 1
- * keeps the small grids (batched decode: 16-64 tokens). */
+ * values, so the same bits. Measured (session 10 run 2, bench_cuda --gemm, 8B q4_0 matmuls
+ * of a step): slower than version 1 at every size, 4.9x at 16 tokens, 1.14x at 512: each
+ * warp walks all of k, one barrier and cp.async wait per superchunk, 4-8 warps per SM at
+ * 219-242 registers: latency-bound. Kept for A/B runs (KILN_G16_V=2); the default is
+ * version 1. */
 __device__ __forceinline__ void g16_cp16(void *smem, const void *gmem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
@@ -394,15 +403,16 @@ static int kc_gemm_on = -1, kc_gemm_v = 0;
 extern "C" void kiln_cuda_gemm_t16_set(int on) {
     kc_gemm_on = on ? 1 : 0;
 }
-/* 1: version 1 (warps split k), 2: version 2 (warps split rows), 3: by shape (the
- * default, gemm_v_for); 0: by the environment, KILN_G16_V=1|2 (else 3) */
+/* 1: version 1 (warps split k: the default), 2: version 2 (warps split rows; slower at
+ * every size measured, session 10 run 2: kept for A/B runs); 0: by the environment,
+ * KILN_G16_V=2 (else 1) */
 extern "C" void kiln_cuda_gemm_t16_variant(int v) {
-    kc_gemm_v = v >= 1 && v <= 3 ? v : 0;
+    kc_gemm_v = v == 1 || v == 2 ? v : 0;
 }
 static int gemm_v(void) {
     if (!kc_gemm_v) {
         const char *e = getenv("KILN_G16_V");
-        kc_gemm_v = e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 3;
+        kc_gemm_v = e && e[0] == '2' ? 2 : 1;
     }
     return kc_gemm_v;
 }
@@ -419,16 +429,12 @@ static int kc_sms(void) {
     }
     return sms;
 }
-/* The version for a matmul of n rows and T tokens (3, the default: version 2 when its CTAs
- * of 4 warps fill the GPU once, else version 1, whose CTAs own 32 rows; version 1 takes SW
- * 4, 8 or 16 only). Same values either way. */
-static int gemm_v_for(int64_t n, int T, int sw) {
-    const int v = gemm_v();
-    if (sw != 4 && sw != 8 && sw != 16) return 2;
-    if (v != 3) return v;
-    const int64_t ntt = (T + 7) / 8, gx = ntt <= 2 ? 1 : (ntt + 3) / 4;
-    return ((n + 15) / 16 + 7) / 8 * gx >= kc_sms() ? 2 : 1;
+/* The version for a matmul (version 1 takes SW 4, 8 or 16 only; the gemv's split for k
+ * <= 16384 at the default settings). Same values either way. */
+static int gemm_v_for(int sw) {
+    return sw != 4 && sw != 8 && sw != 16 ? 2 : gemm_v();
 }
+
 static bool gemm_on(void) {
     if (kc_gemm_on < 0) {
         const char *e = getenv("KILN_CUDA_OLD_GEMM");
@@ -468,7 +474,7 @@ static void launch_g16(cudaStream_t s, const kiln_matmul_args *a, const uint4 *x
 template <int DT>
 static void launch_g16_dt(cudaStream_t s, const kiln_matmul_args *a, int sw, const uint4 *xf,
                           const float *inv, int T, float *y) {
-    if (gemm_v_for(a->n, T, sw) == 2) {
+    if (gemm_v_for(sw) == 2) {
         const int64_t tiles = (a->n + 15) / 16;
         const int ntt = (T + 7) / 8;
         const unsigned gx = (unsigned)(ntt <= 2 ? 1 : (ntt + 3) / 4);
