@@ -3,6 +3,7 @@
  * docs/PERF.md with the command and commit).
  *
  *   bench_cuda [--dtypes f16,q8_0,q4_0,q4_k,q4_k_m] [--layers 32] [--reps 20] [--t16-only]
+ *              [--gemm]
  *
  * 1. Device bandwidth: a device-to-device cudaMemcpy of 2 x 1 GiB (bytes read + written)
  *    and a read-only streaming kernel over 4 GiB (cudaMemcpy cannot show read bandwidth);
@@ -17,6 +18,9 @@
  *    and the rest of a step are not in these numbers (docs/CUDA.md says what ran end to
  *    end).
  * 3. Prefill matmuls: t = 512 through the cuBLAS path, tokens/s of the matmuls.
+ * --gemm (alone): the T16 GEMM (gemm_t16.cu) vs the T16 gemv in passes of 8 at 16-512
+ *    tokens, the engine's calls of a step in one graph, and the cuBLAS path at 512.
+ *    (The cuBLAS path on T16 weights expects a T16 weight's bytes: random bytes here.)
  * Timing: CUDA events around `--reps` repetitions after 3 warm-ups; median of 5 such
  * groups. The table is printed last.
  */
@@ -131,6 +135,9 @@ static kiln_matmul_args t16_args(const mat *m, const float *x, float *y, int64_t
                               .t = t};
 }
 
+/* The T16 entry group_step_ms runs: the gemv's (default) or the GEMM's (--gemm) */
+static kiln_matmul_fn g_t16 = kiln_cuda_matmul_t16;
+
 /* One decode step's matmuls as the engine calls them on T16 weights (m: layers x q, k, v,
  * o, gate, up, down + the LM head): per layer the q/k/v group, o, the gate/up group with
  * the GLU, down; t tokens. Through a CUDA graph of one step (as kiln's step graphs) when
@@ -149,7 +156,7 @@ static double group_step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cuda
                     if (!(parts & 16)) break;
                     const mat *h = &m[layers * 7];
                     kiln_matmul_args a = t16_args(h, x, y, t);
-                    if (kiln_cuda_matmul_t16(kc, &a)) return -1;
+                    if (g_t16(kc, &a)) return -1;
                     break;
                 }
                 const mat *L = &m[l * 7];
@@ -157,12 +164,12 @@ static double group_step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cuda
                 float *yo = y;
                 for (int i = 0; i < 3; i++) {
                     g.m[i] = t16_args(&L[i], x, yo, t);
-                    g.fn[i] = kiln_cuda_matmul_t16;
+                    g.fn[i] = g_t16;
                     yo += L[i].n * t;
                 }
                 if ((parts & 1) && kiln_cuda_matmul_group(kc, &g)) return -1;
                 kiln_matmul_args o = t16_args(&L[3], x, y2, t);
-                if ((parts & 2) && kiln_cuda_matmul_t16(kc, &o)) return -1;
+                if ((parts & 2) && g_t16(kc, &o)) return -1;
                 kiln_matmul_group_args f = {.n = 2,
                                             .glu_fn = kiln_cuda_glu,
                                             .act = KILN_GLU_SWIGLU,
@@ -170,11 +177,11 @@ static double group_step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cuda
                                             .glu_y_stride = L[4].n};
                 for (int i = 0; i < 2; i++) {
                     f.m[i] = t16_args(&L[4 + i], x, y + (int64_t)i * L[4].n * t, t);
-                    f.fn[i] = kiln_cuda_matmul_t16;
+                    f.fn[i] = g_t16;
                 }
                 if ((parts & 4) && kiln_cuda_matmul_group(kc, &f)) return -1;
                 kiln_matmul_args d = t16_args(&L[6], y2, y, t);
-                if ((parts & 8) && kiln_cuda_matmul_t16(kc, &d)) return -1;
+                if ((parts & 8) && g_t16(kc, &d)) return -1;
             }
             cudaGraph_t gr = NULL;
             CK(cudaStreamEndCapture(st, &gr));
@@ -202,7 +209,7 @@ static const char *dt_label(uint32_t dt, int kmix) {
 }
 
 int main(int argc, char **argv) {
-    int layers = 32, reps = 20, t16_only = 0;
+    int layers = 32, reps = 20, t16_only = 0, gemm_only = 0;
     const char *dts = "f16,q8_0,q4_0,q4_k_m";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--layers") && i + 1 < argc)
@@ -213,6 +220,8 @@ int main(int argc, char **argv) {
             dts = argv[++i];
         else if (!strcmp(argv[i], "--t16-only"))
             t16_only = 1;
+        else if (!strcmp(argv[i], "--gemm"))
+            gemm_only = 1;
         else {
             fprintf(stderr,
                     "usage: bench_cuda [--dtypes LIST] [--layers N] [--reps N] [--t16-only]\n");
@@ -354,6 +363,40 @@ int main(int argc, char **argv) {
         for (int i = 0; i < nm; i++) {
             m[i].w = base + off;
             off += m[i].row_bytes * (size_t)m[i].n;
+        }
+        /* --gemm: the engine's matmul calls of a step (groups + GLU, one graph) at 16-512
+         * tokens through the T16 GEMM (cuda.gemm_t16.matmul: version 2, version 1) and
+         * through the T16 gemv in passes of 8 (KILN_CUDA_OLD_GEMM=1); the prefill's path
+         * (cuBLAS on dequantized T16) at 512 */
+        if (gemm_only) {
+            if (dt == KILN_DTYPE_Q4_0 || dt == KILN_DTYPE_Q8_0) {
+                static const int64_t gt[5] = {16, 32, 64, 128, 512};
+                static const char *const gm[3] = {"gemv passes of 8", "GEMM v1 (default)",
+                                                  "GEMM v2"};
+                g_t16 = kiln_cuda_matmul_t16_gemm;
+                for (int ti = 0; ti < 5; ti++)
+                    for (int v = 2; v >= 0; v--) {
+                        kiln_cuda_gemm_t16_set(v > 0);
+                        kiln_cuda_gemm_t16_variant(v);
+                        const double ms = group_step_ms(&kc, st, e0, e1, m, layers, gt[ti], x, y,
+                                                        y + tmax * FF, reps, 1, 31);
+                        printf("%s t=%lld (T16 %s, engine's groups + glu, graph): %.3f ms per "
+                               "step, %.0f tok/s\n",
+                               tok, (long long)gt[ti], gm[v], ms, (double)gt[ti] / (ms * 1e-3));
+                        fflush(stdout);
+                    }
+                kiln_cuda_gemm_t16_variant(0);
+                kiln_cuda_gemm_t16_set(1);
+                g_t16 = kiln_cuda_matmul_t16;
+                const double v =
+                    step_ms(&kc, st, e0, e1, m, nm, kiln_cuda_matmul_cublas, 3, 512, x, y, 3);
+                printf("%s t=512 (cuBLAS on dequantized T16, each matmul alone): %.3f ms per "
+                       "step, %.0f tok/s\n",
+                       tok, v, 512 / (v * 1e-3));
+            }
+            CK(cudaFree(base));
+            free(m);
+            continue;
         }
         /* t = 1 with the default gemv, the tensor-core one and the tensor-core one without
          * shared-memory staging (A/B), then 4, 16, 64, 512 with the default */

@@ -346,8 +346,9 @@ typedef struct grp_case {
     bool glu;
 } grp_case;
 
-static void test_matmul_t16_group(void **state) {
-    (void)state;
+/* gemm: every member through the T16 GEMM's entry (kiln_cuda_matmul_t16_gemm: one split
+ * per chunk, a GEMM per member from 12 tokens; the gemv's group launch below) */
+static void t16_group_sweep(bool gemm) {
     static const grp_case cs[] = {
         {3, {KILN_DTYPE_Q4_0, KILN_DTYPE_Q4_0, KILN_DTYPE_Q4_0}, {300, 37, 37}, 512, false},
         {3, {KILN_DTYPE_Q4_K, KILN_DTYPE_Q4_K, KILN_DTYPE_Q6_K}, {257, 64, 33}, 768, false},
@@ -360,12 +361,11 @@ static void test_matmul_t16_group(void **state) {
         {3, {KILN_DTYPE_Q6_K, KILN_DTYPE_Q4_K, KILN_DTYPE_Q6_K}, {17, 1030, 2}, 4096, false},
         {2, {KILN_DTYPE_Q4_K, KILN_DTYPE_Q4_K}, {96, 96}, 2816, true},
     };
-    static const int64_t ts[] = {1, 3, 8, 9, 17};
-    const kt_rng saved = rng;
+    static const int64_t ts[] = {1, 3, 8, 9, 17}, tg[] = {1, 12, 17, 40, 100};
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
         for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
             const grp_case *c = &cs[ci];
-            const int64_t t = ts[ti], k = c->k, xs = k + 4;
+            const int64_t t = gemm ? tg[ti] : ts[ti], k = c->k, xs = k + 4;
             float *x = malloc(sizeof(float) * (size_t)(t * xs));
             kt_fill_normal(&rng, x, (size_t)(t * xs), ti % 2 ? 3e4f : 1.0f);
             float *xd = dup_dev(x, sizeof(float) * (size_t)(t * xs));
@@ -393,7 +393,7 @@ static void test_matmul_t16_group(void **state) {
                                             .y = poisoned(ybytes[i]),
                                             .y_stride = ys,
                                             .t = t};
-                g.fn[i] = kiln_cuda_matmul_t16;
+                g.fn[i] = gemm ? kiln_cuda_matmul_t16_gemm : kiln_cuda_matmul_t16;
                 free(w), free(r);
             }
             float *glu_d = NULL;
@@ -420,10 +420,10 @@ static void test_matmul_t16_group(void **state) {
                 for (int64_t r = 0; r < t; r++)
                     if (memcmp(ygrp[i] + r * ys, yref[i] + r * ys,
                                sizeof(float) * (size_t)c->n[i]) != 0)
-                        fail_msg("t16 group case %zu t=%lld member %d (%s n=%lld) row %lld differs "
-                                 "from the member alone",
-                                 ci, (long long)t, i, kiln_dtype_get(c->dt[i])->name,
-                                 (long long)c->n[i], (long long)r);
+                        fail_msg("t16 %sgroup case %zu t=%lld member %d (%s n=%lld) row %lld "
+                                 "differs from the member alone",
+                                 gemm ? "GEMM " : "", ci, (long long)t, i,
+                                 kiln_dtype_get(c->dt[i])->name, (long long)c->n[i], (long long)r);
             }
             if (c->glu) { /* the GLU ran on the group's outputs: every element written */
                 float *gy = malloc(sizeof(float) * (size_t)(t * c->n[0]));
@@ -441,6 +441,121 @@ static void test_matmul_t16_group(void **state) {
             cudaFree(xd);
             free(x);
         }
+}
+
+static void test_matmul_t16_group(void **state) {
+    (void)state;
+    const kt_rng saved = rng;
+    t16_group_sweep(false);
+    rng = saved;
+}
+
+/* One T16 GEMM case (gemm_t16.cu): vs ref (2e-5, as every f32-arithmetic path), output
+ * poisoned, then bitwise vs the T16 gemv in passes of 8 (the GEMM's numerics are the
+ * gemv's, so the two together are batch invariant). scratch: the scratch the GEMM gets
+ * (0: the test's 64 MiB; less: several chunks of tokens). */
+static void g16_case(uint32_t dt, int64_t n, int64_t k, int64_t t, bool bias, size_t scratch) {
+    const kiln_dtype_info *info = kiln_dtype_get(dt);
+    const size_t rb = (size_t)(k / info->block_size) * info->block_bytes;
+    const size_t tb = (size_t)((n + 15) / 16) * 16 * rb;
+    const int64_t xs = k + 4, ys = n + 3;
+    const size_t yb = sizeof(float) * (size_t)(t * ys);
+    uint8_t *w = malloc((size_t)n * rb), *r = malloc(tb);
+    float *x = malloc(sizeof(float) * (size_t)(t * xs)), *y = malloc(yb), *yr = malloc(yb),
+          *yg = malloc(yb), *b = malloc(sizeof(float) * (size_t)n);
+    assert_true(w && r && x && y && yr && yg && b);
+    kt_fill_weights(&rng, dt, w, n, k, rb);
+    kt_fill_normal(&rng, x, (size_t)(t * xs), x_sigma);
+    kt_fill_normal(&rng, b, (size_t)n, 0.5f);
+    kiln_matmul_args a = {.w = w,
+                          .w_dtype = dt,
+                          .w_row_bytes = rb,
+                          .n = n,
+                          .k = k,
+                          .x = x,
+                          .x_stride = xs,
+                          .y = yr,
+                          .y_stride = ys,
+                          .t = t,
+                          .bias = bias ? b : NULL};
+    assert_int_equal(kiln_ref_matmul(NULL, &a), KILN_OK);
+    assert_int_equal(kiln_cuda_t16_repack(dt, w, rb, n, k, r, NULL), KILN_OK);
+    a.w = dup_dev(r, tb);
+    a.w_layout = KILN_WLAYOUT_CUDA_T16;
+    a.x = dup_dev(x, sizeof(float) * (size_t)(t * xs));
+    a.y = poisoned(yb);
+    a.bias = bias ? dup_dev(b, sizeof(float) * (size_t)n) : NULL;
+    kiln_kctx kg = kc;
+    if (scratch) kg.scratch_size = scratch;
+    kiln_cuda_gemm_t16_set(1);
+    kiln_status st = kiln_cuda_matmul_t16_gemm(&kg, &a);
+    char what[160];
+    snprintf(what, sizeof what, "gemm_t16 %s n=%lld k=%lld t=%lld%s scratch %zu", info->name,
+             (long long)n, (long long)k, (long long)t, bias ? " bias" : "", scratch);
+    if (st) fail_msg("%s: status %d", what, (int)st);
+    get(y, a.y, yb);
+    CHECK_ERR(what, relerr(y, yr, t, n, ys, ys), 2e-5);
+    CK(cudaMemset(a.y, 0xFF, yb));
+    assert_int_equal(kiln_cuda_matmul_t16(&kc, &a), KILN_OK);
+    get(yg, a.y, yb);
+    for (int64_t j = 0; j < t; j++)
+        if (memcmp(y + j * ys, yg + j * ys, sizeof(float) * (size_t)n) != 0)
+            fail_msg("%s: token %lld differs from the T16 gemv's", what, (long long)j);
+    cudaFree((void *)a.w), cudaFree((void *)a.x), cudaFree(a.y), cudaFree((void *)a.bias);
+    free(w), free(r), free(x), free(y), free(yr), free(yg), free(b);
+}
+
+/* The T16 GEMM (cuda.gemm_t16.matmul): q4_0 / q8_0, ragged n (a padded last tile, an odd
+ * tile count: half a CTA), ragged t (partial token tiles, 16- and 32-token CTAs, t below
+ * 12: the gemv), k from one superchunk to 14336 (every warp count of the gemv's split),
+ * bias, activations far outside the f16 range, chunks of tokens (a small scratch), each
+ * vs ref and bitwise vs the T16 gemv; every warp-count override; then the matmul group
+ * through the GEMM entry vs its members alone. */
+static void test_matmul_gemm_t16(void **state) {
+    (void)state;
+    static const mm_case cs[] = {
+        {1, 128, 12},   {37, 256, 13},     {300, 512, 16},   {129, 768, 17},
+        {64, 1280, 31}, {33, 128, 33},     {257, 512, 64},   {1000, 1024, 65},
+        {71, 512, 100}, {96, 2816, 24},    {5, 4096, 40},    {17, 14336, 20},
+        {16, 384, 11},  {1030, 4096, 128}, {250, 1664, 257}, {48, 384, 600}};
+    static const uint32_t dts[] = {KILN_DTYPE_Q4_0, KILN_DTYPE_Q8_0};
+    const kt_rng saved = rng; /* a data stream of its own: the other tests' draws stay */
+    const size_t ncs = sizeof cs / sizeof cs[0];
+    /* version 1 (warps split k: the default), 2 (warps split rows, 4 or 8 warps by grid
+     * size) */
+    for (int v = 1; v <= 2; v++) {
+        kiln_cuda_gemm_t16_variant(v);
+        for (size_t d = 0; d < 2; d++)
+            for (size_t i = 0; i < ncs; i++)
+                g16_case(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, 0);
+        static const float sig[] = {3e4f, 1e-6f};
+        for (size_t si = 0; si < 2; si++) {
+            x_sigma = sig[si];
+            for (size_t d = 0; d < 2; d++)
+                for (size_t i = si; i < ncs; i += 3)
+                    g16_case(dts[d], cs[i].n, cs[i].k, cs[i].t, true, 0);
+        }
+        x_sigma = 1.0f;
+        static const int sws[] = {4, 8, 16, 32};
+        for (int a = 0; a < 4; a++) {
+            kiln_cuda_t16_config(sws[a], 0);
+            for (size_t d = 0; d < 2; d++)
+                for (size_t i = a % 2; i < ncs; i += 4)
+                    g16_case(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, 0);
+        }
+        kiln_cuda_t16_config(0, 0);
+    }
+    /* version 2 with 8-warp CTAs: rows and tokens enough for two waves of them */
+    kiln_cuda_gemm_t16_variant(2);
+    for (size_t d = 0; d < 2; d++) g16_case(dts[d], 14336 + 40, 256, 260, d == 1, 0);
+    kiln_cuda_gemm_t16_variant(0);
+    /* chunks: room for 24 / 16 / 8 tokens of split activations (k = 512: 2112 bytes a
+     * token) */
+    static const size_t sc[] = {24 * 2112 + 100, 16 * 2112, 8 * 2112 + 4};
+    for (size_t d = 0; d < 2; d++)
+        for (size_t i = 0; i < 3; i++)
+            g16_case(dts[d], 300, 512, 100 - (int64_t)i * 30, i == 1, sc[i]);
+    t16_group_sweep(true);
     rng = saved;
 }
 
@@ -1059,6 +1174,11 @@ static void test_attention(void **state) {
         {2, 2, 2, 32, {16, 31}, {16, 31}, 0, 30.0f, KILN_DTYPE_F32},
         {2, 12, 4, 256, {1200, 90}, {2, 90}, 512, 0, KILN_DTYPE_F16},
         {1, 8, 1, 160, {77}, {77}, 0, 0, KILN_DTYPE_F32},
+        /* enough (KV head, token) pairs for the GQA kernel (attn_gqa_kernel): the 8B's
+         * prefill shape, 8 heads per KV head with softcap, 2 with a window */
+        {1, 32, 8, 128, {512}, {512}, 0, 0, KILN_DTYPE_F16},
+        {3, 16, 2, 64, {300, 5, 200}, {150, 5, 200}, 0, 30.0f, KILN_DTYPE_F32},
+        {2, 8, 4, 128, {100, 90}, {70, 66}, 40, 0, KILN_DTYPE_F16},
     };
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
         const attn_case *c = &cs[ci];
@@ -1099,6 +1219,14 @@ static void test_attention(void **state) {
         snprintf(what, sizeof what, "attention case %zu (gqa %d, hd %d, window %d)", ci,
                  c->n_head / c->n_kv_head, c->head_dim, c->window);
         CHECK_ERR(what, relerr(oo, o, t, qd, qd, qd), 2e-5);
+        /* the per-head kernel (KILN_CUDA_OLD_ATTN=1) on the same call: the same bits */
+        CK(cudaMemset(a.out, 0xFF, sizeof(float) * (size_t)(t * qd)));
+        kiln_cuda_attention_gqa(0);
+        assert_int_equal(kiln_cuda_attention(&kc, &a), KILN_OK);
+        kiln_cuda_attention_gqa(1);
+        get(o, a.out, sizeof(float) * (size_t)(t * qd));
+        if (memcmp(o, oo, sizeof(float) * (size_t)(t * qd)) != 0)
+            fail_msg("%s: the per-head kernel's output differs from the default's", what);
         cudaFree((void *)a.q), cudaFree(a.out), cudaFree((void *)a.tok_seq),
             cudaFree((void *)a.tok_pos);
         free(q), free(o), free(oo), free(tok_seq), free(tok_pos);
@@ -1127,8 +1255,11 @@ int main(void) {
         cmocka_unit_test(test_rope),          cmocka_unit_test(test_glu_add),
         cmocka_unit_test(test_embed),         cmocka_unit_test(test_kv_write_rope_kv),
         cmocka_unit_test(test_attention),     cmocka_unit_test(test_matmul_t16_group),
-        cmocka_unit_test(test_rope_kv_fused),
+        cmocka_unit_test(test_rope_kv_fused), cmocka_unit_test(test_matmul_gemm_t16),
     };
+    /* KILN_TEST_FILTER=pattern: only the tests whose names match (cmocka's wildcards) */
+    const char *filter = getenv("KILN_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
     int r = cmocka_run_group_tests(tests, NULL, NULL);
     cudaFree(kc.scratch);
     return r;

@@ -9,11 +9,13 @@
  * head_dim / 32 elements per lane); the warps' partial states are merged in shared
  * memory at the end. Every (token, head) is computed alone, in a fixed order:
  * deterministic and batch invariant. Long decode contexts get ATT_WARPS-way parallelism
- * per head (split-K across blocks is the next step, docs/CUDA.md).
+ * per head (split-K across blocks is the next step, docs/CUDA.md). attn_gqa_kernel (session
+ * 10): the same arithmetic, the query heads of a KV head in one block (K / V loaded once).
  */
 #include "kernels/cuda/common.cuh"
 
 #include <math.h>
+#include <stdlib.h>
 
 #define ATT_WARPS 8
 
@@ -134,6 +136,133 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
 }
 
+/* The query heads of one KV head together (session 10): one block per (KV head, token)
+ * computes its G query heads, each warp loading a position's K and V rows once for the G
+ * heads (attn_kernel loads them once per query head: G times the L2 traffic; 8B prefill,
+ * 512 tokens: 465 us per layer, session 10 run 1). Every head's arithmetic is attn_kernel's,
+ * operation for operation (the same positions per warp in the same order, the same online
+ * softmax, the same merge), so the same bits: deterministic and batch invariant as before.
+ * Used when the blocks fill the GPU (att_gqa_ok); KILN_CUDA_OLD_ATTN=1: never. */
+template <int E, bool F16, int G>
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    attn_gqa_kernel(kiln_kv_layer kv, const float *__restrict__ q, int64_t qs, float *out,
+                    int64_t os, int n_head, const int32_t *__restrict__ tok_seq,
+                    const int32_t *__restrict__ tok_pos, kiln_kv_blocks bl, float scale,
+                    float softcap, int window) {
+    kc_pdl_trigger();
+    constexpr int HD = 32 * E;
+    const int kvh = blockIdx.x, h0 = kvh * G;
+    const int64_t t = blockIdx.y;
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const int32_t pos = tok_pos[t], row = tok_seq[t];
+    if (row < 0 || row >= bl.n_seqs || pos < 0 || pos >= bl.seq_len[row] ||
+        pos / KILN_KV_BLOCK >= bl.stride) { /* validated by the engine */
+        if (wi == 0)
+#pragma unroll
+            for (int g = 0; g < G; g++)
+#pragma unroll
+                for (int e = 0; e < E; e++)
+                    out[t * os + (int64_t)(h0 + g) * HD + lane * E + e] = 0.0f;
+        return;
+    }
+    const int32_t *table = bl.table + (int64_t)row * bl.stride;
+    const int32_t p0 = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+    const size_t elt = F16 ? 2 : 4;
+    const size_t head_off = ((size_t)kvh * HD + (size_t)lane * E) * elt;
+    const size_t slot_bytes = (size_t)kv.n_kv_head * HD * elt;
+    float qv[G][E], acc[G][E], m[G], l[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const float *qp = q + t * qs + (int64_t)(h0 + g) * HD + lane * E;
+#pragma unroll
+        for (int e = 0; e < E; e++) qv[g][e] = qp[e], acc[g][e] = 0.0f;
+        m[g] = -INFINITY, l[g] = 0.0f;
+    }
+    for (int32_t p = p0 + wi; p <= pos; p += ATT_WARPS) {
+        const int32_t b = table[p / KILN_KV_BLOCK];
+        const size_t off =
+            (size_t)b * kv.block_bytes + (size_t)(p % KILN_KV_BLOCK) * slot_bytes + head_off;
+        float kr[E], vr[E];
+        load_row<E, F16>((const uint8_t *)kv.k + off, kr);
+        load_row<E, F16>((const uint8_t *)kv.v + off, vr);
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int e = 0; e < E; e++) d = fmaf(qv[g][e], kr[e], d);
+#pragma unroll
+            for (int x = 16; x > 0; x >>= 1) d += __shfl_xor_sync(0xffffffffu, d, x);
+            float sc = d * scale;
+            if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
+            const float mn = fmaxf(m[g], sc);
+            const float corr = expf(m[g] - mn), pe = expf(sc - mn);
+            l[g] = l[g] * corr + pe;
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[g][e] = fmaf(acc[g][e], corr, pe * vr[e]);
+            m[g] = mn;
+        }
+    }
+    __shared__ float sm[G][ATT_WARPS], sl[G][ATT_WARPS];
+    __shared__ float sacc[G][ATT_WARPS][HD];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        if (lane == 0) sm[g][wi] = m[g], sl[g][wi] = l[g];
+#pragma unroll
+        for (int e = 0; e < E; e++) sacc[g][wi][lane * E + e] = acc[g][e];
+    }
+    __syncthreads();
+    if (wi < G) { /* warp g merges head g (attn_kernel's warp 0 for its head) */
+        const int g = wi;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm[g][w]);
+        float L = 0.0f, r[E];
+#pragma unroll
+        for (int e = 0; e < E; e++) r[e] = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; w++) {
+            const float f = sl[g][w] > 0.0f ? expf(sm[g][w] - M) : 0.0f;
+            L += sl[g][w] * f;
+#pragma unroll
+            for (int e = 0; e < E; e++) r[e] = fmaf(sacc[g][w][lane * E + e], f, r[e]);
+        }
+        const float inv = 1.0f / L;
+        float *o = out + t * os + (int64_t)(h0 + g) * HD + lane * E;
+#pragma unroll
+        for (int e = 0; e < E; e++) o[e] = r[e] * inv;
+    }
+}
+
+/* The GQA kernel for this call: head_dim 64 or 128, 2 / 4 / 8 query heads per KV head,
+ * and (KV heads x tokens) blocks enough to fill the GPU twice (fewer: attn_kernel's G times
+ * as many blocks are faster, e.g. one decode sequence). 0: attn_kernel. */
+static int kc_old_attn = -1;
+extern "C" void kiln_cuda_attention_gqa(int on) {
+    kc_old_attn = on ? 0 : 1;
+}
+static int att_gqa_group(const kiln_attention_args *a) {
+    if (kc_old_attn < 0) {
+        const char *e = getenv("KILN_CUDA_OLD_ATTN");
+        kc_old_attn = e && e[0] == '1' ? 1 : 0;
+    }
+    const int hd = a->kv.head_dim, g = a->n_head / a->kv.n_kv_head;
+    if (kc_old_attn || (hd != 64 && hd != 128) || (g != 2 && g != 4 && g != 8)) return 0;
+    return (int64_t)a->kv.n_kv_head * a->t >= 264 ? g : 0;
+}
+
+#define ATT_GQA(EE, GG)                                                                            \
+    do {                                                                                           \
+        dim3 gg((unsigned)a->kv.n_kv_head, (unsigned)a->t);                                        \
+        if (f16)                                                                                   \
+            attn_gqa_kernel<EE, true, GG><<<gg, ATT_WARPS * 32, 0, s>>>(                           \
+                a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->tok_seq,            \
+                a->tok_pos, a->blocks, a->scale, a->softcap, a->window);                           \
+        else                                                                                       \
+            attn_gqa_kernel<EE, false, GG><<<gg, ATT_WARPS * 32, 0, s>>>(                          \
+                a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->tok_seq,            \
+                a->tok_pos, a->blocks, a->scale, a->softcap, a->window);                           \
+    } while (0)
+
 #define ATT_CASE(EE)                                                                               \
     case EE:                                                                                       \
         if (f16)                                                                                   \
@@ -157,6 +286,25 @@ extern "C" kiln_status kiln_cuda_attention(const kiln_kctx *c, const kiln_attent
     if (((uintptr_t)a->q & 15) || (a->q_stride & 3)) return KILN_ERR_INVALID_ARG;
     dim3 grid((unsigned)a->n_head, (unsigned)a->t);
     cudaStream_t s = KC_STREAM(c);
+    const int gq = att_gqa_group(a);
+    if (gq) {
+        if (hd == 64) {
+            if (gq == 2)
+                ATT_GQA(2, 2);
+            else if (gq == 4)
+                ATT_GQA(2, 4);
+            else
+                ATT_GQA(2, 8);
+        } else {
+            if (gq == 2)
+                ATT_GQA(4, 2);
+            else if (gq == 4)
+                ATT_GQA(4, 4);
+            else
+                ATT_GQA(4, 8);
+        }
+        return kc_launched();
+    }
     switch (hd / 32) {
         ATT_CASE(1);
         ATT_CASE(2);

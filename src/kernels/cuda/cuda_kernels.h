@@ -82,6 +82,29 @@ int kiln_cuda_decode_pdl(void);
 /* Benchmarks: q4_K's T16 gemv at 2 CTAs of 16 warps per SM (64 registers, the default) or 1
  * (128; KILN_T16K_MB=1). */
 void kiln_cuda_t16k_occupancy(int mb);
+/* The T16 gemv's warps per CTA for (dtype, k) (its summation order; kiln_cuda_t16_config's
+ * override included). */
+int kiln_cuda_t16_warps(uint32_t dtype, int64_t k);
+
+/* gemm_t16.cu: the tensor-core GEMM on T16 q4_0 / q8_0 weights (batched decode; prefill
+ * under the deterministic policy): the weights read once per 16-32 tokens, bit for bit the
+ * T16 gemv's values for every token (batch invariant with it); below 12 tokens, and for
+ * what it does not take (q4_K, q6_K, plain rows), it runs the T16 gemv. Workspace: the
+ * split activations of up to 512 tokens (kiln_cuda_gemm_t16_workspace, at least the
+ * gemv's). */
+kiln_status kiln_cuda_matmul_t16_gemm(const kiln_kctx *c, const kiln_matmul_args *a);
+size_t kiln_cuda_gemm_t16_workspace(const struct kiln_sel_ctx *ctx);
+/* A matmul group's members that all run the GEMM entry: one split of x, a GEMM each (below
+ * 12 tokens: kiln_cuda_matmul_t16_group). KILN_ERR_UNSUPPORTED: run them one by one. */
+kiln_status kiln_cuda_matmul_t16_gemm_group(const kiln_kctx *c, const kiln_matmul_args *m, int nm);
+/* The GEMM on (default) or off (KILN_CUDA_OLD_GEMM=1: the T16 gemv in passes of 8 at every
+ * token count, the A/B switch). Process-wide. */
+void kiln_cuda_gemm_t16_set(int on);
+/* Which GEMM: 1 (a CTA's warps split k, as the gemv: the default) or 2 (warps split rows,
+ * the split activations staged once per CTA: slower, kept for A/B runs); 0: KILN_G16_V=2
+ * or the default. Same values. Process-wide. */
+void kiln_cuda_gemm_t16_variant(int v);
+
 /* T16 weights (n x k) -> f16 hi halves at out[0, n k), 2^11-scaled lo at out[n k, 2 n k)
  * (the cuBLAS path's split-f16 weights), on the stream. */
 kiln_status kiln_cuda_t16_dequant_f16(void *stream, const void *w, uint32_t dtype, int64_t n,
@@ -107,6 +130,10 @@ kiln_status kiln_cuda_add(const kiln_kctx *c, const kiln_add_args *a);
 /* attention.cu: paged attention (block tables read in the kernel). head_dim a multiple
  * of 32 up to 256. */
 kiln_status kiln_cuda_attention(const kiln_kctx *c, const kiln_attention_args *a);
+/* The query heads of a KV head in one block (attn_gqa_kernel, same bits; head_dim 64 / 128,
+ * 2 / 4 / 8 heads per KV head, when KV heads x tokens >= 264) on (default) or off
+ * (KILN_CUDA_OLD_ATTN=1). Process-wide. */
+void kiln_cuda_attention_gqa(int on);
 
 /* sample.cu: the sampling chain (kernel.h, kiln_sample_args), one block per row; rows with
  * k + 2 n_ov > KILN_SAMPLE_MAX_CAND get id -2 (callers check before the launch). */

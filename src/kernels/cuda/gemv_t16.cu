@@ -476,6 +476,14 @@ static void t16_split(uint32_t dt, bool fs, int64_t k, int *sw, int *u) {
     if (kc_t16_sw) *sw = kc_t16_sw;
 }
 
+/* The warps per CTA (the summation order) of the T16 gemv for (dtype, k): the GEMM
+ * (gemm_t16.cu) splits k the same way to give the same bits. */
+extern "C" int kiln_cuda_t16_warps(uint32_t dtype, int64_t k) {
+    int sw, u;
+    t16_split(dtype, false, k, &sw, &u);
+    return sw;
+}
+
 /* The fused split for passes of one token (FS above); KILN_CUDA_OLD_DECODE=1 or
  * kiln_cuda_decode_fusion(0) turn it off (a prep launch per matmul, as before: the A/B of
  * docs/PERF_GPU.md session 9). Both ways compute the same values. */

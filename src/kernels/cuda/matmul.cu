@@ -743,9 +743,18 @@ extern "C" kiln_status kiln_cuda_matmul_argmax(const kiln_kctx *c,
 
 extern "C" kiln_status kiln_cuda_matmul_group(const kiln_kctx *c, const kiln_matmul_group_args *a) {
     if (a->n < 1 || a->n > KILN_MATMUL_GROUP_MAX) return KILN_ERR_INVALID_ARG;
-    bool all_t16 = true;
-    for (int i = 0; i < a->n; i++) all_t16 &= a->fn[i] == kiln_cuda_matmul_t16;
-    kiln_status gs = all_t16 ? kiln_cuda_matmul_t16_group(c, a->m, a->n) : KILN_ERR_UNSUPPORTED;
+    /* every member on the T16 GEMM's entry: its group entry; T16 gemv and GEMM members
+     * mixed (e.g. a q6_K v beside q4_0 q / k): the gemv's group launch for all of them
+     * (the GEMM's values are the gemv's) */
+    bool all_t16 = true, all_g16 = true;
+    for (int i = 0; i < a->n; i++) {
+        const bool g16 = a->fn[i] == kiln_cuda_matmul_t16_gemm;
+        all_t16 &= g16 || a->fn[i] == kiln_cuda_matmul_t16;
+        all_g16 &= g16;
+    }
+    kiln_status gs = all_g16   ? kiln_cuda_matmul_t16_gemm_group(c, a->m, a->n)
+                     : all_t16 ? kiln_cuda_matmul_t16_group(c, a->m, a->n)
+                               : KILN_ERR_UNSUPPORTED;
     if (gs != KILN_ERR_UNSUPPORTED) {
         if (gs) return gs;
     } else

@@ -22,6 +22,12 @@
  * binding loads the weight in it: cuda.gemv_t16.matmul (86, up to 64 tokens),
  * cuda.cublas_t16.matmul (71, the cuBLAS path dequantizing T16), cuda.gemv_t16_any.matmul
  * (31, batch invariant at every size). Other shapes keep the plain rows and kernels.
+ * Session 10: cuda.gemm_t16.matmul (87, q4_0 / q8_0, up to 64 tokens) sits above them
+ * all: the T16 GEMM from 12 tokens (gemm_t16.cu), the T16 gemv below, the same bits either
+ * way; above 64 tokens cuBLAS on dequantized T16 stays faster (8B matmuls at 512 tokens:
+ * 76 vs 118 ms, session 10 run 2), so cuda.gemm_t16_any.matmul (32, every t, above
+ * gemv_t16_any) serves only the batch-invariant policies there.
+ * KILN_AVOID=cuda.gemm_t16.matmul,cuda.gemm_t16_any.matmul gives the previous selection.
  */
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/registry.h"
@@ -120,6 +126,22 @@ static const kiln_kernel_spec cuda_specs[] = {
      .fn.matmul = kiln_cuda_matmul_t16,
      .summary = "q8_0/q4_0/q4_K/q6_K in the T16 layout: mma fragments loaded 16 bytes a lane "
                 "from global memory, split-f16 x; passes of 8 tokens"},
+    {.id = "cuda.gemm_t16.matmul",
+     .op = KILN_KOP_MATMUL,
+     CUDA_SPEC,
+     .w_dtypes = KILN_DT(KILN_DTYPE_Q8_0) | KILN_DT(KILN_DTYPE_Q4_0),
+     .act_dtypes = F32,
+     .k_multiple = 128,
+     .max_tokens = 64,
+     .features = KILN_KFEAT_BIAS,
+     .props = ALL_PROPS,
+     .workspace = kiln_cuda_gemm_t16_workspace,
+     .priority = 87,
+     .w_layout = KILN_WLAYOUT_CUDA_T16,
+     .fn.matmul = kiln_cuda_matmul_t16_gemm,
+     .summary = "q8_0/q4_0 in the T16 layout, 12-64 tokens: tensor-core GEMM reading the "
+                "weights once per 16-32 tokens (the T16 gemv below 12), bitwise the gemv's "
+                "values"},
     {.id = "cuda.cublas_t16.matmul",
      .op = KILN_KOP_MATMUL,
      CUDA_SPEC,
@@ -134,6 +156,20 @@ static const kiln_kernel_spec cuda_specs[] = {
      .w_layout = KILN_WLAYOUT_CUDA_T16,
      .fn.matmul = kiln_cuda_matmul_cublas,
      .summary = "cuda.cublas.matmul on T16 weights (dequantized from the T16 layout)"},
+    {.id = "cuda.gemm_t16_any.matmul",
+     .op = KILN_KOP_MATMUL,
+     CUDA_SPEC,
+     .w_dtypes = KILN_DT(KILN_DTYPE_Q8_0) | KILN_DT(KILN_DTYPE_Q4_0),
+     .act_dtypes = F32,
+     .k_multiple = 128,
+     .features = KILN_KFEAT_BIAS,
+     .props = ALL_PROPS,
+     .workspace = kiln_cuda_gemm_t16_workspace,
+     .priority = 32,
+     .w_layout = KILN_WLAYOUT_CUDA_T16,
+     .fn.matmul = kiln_cuda_matmul_t16_gemm,
+     .summary = "the T16 GEMM at every t (batch invariant: the deterministic policy's choice "
+                "above 64 tokens, where cuBLAS is faster but not invariant)"},
     {.id = "cuda.gemv_t16_any.matmul",
      .op = KILN_KOP_MATMUL,
      CUDA_SPEC,
