@@ -45,6 +45,13 @@
 #             teacher forcing vs cpu, Gemma's 12 greedy prompts): kiln bench --backend cuda
 #             -p 512 -n 128 (and llama-bench -ngl 99 -fa 1 when in $LLAMA_BIN), and a greedy
 #             `kiln run --chat` on SmolLM2 with cuda and cpu, texts compared
+#   sample    test_cuda_sample (cuda.sample vs ref.sample and the CPU chain; generation with
+#             device sampling == host sampling) and bench_cuda_sample (the chain per step)
+#   sanitize  compute-sanitizer memcheck and racecheck on test_cuda_kernels, memcheck on
+#             test_cuda_sample
+#   (side8b and real also run `kiln bench` once more per assignment in $SIDE_AB, e.g.
+#   SIDE_AB="KILN_ADD_NORM=0 KILN_CUDA_OLD_GEMM=1": same-call A/B of a switch; batched
+#   likewise with $BATCHED_AB)
 #   verify    test_cuda_kernels, and test_cuda_e2e on tiny models of every family x type
 #             (every model through the upload lane, cuda vs ref teacher-forced)
 #   profile   ncu on the single-token gemv of one layer ($PROFILE_TYPES, default q4_0 q8_0):
@@ -85,6 +92,8 @@ for s in "$@"; do
     fault) TG="$TG test_cuda_fault" ;;
     verify) TG="$TG test_cuda_kernels test_cuda_e2e" ;;
     real) TG="$TG" ;;
+    sample) TG="$TG test_cuda_sample bench_cuda_sample" ;;
+    sanitize) TG="$TG test_cuda_kernels test_cuda_sample" ;;
     profile) TG="$TG bench_cuda" ;;
     load) TG="$TG bench_load test_load" ;;
     upload|transform) TG="$TG bench_load" ;;
@@ -122,6 +131,9 @@ for s in "$@"; do
       for t in ${KILN_8B_TYPES:-q4_0 q8_0 f16}; do
         f=$(gen llama3-8b $t)
         step "kiln-8b-$t" 300 kiln bench -m "$f" --backend cuda -p 512 -n 128 -r 3
+        for ab in ${SIDE_AB:-}; do
+          step "kiln-8b-$t-${ab%%=*}" 300 env "$ab" kiln bench -m "$f" --backend cuda -p 512 -n 128 -r 3
+        done
         llama llama-bench && step "llama-8b-$t" 300 "$LB/llama-bench" -m "$f" -ngl 99 -fa 1 \
           -p 512 -n 128 -r 3
       done ;;
@@ -129,6 +141,10 @@ for s in "$@"; do
       f=$(gen llama3-8b q4_0)
       step kiln-batched 400 bench_sched -m "$f" -b cuda --mode decode --npl 1,4,16,64 --pp 128 \
         --tg 128
+      for ab in ${BATCHED_AB:-}; do
+        step "kiln-batched-${ab%%=*}" 400 env "$ab" bench_sched -m "$f" -b cuda --mode decode \
+          --npl 1,4,16,64 --pp 128 --tg 128
+      done
       llama llama-batched-bench && step llama-batched 400 "$LB/llama-batched-bench" -m "$f" \
         -ngl 99 -fa 1 -c 33792 -b 2048 -ub 512 -npp 128 -ntg 128 -npl 1,4,16,64 ;;
     tp)
@@ -168,6 +184,9 @@ for s in "$@"; do
         [ -f "$f" ] || { echo "real: $f absent (scripts/carry-pieces.sh)" | tee -a "$LOG/real.log"; continue; }
         n=$(basename "$f" .gguf)
         step "kiln-$n" 300 kiln bench -m "$f" --backend cuda -p 512 -n 128 -r 5
+        for ab in ${SIDE_AB:-}; do
+          step "kiln-$n-${ab%%=*}" 300 env "$ab" kiln bench -m "$f" --backend cuda -p 512 -n 128 -r 5
+        done
         llama llama-bench && step "llama-$n" 300 "$LB/llama-bench" -m "$f" -ngl 99 -fa 1 \
           -p 512 -n 128 -r 5
       done
@@ -181,6 +200,16 @@ for s in "$@"; do
         cat "$LOG/chat-cuda.txt"
         step sampled-cuda 120 kiln run -m "$f" --backend cuda --chat -n 64 -s 7 \
           -p 'Name three uses of fired clay.'
+      fi ;;
+    sample)
+      step test_cuda_sample 240 test_cuda_sample
+      step bench_cuda_sample 120 bench_cuda_sample 128256 262144 ;;
+    sanitize)
+      CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+      if [ -z "$CS" ]; then echo "sanitize: no compute-sanitizer" | tee "$LOG/sanitize.log"; else
+        step memcheck-kernels 420 "$CS" --tool memcheck --error-exitcode 1 test_cuda_kernels
+        step racecheck-kernels 420 "$CS" --tool racecheck --error-exitcode 1 test_cuda_kernels
+        step memcheck-sample 300 "$CS" --tool memcheck --error-exitcode 1 test_cuda_sample
       fi ;;
     fault)
       step test_cuda_fault 240 env KILN_BINARY_DIR=$PWD/$B test_cuda_fault ;;
