@@ -202,14 +202,15 @@ for s in "$@"; do
           -p 'Name three uses of fired clay.'
       fi ;;
     sample)
-      step test_cuda_sample 240 test_cuda_sample
+      step test_cuda_sample 240 env KILN_BINARY_DIR=$PWD/$B test_cuda_sample
       step bench_cuda_sample 120 bench_cuda_sample 128256 262144 ;;
     sanitize)
       CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
       if [ -z "$CS" ]; then echo "sanitize: no compute-sanitizer" | tee "$LOG/sanitize.log"; else
         step memcheck-kernels 420 "$CS" --tool memcheck --error-exitcode 1 test_cuda_kernels
         step racecheck-kernels 420 "$CS" --tool racecheck --error-exitcode 1 test_cuda_kernels
-        step memcheck-sample 300 "$CS" --tool memcheck --error-exitcode 1 test_cuda_sample
+        step memcheck-sample 300 env KILN_BINARY_DIR=$PWD/$B "$CS" --tool memcheck \
+          --error-exitcode 1 test_cuda_sample
       fi ;;
     fault)
       step test_cuda_fault 240 env KILN_BINARY_DIR=$PWD/$B test_cuda_fault ;;

@@ -378,6 +378,9 @@ static void gen_run(kiln_model *m, const char *backend, bool host, uint64_t seed
 static void test_generate_e2e(void **state) {
     (void)state;
     char vocab[1024], model[1024], cmd[4096];
+    if (!getenv("KILN_BINARY_DIR"))
+        fail_msg("KILN_BINARY_DIR is not set: run this test through ctest, or set it to the build "
+                 "directory holding kiln-gen");
     snprintf(vocab, sizeof vocab, "%s/testdata/tokenizer/ggml-vocab-llama-spm.gguf",
              kt_shared_dir());
     snprintf(model, sizeof model, "%s", kt_write_temp("", 0, ".gguf"));
