@@ -8,7 +8,7 @@
 #             merged long-run corpus)
 #   tests/fuzz/corpus/fuzz_template/{qwen3,llama31}.jinja (fuzz_chat_json's templates)
 #   testdata/tokenizer/ggml-vocab-{llama-spm,gpt-2}.gguf (fuzz_tokenizer's vocabularies)
-#   run_fork.sh
+#   run_fork.sh, max_len.sh
 # The build should have neither OpenBLAS nor oneDNN (-DKILN_OPENBLAS=OFF -DKILN_ONEDNN=OFF:
 # their libraries are large and no fuzz target needs them).
 # usage: scripts/fuzz-pack.sh BUILD_DIR DEST [EXTRA_CORPUS_ROOT] [TARGET...]
@@ -47,7 +47,7 @@ done
 mkdir -p "$stage/tests/fuzz/corpus/fuzz_template" "$stage/testdata/tokenizer"
 cp "$src/tests/fuzz/corpus/fuzz_template/"{qwen3,llama31}.jinja "$stage/tests/fuzz/corpus/fuzz_template/"
 cp "$shared/testdata/tokenizer/ggml-vocab-"{llama-spm,gpt-2}.gguf "$stage/testdata/tokenizer/"
-cp "$src/tests/fuzz/run_fork.sh" "$stage/"
+cp "$src/tests/fuzz/run_fork.sh" "$src/tests/fuzz/max_len.sh" "$stage/"
 mkdir -p "$dest"
 tar czf "$dest/fuzz-pack.tgz" -C "$stage" .
 echo "fuzz-pack: $dest/fuzz-pack.tgz ($(du -h "$dest/fuzz-pack.tgz" | cut -f1); unpacked $(du -sh "$stage" | cut -f1)), commit $(tr '\n' ' ' <"$stage/bin/COMMIT")"

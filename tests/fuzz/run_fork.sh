@@ -58,19 +58,8 @@ fi
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_chat_json fuzz_perfdb fuzz_hf_tokenizer fuzz_tokenizer
                                      fuzz_model_gguf fuzz_template fuzz_quants)
-# -max_len per target: what the input needs, not more (the run cost grows with the input;
-# the harnesses cap it too). model_gguf: its seeds are 38-85 KB models.
-max_len() {
-  case $1 in
-    fuzz_model_gguf) echo 262144 ;;
-    fuzz_template) echo 65536 ;;
-    fuzz_hf_tokenizer) echo 32768 ;;
-    fuzz_chat_json | fuzz_perfdb) echo 16384 ;;
-    fuzz_quants) echo 8193 ;;
-    fuzz_tokenizer) echo 4096 ;;
-    *) echo 65536 ;;
-  esac
-}
+# -max_len per target: fuzz_max_len of max_len.sh (beside this script)
+. "$here/max_len.sh"
 # share of the cores: the core-seconds a target needs for 10 M executions at its exec/s
 # on one core (docs/RELIABILITY.md, "Fork runs"), so that the slow ones get more jobs
 weight() {
@@ -107,14 +96,14 @@ for t in "${targets[@]}"; do
   IFS=: read -ra roots <<<"$corpus_dirs"
   for r in "${roots[@]}"; do [ -d "$r/$t" ] && seeds+=("$r/$t"); done
   mkdir -p "$work/$t/corpus" "$work/$t/artifacts"
-  echo "run_fork: $t: ${jobs[$t]} jobs, -max_len=$(max_len "$t"), seeds ${seeds[*]:-none}" >&2
+  echo "run_fork: $t: ${jobs[$t]} jobs, -max_len=$(fuzz_max_len "$t"), seeds ${seeds[*]:-none}" >&2
   # the first directory gets the new inputs; timeout signals its whole process group (the
   # fork jobs too)
   ( cd "$work/$t" &&
     start=$(date +%s) &&
     timeout -s INT -k 15 $((secs + 90)) nice -n 19 "$bin" -fork="${jobs[$t]}" \
       -max_total_time="$secs" -rss_limit_mb="$rss" -timeout="$timeout" \
-      -max_len="$(max_len "$t")" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
+      -max_len="$(fuzz_max_len "$t")" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
       -print_final_stats=1 -artifact_prefix="$work/$t/artifacts/" \
       "$work/$t/corpus" "${seeds[@]}" >"$work/logs/$t.log" 2>&1
     echo "$? $(( $(date +%s) - start ))" >"$work/$t/rc" ) &
