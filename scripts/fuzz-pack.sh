@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packs the fuzz targets for a many-core machine without the build's packages (the GPU
-# host of a device call; docs/RELIABILITY.md "Fork runs") into DEST/fuzz-pack.tgz:
+# host of a device call; docs/RELIABILITY.md "Fork runs") into DEST/fuzz-pack.tar.xz (xz: the model corpus's
+# GGUFs repeat each other, 16 MB in 0.1 MB; gzip kept 12 MB):
 #   bin/      the fuzz binaries, debug info stripped (ASan/UBSan/libFuzzer work the same;
 #             reports name functions, not lines), and bin/COMMIT
 #   lib/      the shared libraries they link that a bare image lacks (gpu-pack.sh's rule)
@@ -14,7 +15,9 @@
 # usage: scripts/fuzz-pack.sh BUILD_DIR DEST [EXTRA_CORPUS_ROOT] [TARGET...]
 #   default targets: the seven slow ones of run_fork.sh
 # then, on the device (carry [".carry-fuzz"] when DEST is .carry-fuzz):
-#   mkdir -p /tmp/fz && tar xzf .carry-fuzz/fuzz-pack.tgz -C /tmp/fz && cd /tmp/fz &&
+#   mkdir -p /tmp/fz && (tar xJf .carry-fuzz/fuzz-pack.tar.xz -C /tmp/fz || python3 -c \
+#   'import sys,tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+#   .carry-fuzz/fuzz-pack.tar.xz /tmp/fz) && cd /tmp/fz &&
 #   LD_LIBRARY_PATH=$PWD/lib BIN_DIR=$PWD/bin CORPUS_DIRS=$PWD/corpus KILN_SOURCE_DIR=$PWD \
 #   KILN_SHARED_DIR=$PWD OUT=$OUT bash run_fork.sh
 set -euo pipefail
@@ -24,7 +27,11 @@ dest=$2
 extra=${3:-}
 shift $(( $# >= 3 ? 3 : 2 ))
 src=$(cd "$(dirname "$0")/.." && pwd)
-shared=${KILN_SHARED_DIR:-$src/../shared}
+shared=${KILN_SHARED_DIR:-}
+if [ -z "$shared" ]; then # beside the checkout, or beside the main checkout of a worktree
+  for d in "$src/../shared" "$src/../../shared"; do [ -d "$d/testdata" ] && shared=$d && break; done
+fi
+[ -d "${shared:-}/testdata/tokenizer" ] || { echo "fuzz-pack: no shared/testdata/tokenizer (set KILN_SHARED_DIR)" >&2; exit 1; }
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_chat_json fuzz_perfdb fuzz_hf_tokenizer fuzz_tokenizer
                                      fuzz_model_gguf fuzz_template fuzz_quants)
@@ -49,5 +56,6 @@ cp "$src/tests/fuzz/corpus/fuzz_template/"{qwen3,llama31}.jinja "$stage/tests/fu
 cp "$shared/testdata/tokenizer/ggml-vocab-"{llama-spm,gpt-2}.gguf "$stage/testdata/tokenizer/"
 cp "$src/tests/fuzz/run_fork.sh" "$src/tests/fuzz/max_len.sh" "$stage/"
 mkdir -p "$dest"
-tar czf "$dest/fuzz-pack.tgz" -C "$stage" .
-echo "fuzz-pack: $dest/fuzz-pack.tgz ($(du -h "$dest/fuzz-pack.tgz" | cut -f1); unpacked $(du -sh "$stage" | cut -f1)), commit $(tr '\n' ' ' <"$stage/bin/COMMIT")"
+rm -f "$dest/fuzz-pack.tgz" "$dest/fuzz-pack.tar.xz"
+tar cf - -C "$stage" . | xz -T2 -6 >"$dest/fuzz-pack.tar.xz"
+echo "fuzz-pack: $dest/fuzz-pack.tar.xz ($(du -h "$dest/fuzz-pack.tar.xz" | cut -f1); unpacked $(du -sh "$stage" | cut -f1)), commit $(tr '\n' ' ' <"$stage/bin/COMMIT")"

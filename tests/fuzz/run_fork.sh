@@ -60,15 +60,17 @@ targets=("$@")
                                      fuzz_model_gguf fuzz_template fuzz_quants)
 # -max_len per target: fuzz_max_len of max_len.sh (beside this script)
 . "$here/max_len.sh"
-# share of the cores: the core-seconds a target needs for 10 M executions at its exec/s
-# on one core (docs/RELIABILITY.md, "Fork runs"), so that the slow ones get more jobs
+# share of the cores (out of 64): enough for 10 M executions in ~7 minutes for the four
+# that can get there (quants, chat_json, tokenizer, hf_tokenizer: 2.7-4.4 k core-seconds for
+# 10 M at their exec/s on this VM), the rest to the three that cannot (template and
+# model_gguf ~13 k, perfdb ~28 k core-seconds), which add up over runs
 weight() {
   case $1 in
-    fuzz_perfdb) echo 6 ;;
-    fuzz_chat_json | fuzz_hf_tokenizer | fuzz_model_gguf) echo 3 ;;
-    fuzz_tokenizer | fuzz_template) echo 2 ;;
-    fuzz_quants) echo 2 ;;
-    *) echo 1 ;;
+    fuzz_tokenizer | fuzz_hf_tokenizer) echo 12 ;;
+    fuzz_chat_json) echo 11 ;;
+    fuzz_quants | fuzz_template | fuzz_model_gguf) echo 8 ;;
+    fuzz_perfdb) echo 5 ;;
+    *) echo 4 ;;
   esac
 }
 declare -A jobs=()
