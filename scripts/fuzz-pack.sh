@@ -18,7 +18,7 @@
 #   mkdir -p /tmp/fz && (tar xJf .carry-fuzz/fuzz-pack.tar.xz -C /tmp/fz || python3 -c \
 #   'import sys,tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
 #   .carry-fuzz/fuzz-pack.tar.xz /tmp/fz) && cd /tmp/fz &&
-#   LD_LIBRARY_PATH=$PWD/lib BIN_DIR=$PWD/bin CORPUS_DIRS=$PWD/corpus KILN_SOURCE_DIR=$PWD \
+#   LIB_DIR=$PWD/lib BIN_DIR=$PWD/bin CORPUS_DIRS=$PWD/corpus KILN_SOURCE_DIR=$PWD \
 #   KILN_SHARED_DIR=$PWD OUT=$OUT bash run_fork.sh
 set -euo pipefail
 [ $# -ge 2 ] || { sed -n '2,22p' "$0"; exit 2; }

@@ -19,6 +19,8 @@
 #   FORKS        jobs per target, e.g. "fuzz_perfdb=12 fuzz_quants=6"; targets not named
 #                share the rest of CORES by the weights below (at least one job each)
 #   BIN_DIR      the fuzz binaries (default build-fuzz/tests)
+#   LIB_DIR      shared libraries for the fuzz binaries only (LD_LIBRARY_PATH of the fuzzers,
+#                not of this script's tools: a pack's Debian libraries stay out of bash, tar)
 #   CORPUS_DIRS  ':'-separated roots of <target>/ seed directories (default tests/fuzz/corpus)
 #   OUT          results (default build-fuzz/fuzz-fork); WORK: scratch (default mktemp -d)
 #   TIMEOUT      seconds per input (default 10); RSS_MB per job (default 2048)
@@ -29,14 +31,17 @@
 #
 # The pack for the GPU host (docs/RELIABILITY.md): binaries, libraries, corpora, this
 # script and the two vocabularies under one folder; there
-#   cd .carry-fuzz && LD_LIBRARY_PATH=$PWD/lib BIN_DIR=$PWD/bin CORPUS_DIRS=$PWD/corpus \
+#   cd DIR && LIB_DIR=$PWD/lib BIN_DIR=$PWD/bin CORPUS_DIRS=$PWD/corpus \
 #     KILN_SOURCE_DIR=$PWD KILN_SHARED_DIR=$PWD OUT=$OUT bash run_fork.sh
+# (scripts/fuzz-pack.sh says how to unpack it there)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." 2>/dev/null && pwd)
 secs=${SECONDS_MAX:-420}
 cores=${CORES:-$(nproc)}
 bindir=${BIN_DIR:-$root/build-fuzz/tests}
+libpath=${LIB_DIR:+$LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}
+libpath=${libpath:-${LD_LIBRARY_PATH:-}}
 corpus_dirs=${CORPUS_DIRS:-$root/tests/fuzz/corpus}
 out=${OUT:-$root/build-fuzz/fuzz-fork}
 timeout=${TIMEOUT:-10}
@@ -103,7 +108,8 @@ for t in "${targets[@]}"; do
   # fork jobs too)
   ( cd "$work/$t" &&
     start=$(date +%s) &&
-    timeout -s INT -k 15 $((secs + 90)) nice -n 19 "$bin" -fork="${jobs[$t]}" \
+    timeout -s INT -k 15 $((secs + 90)) env LD_LIBRARY_PATH="$libpath" nice -n 19 "$bin" \
+      -fork="${jobs[$t]}" \
       -max_total_time="$secs" -rss_limit_mb="$rss" -timeout="$timeout" \
       -max_len="$(fuzz_max_len "$t")" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
       -print_final_stats=1 -artifact_prefix="$work/$t/artifacts/" \
