@@ -1,5 +1,6 @@
 /* plan.c — building plans, param block encoding, and the validator. */
 #include "plan/plan.h"
+#include "base/hash.h"
 #include "base/mem.h"
 
 #include "kernels/kernel.h"
@@ -95,6 +96,7 @@ void kiln_plan_free(kiln_plan *p) {
     kiln_free(p->insns);
     kiln_free(p->regs);
     kiln_free(p->weights);
+    kiln_free(p->wmap);
     kiln_free(p->params);
     kiln_free(p->states);
     memset(p, 0, sizeof(*p));
@@ -125,21 +127,49 @@ kiln_status kiln_plan_reg(kiln_plan *p, uint32_t width, kiln_rows rows, uint16_t
     return KILN_OK;
 }
 
+/* The slot of name in wmap: the one holding it, or the empty one where it goes. */
+static uint32_t *wmap_slot(const kiln_plan *p, const char *name, size_t len) {
+    uint32_t mask = (uint32_t)p->wmap_cap - 1;
+    uint32_t i = (uint32_t)kiln_hash64(name, len, 0) & mask;
+    while (p->wmap[i] && strcmp(p->weights[p->wmap[i] - 1].name, name) != 0) i = (i + 1) & mask;
+    return &p->wmap[i];
+}
+
+/* Keeps wmap at most half full for one more weight. A linear scan over the names was
+ * quadratic in the weights: a fuzzed 512-layer model spent most of its time there. */
+static kiln_status wmap_reserve(kiln_plan *p, kiln_err *err) {
+    if ((int64_t)p->wmap_cap >= 2 * ((int64_t)p->n_weights + 1)) return KILN_OK;
+    if (p->wmap_cap > INT32_MAX / 4)
+        return kiln_err_set(err, KILN_ERR_OVERFLOW, "plan: too many weights");
+    int32_t nc = p->wmap_cap ? p->wmap_cap * 2 : 64;
+    uint32_t *m = kiln_calloc((size_t)nc, sizeof(*m));
+    if (!m) return kiln_err_set(err, KILN_ERR_NOMEM, "plan: out of memory growing weights");
+    kiln_free(p->wmap);
+    p->wmap = m;
+    p->wmap_cap = nc;
+    for (int32_t i = 0; i < p->n_weights; i++) {
+        const char *nm = p->weights[i].name;
+        *wmap_slot(p, nm, strlen(nm)) = (uint32_t)i + 1;
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_plan_weight(kiln_plan *p, const char *name, kiln_wclass wclass, int rank,
                              const int64_t *shape, uint32_t *out, kiln_err *err) {
     size_t len = strlen(name);
     if (len == 0 || len >= KILN_WEIGHT_NAME_MAX)
         return kiln_err_set(err, KILN_ERR_INVALID_ARG, "plan: weight name '%s' empty or too long",
                             name);
-    for (int32_t i = 0; i < p->n_weights; i++) {
-        kiln_weight_ref *w = &p->weights[i];
-        if (strcmp(w->name, name) != 0) continue;
+    KILN_TRY(wmap_reserve(p, err));
+    uint32_t *slot = wmap_slot(p, name, len);
+    if (*slot) {
+        const kiln_weight_ref *w = &p->weights[*slot - 1];
         bool same = w->rank == rank && w->wclass == (uint8_t)wclass;
         for (int d = 0; same && d < rank && d < 4; d++) same = w->shape[d] == shape[d];
         if (!same)
             return kiln_err_set(err, KILN_ERR_PLAN, "plan: weight '%s' referenced with two shapes",
                                 name);
-        *out = (uint32_t)i;
+        *out = *slot - 1;
         return KILN_OK;
     }
     KILN_TRY(grow((void **)&p->weights, &p->cap_weights, p->n_weights, sizeof(*p->weights),
@@ -151,6 +181,7 @@ kiln_status kiln_plan_weight(kiln_plan *p, const char *name, kiln_wclass wclass,
     w->wclass = (uint8_t)wclass;
     for (int d = 0; d < rank && d < 4; d++) w->shape[d] = shape[d];
     *out = (uint32_t)p->n_weights++;
+    *slot = (uint32_t)p->n_weights;
     return KILN_OK;
 }
 

@@ -179,6 +179,8 @@ typedef struct kiln_plan {
     int32_t n_regs, cap_regs;
     kiln_weight_ref *weights;
     int32_t n_weights, cap_weights;
+    uint32_t *wmap;   /* weights by name (open addressing): index + 1, 0 = empty slot   */
+    int32_t wmap_cap; /* slots: a power of two, at least twice n_weights              */
     kiln_param_block *params;
     int32_t n_params, cap_params;
     kiln_state_desc *states;

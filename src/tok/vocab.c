@@ -276,24 +276,30 @@ static kiln_status build_trie(kiln_vocab *v, kiln_err *err) {
 
 /* ---- piece cache ---- */
 
+/* GPT-2 byte map in reverse; a code point outside the map is written as
+ * "[UNK_BYTE_0x<hex of its UTF-8><token text>]", as llama.cpp does. out == NULL: only
+ * the length (build_pieces sizes the cache with it). */
 static size_t decode_bpe_text(const char *t, size_t n, char *out) {
-    /* GPT-2 byte map in reverse; a code point outside the map is written as
-     * "[UNK_BYTE_0x<hex of its UTF-8><token text>]", as llama.cpp does */
+    static const char unk[] = "[UNK_BYTE_0x";
     size_t k = 0;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         size_t l = kiln_tok_decode((const uint8_t *)t + i, n - i, &cp);
         int b = kiln_tok_cpt_to_byte(cp);
         if (b >= 0) {
-            out[k++] = (char)b;
+            if (out) out[k] = (char)b;
+            k++;
         } else {
             char u[4];
             int ul = kiln_tok_encode(cp, u);
-            k += (size_t)sprintf(out + k, "[UNK_BYTE_0x");
-            for (int j = 0; j < ul; j++) k += (size_t)sprintf(out + k, "%02x", (uint8_t)u[j]);
-            memcpy(out + k, t, n);
-            k += n;
-            out[k++] = ']';
+            if (out) {
+                memcpy(out + k, unk, sizeof unk - 1);
+                for (int j = 0; j < ul; j++)
+                    snprintf(out + k + sizeof unk - 1 + 2 * (size_t)j, 3, "%02x", (uint8_t)u[j]);
+                memcpy(out + k + sizeof unk - 1 + 2 * (size_t)ul, t, n);
+                out[k + sizeof unk - 1 + 2 * (size_t)ul + n] = ']';
+            }
+            k += sizeof unk - 1 + 2 * (size_t)ul + n + 1;
         }
         i += l;
     }
@@ -308,12 +314,25 @@ static int hexval(char c) {
 }
 
 static kiln_status build_pieces(kiln_vocab *v, kiln_err *err) {
-    /* worst case per token: UNK_BYTE expansion ~ (14 + 2*4 + n + 1) per code point */
-    size_t cap = 0;
+    /* the exact size: a byte-level BPE piece expands each code point outside the byte map
+     * to "[UNK_BYTE_0x..<token>]" (quadratic in the token's length), so the worst case
+     * n * (24 + n) per token, which this used to allocate, was megabytes for a real vocab
+     * and hundreds of them for a fuzzed tokenizer.json with one long token */
+    size_t cap = 1;
     for (uint32_t i = 0; i < v->n_tokens; i++) {
-        size_t n = kiln_strtab_get(&v->str, (int32_t)i).len;
-        size_t w = v->type == KILN_VOCAB_BPE && !v->escape_ws ? n * (24 + n) : n;
-        if (!kiln_size_add(cap, w + 1, &cap))
+        kiln_str t = kiln_strtab_get(&v->str, (int32_t)i);
+        uint32_t a = v->attr[i];
+        size_t w = t.len;
+        if ((a & KILN_TOKEN_ATTR_NORMAL) &&
+            !(a &
+              (KILN_TOKEN_ATTR_UNKNOWN | KILN_TOKEN_ATTR_CONTROL | KILN_TOKEN_ATTR_USER_DEFINED)) &&
+            v->type != KILN_VOCAB_SPM && !v->escape_ws)
+            w = decode_bpe_text(t.ptr, t.len, NULL);
+        /* piece_off_len packs the offset (40 bits) and the length (24 bits) */
+        if (w >= (1u << 24))
+            return kiln_err_set(err, KILN_ERR_OVERFLOW,
+                                "token %u: its text decodes to %zu bytes (at most 16 MiB)", i, w);
+        if (!kiln_size_add(cap, w + 1, &cap) || cap >= ((size_t)1 << 40))
             return kiln_err_set(err, KILN_ERR_OVERFLOW, "piece cache size overflows");
     }
     if (kiln_xmalloc(cap, (void **)&v->piece_blob, "piece cache", err) ||

@@ -6,12 +6,22 @@
  * kiln_perfdb_load_table read it, and a selector over the ref and cpu providers selects
  * kernels for a matmul and an attention context with those timings. Odd rows must be
  * skipped or rejected with a status; crashes, leaks, hangs and sanitizer reports are
- * bugs. The database lives in $TMPDIR (tmpfs is best: /dev/shm). */
+ * bugs.
+ * The database lives in memory: SQLite's memdb VFS is made the default VFS, so kiln's
+ * own sqlite3_open_v2 of the path opens it too; a name starting with '/' is shared by the
+ * connections of the process while one is open (the harness keeps one open for the
+ * whole input). A database file on disk (even /dev/shm) cost ~5 ms an input in file
+ * creation, WAL and -shm mmaps, locks and unlinks (kernel time: 44% of a profile) for
+ * nothing the input controls: ~190 -> see docs/RELIABILITY.md for exec/s. memdb has no
+ * WAL: kiln's `PRAGMA journal_mode=WAL` leaves the journal in memory and succeeds, as
+ * it does on any file system without shared memory. KILN_FUZZ_PERFDB_DISK=1: the file
+ * in $TMPDIR (or /dev/shm, /tmp) as before. */
 #include "kernels/perfdb.h"
 #include "kernels/registry.h"
 #include "kernels/select.h"
 
 #include <sqlite3.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,37 +50,57 @@ static uint8_t byte(rd *r) {
 
 static kiln_registry *reg;
 static char path[512];
+static bool on_disk;
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    kiln_err e;
-    if (!reg) {
-        static const kiln_provider *const provs[] = {&kiln_provider_ref, &kiln_provider_cpu};
-        if (kiln_registry_new(provs, 2, NULL, &reg, &e) != KILN_OK) abort(); /* harness */
-        const char *tmp = getenv("TMPDIR");
-        snprintf(path, sizeof path, "%s/kiln-fuzz-perfdb-%d.sqlite",
-                 tmp ? tmp : (access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp"), (int)getpid());
-    }
-    if (size > 16 * 1024) return 0;
+static void remove_db(void) {
     char aux[600];
     unlink(path);
     snprintf(aux, sizeof aux, "%s-wal", path);
     unlink(aux);
     snprintf(aux, sizeof aux, "%s-shm", path);
     unlink(aux);
-    rd r = {data, size};
-    sqlite3 *db;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    kiln_err e;
+    if (!reg) {
+        static const kiln_provider *const provs[] = {&kiln_provider_ref, &kiln_provider_cpu};
+        if (kiln_registry_new(provs, 2, NULL, &reg, &e) != KILN_OK) abort(); /* harness */
+        const char *disk = getenv("KILN_FUZZ_PERFDB_DISK");
+        on_disk = disk && *disk == '1';
+        if (on_disk) {
+            const char *tmp = getenv("TMPDIR");
+            snprintf(path, sizeof path, "%s/kiln-fuzz-perfdb-%d.sqlite",
+                     tmp ? tmp : (access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp"),
+                     (int)getpid());
+        } else {
+            sqlite3_vfs *mem = sqlite3_vfs_find("memdb");
+            if (!mem || sqlite3_vfs_register(mem, 1) != SQLITE_OK) abort(); /* harness */
+            snprintf(path, sizeof path, "/kiln-fuzz-perfdb");
+        }
+    }
+    if (size > 16 * 1024) return 0;
+    /* memdb: the database lives while `keep` is open (the harness's writer connection);
+     * closing it drops the database */
+    sqlite3 *keep = NULL, *db;
+    if (on_disk) remove_db();
     if (sqlite3_open(path, &db) != SQLITE_OK) abort();
+    if (!on_disk) keep = db;
+    rd r = {data, size};
     const char *loose = "CREATE TABLE perf_records (kernel_id, op, device_id, dtype, shape, "
                         "tok_bucket, seq_bucket, median_us, p95_us, samples, variance_us2, "
                         "warmup_ms, kiln_version, descriptor_hash, measured_at)";
     kiln_perfdb *p = NULL;
     if (byte(&r) & 1) {
         sqlite3_exec(db, loose, NULL, NULL, NULL);
-    } else {
+    } else if (on_disk) {
         sqlite3_close(db);
         if (kiln_perfdb_open(path, &p, &e) != KILN_OK) abort();
         kiln_perfdb_close(p);
         if (sqlite3_open(path, &db) != SQLITE_OK) abort();
+    } else { /* memdb: the writer stays open (a connection set-up costs ~1 ms on ASan) */
+        if (kiln_perfdb_open(path, &p, &e) != KILN_OK) abort();
+        kiln_perfdb_close(p);
     }
     sqlite3_stmt *ins;
     if (sqlite3_prepare_v2(db,
@@ -132,9 +162,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         sqlite3_finalize(ins);
     }
     (void)COLS;
-    sqlite3_close(db);
+    if (on_disk) sqlite3_close(db);
 
-    if (kiln_perfdb_open(path, &p, &e) != KILN_OK) return 0;
+    if (kiln_perfdb_open(path, &p, &e) != KILN_OK) {
+        sqlite3_close(keep);
+        return 0;
+    }
     kiln_perf_table *t = NULL;
     if (kiln_perfdb_load_table(p, "dev", &t, &e) == KILN_OK) {
         kiln_selector *s;
@@ -153,5 +186,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         kiln_perf_table_free(t);
     }
     kiln_perfdb_close(p);
+    sqlite3_close(keep);
     return 0;
 }

@@ -9,6 +9,7 @@
 #   RUNS=10000000 SECONDS_MAX=3600 TIMEOUT=10 tests/fuzz/run_long.sh fuzz_gguf
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+. tests/fuzz/max_len.sh # fuzz_max_len: -max_len per target (was 262144 for all)
 runs=${RUNS:-10000000}
 secs=${SECONDS_MAX:-3600}
 timeout=${TIMEOUT:-10} # per input; raise it when the run may be paused (SIGSTOP) for a measurement
@@ -27,7 +28,7 @@ for t in "${targets[@]}"; do
   log=$out/$t.log
   start=$(date +%s)
   nice -n 19 "$bin" -runs="$runs" -max_total_time="$secs" -rss_limit_mb=2048 -timeout="$timeout" \
-       -max_len=262144 -print_final_stats=1 -artifact_prefix="$work/" "$work" \
+       -max_len="$(fuzz_max_len "$t")" -print_final_stats=1 -artifact_prefix="$work/" "$work" \
        "tests/fuzz/corpus/$t" >"$log" 2>&1
   rc=$?
   end=$(date +%s)

@@ -408,6 +408,59 @@ static void test_spm_synthetic(void **state) {
     kiln_vocab_free(v);
 }
 
+/* Byte-level BPE pieces: a code point outside the GPT-2 byte map decodes to
+ * "[UNK_BYTE_0x<utf-8 hex><token text>]" per code point (llama.cpp); the piece cache is
+ * sized exactly (it was sized for the worst case, n * (24 + n) bytes per token: megabytes
+ * for a real vocabulary), and a token whose piece would not fit the 24-bit length of the
+ * cache is an error, not a wrapped length. */
+static void test_bpe_unk_byte_pieces(void **state) {
+    (void)state;
+    static char longtok[6000 * 3 + 1];
+    for (int i = 0; i < 6000; i++) memcpy(longtok + 3 * i, "\xe6\x97\xa5", 3);
+    kiln_str toks[5] = {{"a", 1},
+                        {"b", 1},
+                        {"ab", 2},
+                        {"\xe6\x97\xa5", 3},
+                        {"a\xe6\x97\xa5"
+                         "b",
+                         5}};
+    kiln_str merges[1] = {{"a b", 3}};
+    kiln_vocab_desc d;
+    kiln_vocab_desc_init(&d);
+    d.model = "gpt2";
+    d.pre = "gpt-2";
+    d.n_tokens = 5;
+    d.tokens = toks;
+    d.merges = merges;
+    d.n_merges = 1;
+    kiln_vocab *v;
+    kiln_err e;
+    assert_int_equal(kiln_vocab_create(&d, &v, &e), KILN_OK);
+    kiln_token ids[4] = {2, 3, 4, 0};
+    size_t l;
+    char *txt = detok(v, ids, 4, 0, &l);
+    assert_string_equal(txt, "ab[UNK_BYTE_0xe697a5\xe6\x97\xa5"
+                             "]a[UNK_BYTE_0xe697a5a\xe6\x97\xa5"
+                             "b]ba");
+    assert_int_equal(l, strlen(txt));
+    free(txt);
+    kiln_vocab_free(v);
+    /* 6000 such code points: 6000 * (19 + 18000) bytes, over 16 MiB */
+    toks[4] = (kiln_str){longtok, 6000 * 3};
+    assert_int_equal(kiln_vocab_create(&d, &v, &e), KILN_ERR_OVERFLOW);
+    assert_non_null(strstr(e.msg, "token 4"));
+    /* 2000 of them (2000 * (19 + 6000) bytes, 11.5 MiB) fit */
+    toks[4] = (kiln_str){longtok, 2000 * 3};
+    assert_int_equal(kiln_vocab_create(&d, &v, &e), KILN_OK);
+    ids[0] = 4;
+    txt = detok(v, ids, 1, 0, &l);
+    assert_int_equal(l, 2000 * (19 + 6000));
+    assert_memory_equal(txt, "[UNK_BYTE_0xe697a5\xe6\x97\xa5", 21);
+    assert_memory_equal(txt + l - 4, "\xe6\x97\xa5]", 4);
+    free(txt);
+    kiln_vocab_free(v);
+}
+
 static void test_errors(void **state) {
     (void)state;
     kiln_str toks[2] = {{"a", 1}, {"b", 1}};
@@ -703,6 +756,7 @@ int main(void) {
         cmocka_unit_test(test_stream_invalid),
         cmocka_unit_test(test_spm_synthetic),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_bpe_unk_byte_pieces),
         cmocka_unit_test(test_hf_json),
         cmocka_unit_test(test_all_pretokenizers),
         cmocka_unit_test(test_gguf_errors),
