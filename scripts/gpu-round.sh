@@ -65,9 +65,10 @@ OUT=${OUT:-/tmp/kiln-gpu-out}
 LOG=$OUT/logs; mkdir -p "$LOG" # a device call returns at most 8 files: logs go in a tarball
 M=/tmp/models; mkdir -p $M
 export KILN_NO_PROGRESS=1 KILN_SOURCE_DIR=$PWD
-# ../shared does not travel to the GPU machine: the test data some gpu tests read (a
-# tokenizer vocabulary for test_cuda_sample) is carried in .carry/shared when present
-[ -z "${KILN_SHARED_DIR:-}" ] && [ -d .carry/shared ] && export KILN_SHARED_DIR=$PWD/.carry/shared
+# ../shared does not travel to the GPU machine: the gpu tests that read its test data (a
+# tokenizer vocabulary for test_cuda_sample) take the repo's copy in tests/data/shared
+[ -z "${KILN_SHARED_DIR:-}" ] && [ -d tests/data/shared/testdata ] &&
+  export KILN_SHARED_DIR=$PWD/tests/data/shared
 ROWS=() rc=0
 step() { # name, timeout, command... (output in $LOG/name.log)
   local name=$1 to=$2; shift 2
