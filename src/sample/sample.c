@@ -230,27 +230,46 @@ static bool penalties_on(const kiln_sampler *s) {
             p->presence_penalty != 0.0f);
 }
 
+/* The tokens that bias or penalties touch, in id order: the merge of the bias list and
+ * the penalty window (copied to s->win and sorted when penalties are on). ov_next gives
+ * each id once, with its bias (when it has one) and its count in the window. */
+typedef struct ov_iter {
+    int32_t bi, wi, nw;
+} ov_iter;
+
+static ov_iter ov_begin(kiln_sampler *s) {
+    ov_iter it = {0, 0, 0};
+    if (penalties_on(s)) {
+        memcpy(s->win, s->hist, (size_t)s->hist_len * sizeof(int32_t));
+        it.nw = s->hist_len;
+        qsort(s->win, (size_t)it.nw, sizeof(int32_t), cmp_i32);
+    }
+    return it;
+}
+
+static bool ov_next(const kiln_sampler *s, ov_iter *it, int32_t *id, const float **bias,
+                    int32_t *count) {
+    if (it->bi >= s->n_bias && it->wi >= it->nw) return false;
+    if (it->wi >= it->nw || (it->bi < s->n_bias && s->bias[it->bi].token <= s->win[it->wi]))
+        *id = s->bias[it->bi].token;
+    else
+        *id = s->win[it->wi];
+    *bias = it->bi < s->n_bias && s->bias[it->bi].token == *id ? &s->bias[it->bi++].bias : NULL;
+    *count = 0;
+    while (it->wi < it->nw && s->win[it->wi] == *id) it->wi++, (*count)++;
+    return true;
+}
+
 /* Builds s->ov: the tokens whose logits bias and penalties change, with their new
  * logits (bias first, then penalties, as llama.cpp's chain), sorted by id. */
 static void build_overrides(kiln_sampler *s, const float *lg, int32_t n) {
     const kiln_sampler_params *p = &s->p;
-    int32_t nw = 0;
-    if (penalties_on(s)) {
-        memcpy(s->win, s->hist, (size_t)s->hist_len * sizeof(int32_t));
-        nw = s->hist_len;
-        qsort(s->win, (size_t)nw, sizeof(int32_t), cmp_i32);
-    }
-    int32_t bi = 0, wi = 0, m = 0;
-    while (bi < s->n_bias || wi < nw) {
-        int32_t id;
-        if (wi >= nw || (bi < s->n_bias && s->bias[bi].token <= s->win[wi]))
-            id = s->bias[bi].token;
-        else
-            id = s->win[wi];
+    ov_iter it = ov_begin(s);
+    int32_t m = 0, id, count;
+    const float *bias;
+    while (ov_next(s, &it, &id, &bias, &count)) {
         float l = id < n ? lg[id] : NAN;
-        if (bi < s->n_bias && s->bias[bi].token == id) l += s->bias[bi++].bias;
-        int32_t count = 0;
-        while (wi < nw && s->win[wi] == id) wi++, count++;
+        if (bias) l += *bias;
         if (id >= n) continue;
         if (count > 0) {
             /* llama.cpp's rule: multiply non-positive logits, divide positive ones */
@@ -853,23 +872,11 @@ kiln_status kiln_sampler_device_row(kiln_sampler *s, int32_t n, kiln_sample_row_
                                     int32_t ov_cap, kiln_err *err) {
     const kiln_sampler_params *p = &s->p;
     if (n > s->n_vocab) n = s->n_vocab;
-    int32_t nw = 0;
-    if (penalties_on(s)) {
-        memcpy(s->win, s->hist, (size_t)s->hist_len * sizeof(int32_t));
-        nw = s->hist_len;
-        qsort(s->win, (size_t)nw, sizeof(int32_t), cmp_i32);
-    }
-    int32_t bi = 0, wi = 0, m = 0;
-    while (bi < s->n_bias || wi < nw) {
-        int32_t id;
-        if (wi >= nw || (bi < s->n_bias && s->bias[bi].token <= s->win[wi]))
-            id = s->bias[bi].token;
-        else
-            id = s->win[wi];
-        float b = 0;
-        if (bi < s->n_bias && s->bias[bi].token == id) b = s->bias[bi++].bias;
-        int32_t count = 0;
-        while (wi < nw && s->win[wi] == id) wi++, count++;
+    ov_iter it = ov_begin(s);
+    int32_t m = 0, id, count;
+    const float *bias;
+    while (ov_next(s, &it, &id, &bias, &count)) {
+        const float b = bias ? *bias : 0.0f;
         if (id >= n) continue;
         if (m >= ov_cap)
             return kiln_err_set(err, KILN_ERR_RANGE, "sampler: more than %d overridden logits",
