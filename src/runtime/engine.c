@@ -423,8 +423,14 @@ void kiln_engine_cancel(kiln_engine *e) {
 /* ---- sampled steps ---- */
 
 bool kiln_engine_device_sampling(kiln_engine *e) {
+    const char *hs = getenv("KILN_HOST_SAMPLING"); /* A/B: read per call, not cached */
+    if (hs && hs[0] == '1') return false;
     if (e->sample_state == 0) {
         e->sample_state = -1;
+        /* the final softcap: the device's logits are before it (adapters.c) */
+        for (int32_t i = 0; i < e->bp.plan.n_insns; i++)
+            if (e->bp.bi[i].insn->opcode == KILN_OP_LM_HEAD)
+                e->sample_softcap = e->bp.bi[i].prm.lm_head.softcap;
         kiln_backend_id b;
         if (!e->tp && !e->dev.be->host_memory && kiln_backend_from_name(e->dev.be->name, &b)) {
             const kiln_registry *r = kiln_registry_default();
@@ -494,9 +500,6 @@ static kiln_status pack_sample(kiln_engine *e, kiln_step_slot *sl, const kiln_sa
 /* Launches the sample kernel over the step's logits rows (device memory) into ids. */
 static kiln_status run_sample(kiln_engine *e, const kiln_prepared *pp, const kiln_exec *x,
                               const float *logits, int32_t *ids, int32_t n_vocab, kiln_err *err) {
-    float cap = 0; /* the final softcap: device logits are before it (adapters.c) */
-    for (int32_t i = 0; i < e->bp.plan.n_insns; i++)
-        if (e->bp.bi[i].insn->opcode == KILN_OP_LM_HEAD) cap = e->bp.bi[i].prm.lm_head.softcap;
     const uint8_t *b = e->slot[pp->slot].sdev.ptr;
     const size_t rb = (size_t)pp->n_logits * sizeof(kiln_sample_row_params);
     const size_t ob = (size_t)pp->sample_n_ov * sizeof(int32_t);
@@ -506,7 +509,7 @@ static kiln_status run_sample(kiln_engine *e, const kiln_prepared *pp, const kil
                           .ld = n_vocab,
                           .t = pp->n_logits,
                           .n = lim,
-                          .softcap = e->dev.be->host_memory ? 0.0f : cap,
+                          .softcap = e->dev.be->host_memory ? 0.0f : e->sample_softcap,
                           .rows = (const kiln_sample_row_params *)(const void *)b,
                           .ov_id = (const int32_t *)(const void *)(b + rb),
                           .ov_bias = (const float *)(const void *)(b + rb + ob),

@@ -61,8 +61,9 @@ typedef struct kiln_sample_step {
 } kiln_sample_step;
 
 /* Whether sampled steps run on this engine's device: a device backend (cuda) with a
- * sample kernel, one rank (tensor-parallel engines sample on the host). Callers sample on
- * the host otherwise. */
+ * sample kernel, one rank (tensor-parallel engines sample on the host), and
+ * KILN_HOST_SAMPLING=1 not in the environment (the A/B switch, read on every call).
+ * Callers sample on the host otherwise. */
 bool kiln_engine_device_sampling(kiln_engine *e);
 
 /* The prepared step (between kiln_engine_prepare and kiln_engine_run). */
@@ -108,7 +109,8 @@ struct kiln_engine {
     /* the sample kernel (sampled steps): looked up at the first one; -1 none, 0 unknown */
     int sample_state;
     kiln_sample_fn sample_fn;
-    bool out_caller; /* the last run wrote into caller memory (no accessor output) */
+    float sample_softcap; /* the LM head's final softcap (set with sample_fn)      */
+    bool out_caller;      /* the last run wrote into caller memory (no accessor output) */
     /* step scratch (host) */
     int32_t *seq_slot, *row_of_entry;
     uint64_t *counters;

@@ -76,9 +76,7 @@ kiln_status kiln_generate_seq(kiln_engine *e, const kiln_vocab *v, const kiln_ge
                        sp->n_logit_bias == 0 && sp->n_logprobs < 0;
     /* otherwise, on a device backend (cuda) whose sample kernel gives this sampler's
      * tokens: the device samples each decode step and only the id comes back */
-    const char *hs = getenv("KILN_HOST_SAMPLING");
-    const bool on_dev =
-        !fused && !r->host_sampling && !(hs && hs[0] == '1') && kiln_engine_device_sampling(e);
+    const bool on_dev = !fused && !r->host_sampling && kiln_engine_device_sampling(e);
     kiln_sample_row_params srow;
     kiln_sample_step ss = {.rows = &srow};
     int32_t next = -2; /* -2: sample from logits */

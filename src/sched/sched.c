@@ -63,10 +63,6 @@ kiln_status kiln_sched_create_with(const kiln_sched_engine *eng, const kiln_voca
     s->vocab = v;
     s->o = *o;
     s->n_vocab_tok = eng->n_vocab;
-    {
-        const char *hs = getenv("KILN_HOST_SAMPLING");
-        s->host_sampling = hs && hs[0] == '1';
-    }
     if (v && (int64_t)kiln_vocab_n_tokens(v) < s->n_vocab_tok)
         s->n_vocab_tok = (int32_t)kiln_vocab_n_tokens(v);
     s->max_slots = o->max_slots > 0 ? o->max_slots : eng->max_seqs;

@@ -133,7 +133,6 @@ struct kiln_sched {
     float *sov_bias;
     int32_t sov_cap, srows_cap;
     kiln_sample_step sstep;
-    bool host_sampling; /* KILN_HOST_SAMPLING=1: never sampled steps */
     kiln_top_logprob *top;
     ks_req **plan; /* requests in this step's plan */
     int32_t n_plan;

@@ -1003,7 +1003,7 @@ kiln_status ks_step(kiln_sched *s, bool *worked, kiln_err *err) {
         /* rows that need the sampler: on the engine's device when it can run every one of
          * them (no logprobs; kiln_sampler_device_ok), so only ids come back */
         bool sampled = false;
-        if (need_logits && !st && s->eng.step_sampled && !s->host_sampling) {
+        if (need_logits && !st && s->eng.step_sampled) {
             sampled = true;
             int64_t n_ov = 0;
             for (int32_t i = 0; i < n && sampled; i++) {
