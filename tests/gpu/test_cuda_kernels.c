@@ -1174,7 +1174,7 @@ static void test_attention(void **state) {
         {2, 2, 2, 32, {16, 31}, {16, 31}, 0, 30.0f, KILN_DTYPE_F32},
         {2, 12, 4, 256, {1200, 90}, {2, 90}, 512, 0, KILN_DTYPE_F16},
         {1, 8, 1, 160, {77}, {77}, 0, 0, KILN_DTYPE_F32},
-        /* enough (KV head, token) pairs for the GQA kernel (attn_gqa_kernel): the 8B's
+        /* enough (KV head, token) pairs for the GQA kernel (attn_kernel, G > 1): the 8B's
          * prefill shape, 8 heads per KV head with softcap, 2 with a window */
         {1, 32, 8, 128, {512}, {512}, 0, 0, KILN_DTYPE_F16},
         {3, 16, 2, 64, {300, 5, 200}, {150, 5, 200}, 0, 30.0f, KILN_DTYPE_F32},

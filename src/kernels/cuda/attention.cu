@@ -9,8 +9,8 @@
  * head_dim / 32 elements per lane); the warps' partial states are merged in shared
  * memory at the end. Every (token, head) is computed alone, in a fixed order:
  * deterministic and batch invariant. Long decode contexts get ATT_WARPS-way parallelism
- * per head (split-K across blocks is the next step, docs/CUDA.md). attn_gqa_kernel (session
- * 10): the same arithmetic, the query heads of a KV head in one block (K / V loaded once).
+ * per head (split-K across blocks is the next step, docs/CUDA.md). With G > 1 (session
+ * 10) a block computes the query heads of one KV head (K / V loaded once for them).
  */
 #include "kernels/cuda/common.cuh"
 
@@ -58,7 +58,15 @@ template <int E, bool F16> __device__ __forceinline__ void load_row(const uint8_
     }
 }
 
-template <int E, bool F16>
+/* One block per (group of G query heads, token): G = 1, one query head (grid: n_head x
+ * t); G = the heads per KV head (grid: n_kv_head x t, session 10), each warp then loads a
+ * position's K and V rows once for the G heads (one head per block loads them G times: G
+ * times the L2 traffic; 8B prefill, 512 tokens: 465 -> 322 us per layer, session 10 runs
+ * 1-2). Every head's arithmetic is the same whatever G (the same positions per warp in the
+ * same order, the same online softmax, the same merge), so the same bits: deterministic and
+ * batch invariant. G > 1 where the blocks fill the GPU (att_gqa_group); KILN_CUDA_OLD_ATTN=1:
+ * never. */
+template <int E, bool F16, int G>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     attn_kernel(kiln_kv_layer kv, const float *__restrict__ q, int64_t qs, float *out, int64_t os,
                 int n_head, const int32_t *__restrict__ tok_seq,
@@ -66,92 +74,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
                 int window) {
     kc_pdl_trigger(); /* the next kernel (a T16 gemv) may start: kc_pdl_wait */
     constexpr int HD = 32 * E;
-    const int h = blockIdx.x;
-    const int64_t t = blockIdx.y;
-    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-    const int group = n_head / kv.n_kv_head, kvh = h / group;
-    const int32_t pos = tok_pos[t], row = tok_seq[t];
-    float *o = out + t * os + (int64_t)h * HD + lane * E;
-    if (row < 0 || row >= bl.n_seqs || pos < 0 || pos >= bl.seq_len[row] ||
-        pos / KILN_KV_BLOCK >= bl.stride) { /* validated by the engine */
-        if (wi == 0)
-#pragma unroll
-            for (int e = 0; e < E; e++) o[e] = 0.0f;
-        return;
-    }
-    const int32_t *table = bl.table + (int64_t)row * bl.stride;
-    const int32_t p0 = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
-    const size_t elt = F16 ? 2 : 4;
-    const size_t head_off = ((size_t)kvh * HD + (size_t)lane * E) * elt;
-    const size_t slot_bytes = (size_t)kv.n_kv_head * HD * elt;
-    float qv[E], acc[E];
-    const float *qp = q + t * qs + (int64_t)h * HD + lane * E;
-#pragma unroll
-    for (int e = 0; e < E; e++) qv[e] = qp[e], acc[e] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
-    for (int32_t p = p0 + wi; p <= pos; p += ATT_WARPS) {
-        const int32_t b = table[p / KILN_KV_BLOCK];
-        const size_t off =
-            (size_t)b * kv.block_bytes + (size_t)(p % KILN_KV_BLOCK) * slot_bytes + head_off;
-        float kr[E], vr[E];
-        load_row<E, F16>((const uint8_t *)kv.k + off, kr);
-        load_row<E, F16>((const uint8_t *)kv.v + off, vr);
-        float d = 0.0f;
-#pragma unroll
-        for (int e = 0; e < E; e++) d = fmaf(qv[e], kr[e], d);
-#pragma unroll
-        for (int x = 16; x > 0; x >>= 1) d += __shfl_xor_sync(0xffffffffu, d, x);
-        float sc = d * scale;
-        if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
-        const float mn = fmaxf(m, sc);
-        const float corr = expf(m - mn), pe = expf(sc - mn);
-        l = l * corr + pe;
-#pragma unroll
-        for (int e = 0; e < E; e++) acc[e] = fmaf(acc[e], corr, pe * vr[e]);
-        m = mn;
-    }
-    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS];
-    __shared__ float sacc[ATT_WARPS][HD];
-    if (lane == 0) sm[wi] = m, sl[wi] = l;
-#pragma unroll
-    for (int e = 0; e < E; e++) sacc[wi][lane * E + e] = acc[e];
-    __syncthreads();
-    if (wi == 0) {
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm[w]);
-        float L = 0.0f, r[E];
-#pragma unroll
-        for (int e = 0; e < E; e++) r[e] = 0.0f;
-#pragma unroll
-        for (int w = 0; w < ATT_WARPS; w++) {
-            const float f = sl[w] > 0.0f ? expf(sm[w] - M) : 0.0f;
-            L += sl[w] * f;
-#pragma unroll
-            for (int e = 0; e < E; e++) r[e] = fmaf(sacc[w][lane * E + e], f, r[e]);
-        }
-        const float inv = 1.0f / L;
-#pragma unroll
-        for (int e = 0; e < E; e++) o[e] = r[e] * inv;
-    }
-}
-
-/* The query heads of one KV head together (session 10): one block per (KV head, token)
- * computes its G query heads, each warp loading a position's K and V rows once for the G
- * heads (attn_kernel loads them once per query head: G times the L2 traffic; 8B prefill,
- * 512 tokens: 465 us per layer, session 10 run 1). Every head's arithmetic is attn_kernel's,
- * operation for operation (the same positions per warp in the same order, the same online
- * softmax, the same merge), so the same bits: deterministic and batch invariant as before.
- * Used when the blocks fill the GPU (att_gqa_ok); KILN_CUDA_OLD_ATTN=1: never. */
-template <int E, bool F16, int G>
-__global__ void __launch_bounds__(ATT_WARPS * 32)
-    attn_gqa_kernel(kiln_kv_layer kv, const float *__restrict__ q, int64_t qs, float *out,
-                    int64_t os, int n_head, const int32_t *__restrict__ tok_seq,
-                    const int32_t *__restrict__ tok_pos, kiln_kv_blocks bl, float scale,
-                    float softcap, int window) {
-    kc_pdl_trigger();
-    constexpr int HD = 32 * E;
-    const int kvh = blockIdx.x, h0 = kvh * G;
+    const int h0 = blockIdx.x * G, kvh = h0 / (n_head / kv.n_kv_head);
     const int64_t t = blockIdx.y;
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
     const int32_t pos = tok_pos[t], row = tok_seq[t];
@@ -211,7 +134,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         for (int e = 0; e < E; e++) sacc[g][wi][lane * E + e] = acc[g][e];
     }
     __syncthreads();
-    if (wi < G) { /* warp g merges head g (attn_kernel's warp 0 for its head) */
+    if (wi < G) { /* warp g merges head g */
         const int g = wi;
         float M = -INFINITY;
 #pragma unroll
@@ -234,8 +157,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 }
 
 /* The GQA kernel for this call: head_dim 64 or 128, 2 / 4 / 8 query heads per KV head,
- * and (KV heads x tokens) blocks enough to fill the GPU twice (fewer: attn_kernel's G times
- * as many blocks are faster, e.g. one decode sequence). 0: attn_kernel. */
+ * and (KV heads x tokens) blocks enough to fill the GPU twice (fewer: G = 1's G times as many
+ * blocks are faster, e.g. one decode sequence). 0: G = 1. */
 static int kc_old_attn = -1;
 extern "C" void kiln_cuda_attention_gqa(int on) {
     kc_old_attn = on ? 0 : 1;
@@ -254,11 +177,11 @@ static int att_gqa_group(const kiln_attention_args *a) {
     do {                                                                                           \
         dim3 gg((unsigned)a->kv.n_kv_head, (unsigned)a->t);                                        \
         if (f16)                                                                                   \
-            attn_gqa_kernel<EE, true, GG><<<gg, ATT_WARPS * 32, 0, s>>>(                           \
+            attn_kernel<EE, true, GG><<<gg, ATT_WARPS * 32, 0, s>>>(                               \
                 a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->tok_seq,            \
                 a->tok_pos, a->blocks, a->scale, a->softcap, a->window);                           \
         else                                                                                       \
-            attn_gqa_kernel<EE, false, GG><<<gg, ATT_WARPS * 32, 0, s>>>(                          \
+            attn_kernel<EE, false, GG><<<gg, ATT_WARPS * 32, 0, s>>>(                              \
                 a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->tok_seq,            \
                 a->tok_pos, a->blocks, a->scale, a->softcap, a->window);                           \
     } while (0)
@@ -266,11 +189,11 @@ static int att_gqa_group(const kiln_attention_args *a) {
 #define ATT_CASE(EE)                                                                               \
     case EE:                                                                                       \
         if (f16)                                                                                   \
-            attn_kernel<EE, true><<<grid, ATT_WARPS * 32, 0, s>>>(                                 \
+            attn_kernel<EE, true, 1><<<grid, ATT_WARPS * 32, 0, s>>>(                              \
                 a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->tok_seq,            \
                 a->tok_pos, a->blocks, a->scale, a->softcap, a->window);                           \
         else                                                                                       \
-            attn_kernel<EE, false><<<grid, ATT_WARPS * 32, 0, s>>>(                                \
+            attn_kernel<EE, false, 1><<<grid, ATT_WARPS * 32, 0, s>>>(                             \
                 a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->tok_seq,            \
                 a->tok_pos, a->blocks, a->scale, a->softcap, a->window);                           \
         break

@@ -130,7 +130,7 @@ kiln_status kiln_cuda_add(const kiln_kctx *c, const kiln_add_args *a);
 /* attention.cu: paged attention (block tables read in the kernel). head_dim a multiple
  * of 32 up to 256. */
 kiln_status kiln_cuda_attention(const kiln_kctx *c, const kiln_attention_args *a);
-/* The query heads of a KV head in one block (attn_gqa_kernel, same bits; head_dim 64 / 128,
+/* The query heads of a KV head in one block (attn_kernel with G > 1, same bits; head_dim 64 / 128,
  * 2 / 4 / 8 heads per KV head, when KV heads x tokens >= 264) on (default) or off
  * (KILN_CUDA_OLD_ATTN=1). Process-wide. */
 void kiln_cuda_attention_gqa(int on);
