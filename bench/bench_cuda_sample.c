@@ -7,7 +7,8 @@
  * gives) and each configuration (the default chain k40 p.95 m.05 t.8; the same with
  * penalties over a 64-token window; k 1000; greedy with penalties), the median and best
  * time of one launch over 200 launches (CUDA events, after 20 warm-up launches), in
- * microseconds. Next to it, what the host path costs for the same rows: the copy of the
+ * microseconds, for the split path (a workspace: bound, gather, finish) and for one block per
+ * row (no workspace). Next to it, what the host path costs for the same rows: the copy of the
  * logits to the host (pinned) and kiln_sample_batch on one thread (medians of 20).
  */
 #include "base/timer.h"
@@ -69,8 +70,8 @@ int main(int argc, char **argv) {
                                  {"k1000 p.95 m.05 t.8", 0.8f, 1000, 1.0f},
                                  {"greedy + penalties (64)", 0.0f, 40, 1.1f}};
     static const int rowsv[] = {1, 16, 64};
-    printf("%-28s %8s %5s %10s %10s %12s %12s\n", "configuration", "vocab", "rows", "gpu med us",
-           "gpu best us", "d2h med us", "cpu med us");
+    printf("%-28s %8s %5s %10s %10s %10s %10s %12s %12s\n", "configuration", "vocab", "rows",
+           "split med", "split best", "1blk med", "1blk best", "d2h med us", "cpu med us");
     for (int v = 0; v < nv; v++) {
         const int32_t n = vocabs[v];
         float *h_lg;
@@ -91,6 +92,9 @@ int main(int argc, char **argv) {
         const size_t rb = MAXR * sizeof(kiln_sample_row_params), ob = OVCAP * sizeof(int32_t);
         CK(cudaMalloc(&d_par, rb + 3 * ob));
         CK(cudaMalloc((void **)&d_ids, MAXR * sizeof(int32_t)));
+        const size_t ws = kiln_cuda_sample_ws_bytes(MAXR, n);
+        void *d_ws;
+        CK(cudaMalloc(&d_ws, ws));
         cudaEvent_t e0, e1;
         CK(cudaEventCreate(&e0));
         CK(cudaEventCreate(&e1));
@@ -134,17 +138,22 @@ int main(int argc, char **argv) {
                                       .ids = d_ids};
                 kiln_kctx kc;
                 memset(&kc, 0, sizeof kc);
-                float t[ITERS];
-                for (int it = 0; it < WARM + ITERS; it++) {
-                    CK(cudaEventRecord(e0, 0));
-                    if (kiln_cuda_sample(&kc, &a)) return 1;
-                    CK(cudaEventRecord(e1, 0));
-                    CK(cudaEventSynchronize(e1));
-                    float ms;
-                    CK(cudaEventElapsedTime(&ms, e0, e1));
-                    if (it >= WARM) t[it - WARM] = ms * 1000.0f;
+                /* pass 0: one block per row (no workspace); pass 1: the split path */
+                float t[2][ITERS];
+                for (int pass = 0; pass < 2; pass++) {
+                    kc.scratch = pass ? d_ws : NULL;
+                    kc.scratch_size = pass ? ws : 0;
+                    for (int it = 0; it < WARM + ITERS; it++) {
+                        CK(cudaEventRecord(e0, 0));
+                        if (kiln_cuda_sample(&kc, &a)) return 1;
+                        CK(cudaEventRecord(e1, 0));
+                        CK(cudaEventSynchronize(e1));
+                        float ms;
+                        CK(cudaEventElapsedTime(&ms, e0, e1));
+                        if (it >= WARM) t[pass][it - WARM] = ms * 1000.0f;
+                    }
+                    qsort(t[pass], ITERS, sizeof(float), cmp_f);
                 }
-                qsort(t, ITERS, sizeof(float), cmp_f);
                 /* the host path: copy the rows, sample them on one thread */
                 float td[20], tc[20];
                 for (int it = 0; it < 20; it++) {
@@ -163,14 +172,16 @@ int main(int argc, char **argv) {
                 }
                 qsort(td, 20, sizeof(float), cmp_f);
                 qsort(tc, 20, sizeof(float), cmp_f);
-                printf("%-28s %8d %5d %10.1f %10.1f %12.1f %12.1f\n", confs[c].name, (int)n, rows,
-                       t[ITERS / 2], t[0], td[10], tc[10]);
+                printf("%-28s %8d %5d %10.1f %10.1f %10.1f %10.1f %12.1f %12.1f\n", confs[c].name,
+                       (int)n, rows, t[1][ITERS / 2], t[1][0], t[0][ITERS / 2], t[0][0], td[10],
+                       tc[10]);
                 for (int r = 0; r < rows; r++) kiln_sampler_free(s[r]);
             }
         }
         cudaFree(d_lg);
         cudaFree(d_par);
         cudaFree(d_ids);
+        cudaFree(d_ws);
         cudaFreeHost(h_lg);
         cudaFreeHost(h_copy);
         cudaEventDestroy(e0);

@@ -47,6 +47,10 @@
 #             `kiln run --chat` on SmolLM2 with cuda and cpu, texts compared
 #   sample    test_cuda_sample (cuda.sample vs ref.sample and the CPU chain; generation with
 #             device sampling == host sampling) and bench_cuda_sample (the chain per step)
+#   sampledrun  kiln run --backend cuda -n 256: default sampling on the device (split
+#             sample kernel), the one-block-per-row kernel (KILN_CUDA_OLD_SAMPLE=1), --temp
+#             0, host sampling; $RUNS rounds alternating; real files when present, kiln-gen
+#             gemma3-270m q4_K_M and llama3-8b q4_0 (sampledrun.log)
 #   sanitize  compute-sanitizer memcheck and racecheck on test_cuda_kernels, memcheck on
 #             test_cuda_sample
 #   (side8b and real also run `kiln bench` once more per assignment in $SIDE_AB, e.g.
@@ -97,6 +101,7 @@ for s in "$@"; do
     verify) TG="$TG test_cuda_kernels test_cuda_e2e" ;;
     real) TG="$TG" ;;
     sample) TG="$TG test_cuda_sample bench_cuda_sample" ;;
+    sampledrun) TG="$TG" ;;
     sanitize) TG="$TG test_cuda_kernels test_cuda_sample" ;;
     profile) TG="$TG bench_cuda" ;;
     load) TG="$TG bench_load test_load" ;;
@@ -208,6 +213,33 @@ for s in "$@"; do
     sample)
       step test_cuda_sample 240 env KILN_BINARY_DIR=$PWD/$B test_cuda_sample
       step bench_cuda_sample 120 bench_cuda_sample 128256 262144 ;;
+    sampledrun)
+      # kiln run --backend cuda -n 256 --ignore-eos: default sampling (the device samples,
+      # split path) / the one-block-per-row sample kernel (KILN_CUDA_OLD_SAMPLE=1) / --temp 0
+      # / host sampling (KILN_HOST_SAMPLING=1), alternating, $RUNS rounds; real files when
+      # present, kiln-gen gemma3-270m q4_K_M and llama3-8b q4_0
+      R=$HOME/.cache/kiln/models
+      P="Write a long story about a dragon who learns to bake bread."
+      : >"$LOG/sampledrun.log"
+      for f in "$R/gemma-3-270m-q4_k_m.gguf" "$R/SmolLM2-135M-Instruct.Q4_1.gguf" \
+        "$(gen gemma3-270m q4_K_M)" "$(gen llama3-8b q4_0)"; do
+        [ -f "$f" ] || continue
+        cat "$f" >/dev/null
+        for r in $(seq 1 "${RUNS:-3}"); do
+          for mode in sampled old greedy host; do
+            case $mode in
+              sampled) a=(); e=(KILN_NO_PROGRESS=1) ;;
+              old) a=(); e=(KILN_CUDA_OLD_SAMPLE=1) ;;
+              greedy) a=(--temp 0); e=(KILN_NO_PROGRESS=1) ;;
+              host) a=(); e=(KILN_HOST_SAMPLING=1) ;;
+            esac
+            l=$(env "${e[@]}" timeout 60 kiln run -m "$f" --backend cuda -p "$P" -n 256 \
+              --ignore-eos -s 1 "${a[@]}" 2>&1 >/dev/null | grep "kiln run:")
+            echo "$(basename "$f") $mode $r $l" >>"$LOG/sampledrun.log"
+          done
+        done
+      done
+      ROWS+=("sampledrun: $(wc -l <"$LOG/sampledrun.log") runs (sampledrun.log)") ;;
     sanitize)
       CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
       if [ -z "$CS" ]; then echo "sanitize: no compute-sanitizer" | tee "$LOG/sanitize.log"; else

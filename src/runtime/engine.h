@@ -109,8 +109,10 @@ struct kiln_engine {
     /* the sample kernel (sampled steps): looked up at the first one; -1 none, 0 unknown */
     int sample_state;
     kiln_sample_fn sample_fn;
-    float sample_softcap; /* the LM head's final softcap (set with sample_fn)      */
-    bool out_caller;      /* the last run wrote into caller memory (no accessor output) */
+    kiln_workspace_fn sample_ws_fn; /* its spec's workspace (NULL: none)         */
+    kiln_buf sample_ws;             /* that workspace, grown to the step's rows  */
+    float sample_softcap;           /* the LM head's final softcap (set with sample_fn)      */
+    bool out_caller;                /* the last run wrote into caller memory (no accessor output) */
     /* step scratch (host) */
     int32_t *seq_slot, *row_of_entry;
     uint64_t *counters;

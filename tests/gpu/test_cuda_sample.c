@@ -64,13 +64,15 @@ typedef struct batch {
     float ov_bias[OVCAP];
     int32_t n_ov;
     float softcap;
-    int32_t gpu[MAXR], ref[MAXR];
+    int32_t gpu[MAXR], gpu1[MAXR], ref[MAXR]; /* split path (workspace), one block a row, ref */
 } batch;
 
 static float *d_lg;
 static size_t d_lg_cap;
 static void *d_par;
 static int32_t *d_ids;
+static void *d_ws; /* the split path's workspace */
+static size_t d_ws_cap;
 
 /* cuda.sample and ref.sample on the batch. */
 static void run_both(batch *b) {
@@ -100,6 +102,22 @@ static void run_both(batch *b) {
                           .ids = d_ids};
     kiln_kctx c;
     memset(&c, 0, sizeof c);
+    /* without workspace: one block per row */
+    assert_int_equal(kiln_cuda_sample(&c, &a), KILN_OK);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(b->gpu1, d_ids, (size_t)b->rows * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    /* with it: the split path (bound, gather, finish), its workspace poisoned */
+    const size_t ws = kiln_cuda_sample_ws_bytes(b->rows, b->n);
+    assert_true(ws > 0);
+    if (ws > d_ws_cap) {
+        if (d_ws) CK(cudaFree(d_ws));
+        CK(cudaMalloc(&d_ws, ws));
+        d_ws_cap = ws;
+    }
+    CK(cudaMemset(d_ws, 0x5a, ws));
+    CK(cudaMemset(d_ids, 0x7f, MAXR * sizeof(int32_t)));
+    c.scratch = d_ws;
+    c.scratch_size = ws;
     assert_int_equal(kiln_cuda_sample(&c, &a), KILN_OK);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(b->gpu, d_ids, (size_t)b->rows * sizeof(int32_t), cudaMemcpyDeviceToHost));
@@ -161,13 +179,13 @@ static int case_batch(const kt_scase *c, int rows, uint64_t seed, float softcap,
     run_both(&cb);
     int bad = 0;
     for (int r = 0; r < rows; r++)
-        if (cb.gpu[r] != cb.ref[r]) {
+        if (cb.gpu[r] != cb.ref[r] || cb.gpu1[r] != cb.ref[r]) {
             if (bad < 3)
                 print_message("  mismatch: n %d k %d t %g p %g m %g pen %g bias %d kind %d cap %g "
-                              "row %d u %.17g: gpu %d ref %d\n",
+                              "row %d u %.17g: gpu %d (one block a row %d) ref %d\n",
                               (int)c->n, (int)c->k, c->temp, c->top_p, c->min_p, c->rep,
                               (int)c->n_bias, c->kind, softcap, r, cb.rp[r].u, (int)cb.gpu[r],
-                              (int)cb.ref[r]);
+                              (int)cb.gpu1[r], (int)cb.ref[r]);
             bad++;
         }
     *checked += used;

@@ -135,9 +135,14 @@ kiln_status kiln_cuda_attention(const kiln_kctx *c, const kiln_attention_args *a
  * (KILN_CUDA_OLD_ATTN=1). Process-wide. */
 void kiln_cuda_attention_gqa(int on);
 
-/* sample.cu: the sampling chain (kernel.h, kiln_sample_args), one block per row; rows with
- * k + 2 n_ov > KILN_SAMPLE_MAX_CAND get id -2 (callers check before the launch). */
+/* sample.cu: the sampling chain (kernel.h, kiln_sample_args); rows with k + 2 n_ov >
+ * KILN_SAMPLE_MAX_CAND get id -2 (callers check before the launch). With kctx->scratch of
+ * at least kiln_cuda_sample_ws_bytes(t, n) bytes the search for a row's candidates is split
+ * over many blocks (three launches); without it (or KILN_CUDA_OLD_SAMPLE=1) one block per row
+ * runs the whole chain. Both give the same ids. */
 kiln_status kiln_cuda_sample(const kiln_kctx *c, const kiln_sample_args *a);
+size_t kiln_cuda_sample_ws_bytes(int64_t rows, int64_t n);         /* 0 on overflow / bad sizes */
+size_t kiln_cuda_sample_workspace(const struct kiln_sel_ctx *ctx); /* tokens_max rows of n */
 
 /* util.cu: a streaming read of `bytes` (a multiple of 16) from buf on the stream, the
  * sum written to sink[0..1023] (device) so nothing is optimized away: the device's read

@@ -293,9 +293,11 @@ static const kiln_kernel_spec cuda_specs[] = {
      CUDA_SPEC,
      .act_dtypes = F32,
      .props = ALL_PROPS,
+     .workspace = kiln_cuda_sample_workspace,
      .priority = 80,
      .fn.sample = kiln_cuda_sample,
-     .summary = "block per row: penalties on the window, top-k by threshold passes, bitonic "
+     .summary = "a bound of the row's K-th best key per 8192-logit chunk, a gather of the keys "
+                "above it, then a block per row: penalties, top-k by threshold passes, bitonic "
                 "sort of <= 4096, top-p / min-p / draw in double (warp 0)"},
 };
 

@@ -24,6 +24,7 @@
  * docs/SAMPLING.md lists the boundary cases that can differ.
  */
 #include "kernels/cuda/common.cuh"
+#include "kernels/select.h"
 
 #include <math.h>
 
@@ -165,18 +166,27 @@ __device__ __forceinline__ double s_walk(int m, E e, double target, bool ge, int
     return cum;
 }
 
-__global__ void __launch_bounds__(SNT)
-    sample_kernel(const float *__restrict__ logits, int64_t ld, int64_t n, bool vec, float cap,
-                  const kiln_sample_row_params *__restrict__ rows,
-                  const int32_t *__restrict__ ov_id, const float *__restrict__ ov_bias,
-                  const int32_t *__restrict__ ov_count, int32_t *__restrict__ ids) {
-    __shared__ uint64_t buf[SCAP];
-    __shared__ uint32_t cnt[NTHR];
-    __shared__ int warp_sums[SNT / 32];
-    __shared__ int s_n;
-    const int64_t r = blockIdx.x;
-    const float *row = logits + r * ld;
-    const kiln_sample_row_params p = rows[r];
+/* The chain for row r of one block of SNT threads. src(f) calls f(key, id) for every
+ * candidate the search may consider (the whole row, or a list holding every key >= the
+ * row's K-th best), every thread the same number of times; stop: the search ends once
+ * count(key >= lo) <= stop (<= SCAP). The boundary-tie path scans the row itself. */
+struct s_smem {
+    uint64_t buf[SCAP];
+    uint32_t cnt[NTHR];
+    int warp_sums[SNT / 32];
+    int s_n;
+};
+
+template <typename SRC>
+__device__ __forceinline__ void
+s_chain(const float *__restrict__ row, int64_t n, bool vec, float cap,
+        const kiln_sample_row_params &p, const int32_t *__restrict__ ov_id,
+        const float *__restrict__ ov_bias, const int32_t *__restrict__ ov_count,
+        int32_t *__restrict__ ids, int64_t r, SRC src, uint32_t stop, s_smem &sm) {
+    uint64_t *buf = sm.buf;
+    uint32_t *cnt = sm.cnt;
+    int *warp_sums = sm.warp_sums;
+    int &s_n = sm.s_n;
     const bool greedy = !(p.temperature > 0.0f);
     const int64_t k = greedy ? 1 : (p.top_k > 0 && p.top_k < n ? p.top_k : n);
     const int n_ov = p.n_ov;
@@ -191,7 +201,7 @@ __global__ void __launch_bounds__(SNT)
     uint32_t lo = 1, cnt_lo = 0;
     uint64_t hi = 1ull << 32;
     for (bool first = true;; first = false) {
-        if (!first && (cnt_lo <= SCAP || hi - lo <= 1)) break;
+        if (!first && (cnt_lo <= stop || hi - lo <= 1)) break;
         uint32_t thr[NTHR], c[NTHR];
 #pragma unroll
         for (int j = 0; j < NTHR; j++) {
@@ -200,7 +210,7 @@ __global__ void __launch_bounds__(SNT)
         }
         if (threadIdx.x < NTHR) cnt[threadIdx.x] = 0;
         __syncthreads();
-        s_for_row(row, n, vec, cap, [&](uint32_t key, int32_t) {
+        src([&](uint32_t key, int32_t) {
             if (key < lo) return;
 #pragma unroll
             for (int j = 0; j < NTHR; j++) c[j] += key >= thr[j];
@@ -229,7 +239,7 @@ __global__ void __launch_bounds__(SNT)
     __syncthreads();
     int m;
     if (cnt_lo <= SCAP) {
-        s_for_row(row, n, vec, cap, [&](uint32_t key, int32_t id) {
+        src([&](uint32_t key, int32_t id) {
             const int slot = s_slot(key >= lo, &s_n);
             if (slot >= 0 && slot < SCAP) buf[slot] = s_comp(key, id);
         });
@@ -240,7 +250,7 @@ __global__ void __launch_bounds__(SNT)
         if (m > (int)K) m = (int)K;
     } else { /* the boundary is one key shared by more than SCAP logits: lowest ids */
         const uint32_t T = lo;
-        s_for_row(row, n, vec, cap, [&](uint32_t key, int32_t id) {
+        src([&](uint32_t key, int32_t id) {
             const int slot = s_slot(key > T, &s_n);
             if (slot >= 0 && slot < SCAP) buf[slot] = s_comp(key, id);
         });
@@ -350,12 +360,213 @@ __global__ void __launch_bounds__(SNT)
     if (threadIdx.x == 0) ids[r] = s_comp_id(buf[hit >= 0 ? hit : m - 1]);
 }
 
+/* The whole row as the source (one block per row: the path without workspace). */
+__global__ void __launch_bounds__(SNT)
+    sample_kernel(const float *__restrict__ logits, int64_t ld, int64_t n, bool vec, float cap,
+                  const kiln_sample_row_params *__restrict__ rows,
+                  const int32_t *__restrict__ ov_id, const float *__restrict__ ov_bias,
+                  const int32_t *__restrict__ ov_count, int32_t *__restrict__ ids) {
+    __shared__ s_smem sm;
+    const int64_t r = blockIdx.x;
+    const float *row = logits + r * ld;
+    s_chain(
+        row, n, vec, cap, rows[r], ov_id, ov_bias, ov_count, ids, r,
+        [&](auto f) { s_for_row(row, n, vec, cap, f); }, SCAP, sm);
+}
+
+/* ---- the split path: many blocks per row find a bound, gather, then one block finishes ----
+ *
+ * A. bound_kernel, grid (chunks, rows): each block holds a chunk of CH logits' keys in
+ *    registers and narrows [lo, hi) with the same 16-threshold passes until count(key >= lo)
+ *    <= 2K (or the interval is one key); a chunk whose K-th best key is >= lo has
+ *    count >= K, so the row's K-th best key T >= lo too: L = max over chunks of lo <= T.
+ *    A chunk with fewer than K live keys bounds nothing (lo = 1).
+ * B. gather_kernel, same grid: every key >= L (so every candidate of the row's top K, ties
+ *    at T included) appended to the row's list (a counter per row; past LCAP only counted).
+ * C. finish_kernel, a block per row: the chain of s_chain over the list (count <= LCAP),
+ *    else over the whole row as sample_kernel does. Both give the same ids: the K best
+ *    keys (ties to the lower id) are the same set wherever they are searched. */
+#define CH_T 512           /* threads of a chunk block                              */
+#define CH_E 16            /* keys per thread                                       */
+#define CH   (CH_T * CH_E) /* logits per chunk                                      */
+#define LCAP (4 * SCAP)    /* list entries per row                                  */
+
+/* Workspace layout per row: [LCAP] uint64 list | count (u32) | pad | [chunks] u32 bounds. */
+static inline size_t s_row_ws(int64_t n) {
+    const int64_t nc = (n + CH - 1) / CH;
+    return (size_t)LCAP * 8 + 16 + (((size_t)nc * 4 + 15) & ~(size_t)15);
+}
+
+__device__ __forceinline__ bool s_row_ok(const kiln_sample_row_params &p, int64_t n, uint32_t *K) {
+    const bool greedy = !(p.temperature > 0.0f);
+    const int64_t k = greedy ? 1 : (p.top_k > 0 && p.top_k < n ? p.top_k : n);
+    if (p.n_ov < 0 || k + 2 * (int64_t)p.n_ov > SCAP) return false;
+    *K = (uint32_t)(k + p.n_ov);
+    return true;
+}
+
+__global__ void __launch_bounds__(CH_T)
+    bound_kernel(const float *__restrict__ logits, int64_t ld, int64_t n, float cap,
+                 const kiln_sample_row_params *__restrict__ rows, uint8_t *__restrict__ ws,
+                 size_t row_ws) {
+    __shared__ uint32_t cnt[NTHR];
+    const int64_t r = blockIdx.y, c0 = (int64_t)blockIdx.x * CH;
+    const float *row = logits + r * ld;
+    uint8_t *w = ws + (size_t)r * row_ws;
+    uint32_t *bound = (uint32_t *)(w + (size_t)LCAP * 8 + 16);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *(uint32_t *)(w + (size_t)LCAP * 8) = 0;
+    uint32_t K;
+    if (!s_row_ok(rows[r], n, &K)) { /* finish_kernel reports the row */
+        if (threadIdx.x == 0) bound[blockIdx.x] = 1;
+        return;
+    }
+    uint32_t key[CH_E];
+#pragma unroll
+    for (int e = 0; e < CH_E; e++) {
+        const int64_t i = c0 + e * CH_T + threadIdx.x;
+        key[e] = i < n ? s_key(s_cap(row[i], cap)) : 0u;
+    }
+    uint32_t lo = 1;
+    uint64_t hi = 1ull << 32;
+    for (int pass = 0; pass < 9; pass++) {
+        uint32_t thr[NTHR], c[NTHR];
+#pragma unroll
+        for (int j = 0; j < NTHR; j++) {
+            thr[j] = (uint32_t)(lo + (hi - lo) * (uint64_t)j / NTHR);
+            c[j] = 0;
+        }
+        if (threadIdx.x < NTHR) cnt[threadIdx.x] = 0;
+        __syncthreads();
+#pragma unroll
+        for (int e = 0; e < CH_E; e++)
+#pragma unroll
+            for (int j = 0; j < NTHR; j++) c[j] += key[e] >= thr[j];
+#pragma unroll
+        for (int j = 0; j < NTHR; j++) {
+            const uint32_t s = __reduce_add_sync(0xffffffffu, c[j]);
+            if ((threadIdx.x & 31) == 0 && s) atomicAdd(&cnt[j], s);
+        }
+        __syncthreads();
+        if (pass == 0 && cnt[0] < K) break; /* fewer than K live keys: lo = 1 */
+        int j = 0;
+        while (j + 1 < NTHR && cnt[j + 1] >= K) j++;
+        const uint32_t cl = cnt[j];
+        lo = thr[j];
+        if (j + 1 < NTHR) hi = thr[j + 1];
+        __syncthreads(); /* cnt is reset by the next pass */
+        if (cl <= 2 * K || hi - lo <= 1) break;
+    }
+    if (threadIdx.x == 0) bound[blockIdx.x] = lo;
+}
+
+__global__ void __launch_bounds__(CH_T)
+    gather_kernel(const float *__restrict__ logits, int64_t ld, int64_t n, float cap,
+                  int64_t n_chunks, uint8_t *__restrict__ ws, size_t row_ws) {
+    __shared__ uint32_t s_L;
+    const int64_t r = blockIdx.y, c0 = (int64_t)blockIdx.x * CH;
+    const float *row = logits + r * ld;
+    uint8_t *w = ws + (size_t)r * row_ws;
+    uint64_t *list = (uint64_t *)w;
+    uint32_t *count = (uint32_t *)(w + (size_t)LCAP * 8);
+    const uint32_t *bound = (const uint32_t *)(w + (size_t)LCAP * 8 + 16);
+    if (threadIdx.x < 32) {
+        uint32_t L = 1;
+        for (int64_t b = threadIdx.x; b < n_chunks; b += 32) L = max(L, bound[b]);
+        L = __reduce_max_sync(0xffffffffu, L);
+        if (threadIdx.x == 0) s_L = L;
+    }
+    __syncthreads();
+    const uint32_t L = s_L;
+#pragma unroll 4
+    for (int e = 0; e < CH_E; e++) {
+        const int64_t i = c0 + e * CH_T + threadIdx.x;
+        const uint32_t key = i < n ? s_key(s_cap(row[i], cap)) : 0u;
+        const bool take = key >= L;
+        const unsigned m = __ballot_sync(0xffffffffu, take);
+        if (!m) continue;
+        const int lane = threadIdx.x & 31, leader = __ffs(m) - 1;
+        uint32_t base = 0;
+        if (lane == leader) base = atomicAdd(count, (uint32_t)__popc(m));
+        base = __shfl_sync(0xffffffffu, base, leader);
+        const uint32_t slot = base + __popc(m & ((1u << lane) - 1));
+        if (take && slot < LCAP) list[slot] = s_comp(key, (int32_t)i);
+    }
+}
+
+__global__ void __launch_bounds__(SNT)
+    finish_kernel(const float *__restrict__ logits, int64_t ld, int64_t n, bool vec, float cap,
+                  const kiln_sample_row_params *__restrict__ rows,
+                  const int32_t *__restrict__ ov_id, const float *__restrict__ ov_bias,
+                  const int32_t *__restrict__ ov_count, int32_t *__restrict__ ids,
+                  const uint8_t *__restrict__ ws, size_t row_ws) {
+    __shared__ s_smem sm;
+    const int64_t r = blockIdx.x;
+    const float *row = logits + r * ld;
+    const uint8_t *w = ws + (size_t)r * row_ws;
+    const uint64_t *list = (const uint64_t *)w;
+    const uint32_t m = *(const uint32_t *)(w + (size_t)LCAP * 8);
+    if (m <= LCAP) {
+        /* the list: narrow to <= 512 before the sort (a pass costs m / SNT keys a thread) */
+        s_chain(
+            row, n, vec, cap, rows[r], ov_id, ov_bias, ov_count, ids, r,
+            [&](auto f) {
+                for (uint32_t b = 0; b < m; b += SNT) {
+                    const uint32_t i = b + threadIdx.x;
+                    const uint64_t c = i < m ? list[i] : 0;
+                    f((uint32_t)(c >> 32), s_comp_id(c));
+                }
+            },
+            512u, sm);
+    } else {
+        s_chain(
+            row, n, vec, cap, rows[r], ov_id, ov_bias, ov_count, ids, r,
+            [&](auto f) { s_for_row(row, n, vec, cap, f); }, SCAP, sm);
+    }
+}
+
+static int s_split_on(void) {
+    static int on = -1; /* process-wide A/B switch, read once */
+    if (on < 0) {
+        const char *e = getenv("KILN_CUDA_OLD_SAMPLE");
+        on = !(e && e[0] == '1');
+    }
+    return on;
+}
+
+extern "C" size_t kiln_cuda_sample_ws_bytes(int64_t rows, int64_t n) {
+    if (rows <= 0 || n <= 0 || n > INT32_MAX) return 0;
+    const size_t rw = s_row_ws(n);
+    if ((size_t)rows > SIZE_MAX / rw) return 0;
+    return (size_t)rows * rw;
+}
+
+extern "C" size_t kiln_cuda_sample_workspace(const struct kiln_sel_ctx *ctx) {
+    return kiln_cuda_sample_ws_bytes(ctx->tokens_max < 1 ? 1 : ctx->tokens_max, ctx->n);
+}
+
 extern "C" kiln_status kiln_cuda_sample(const kiln_kctx *c, const kiln_sample_args *a) {
     if (a->t == 0) return KILN_OK;
     if (a->t < 0 || a->t > INT32_MAX || a->n <= 0 || a->n > a->ld || a->n > INT32_MAX ||
         !a->logits || !a->rows || !a->ids)
         return KILN_ERR_INVALID_ARG; /* kernels.h: argument shapes are the caller's to check */
     const bool vec = a->ld % 4 == 0 && ((uintptr_t)a->logits & 15) == 0;
+    const size_t need = kiln_cuda_sample_ws_bytes(a->t, a->n);
+    const int64_t n_chunks = (a->n + CH - 1) / CH;
+    /* the split path when the workspace holds it and the grid fits (rows <= 65535) */
+    if (s_split_on() && need && c->scratch && c->scratch_size >= need && a->t <= 65535 &&
+        n_chunks <= INT32_MAX) {
+        const size_t rw = s_row_ws(a->n);
+        uint8_t *ws = (uint8_t *)c->scratch;
+        const dim3 g((unsigned)n_chunks, (unsigned)a->t);
+        bound_kernel<<<g, CH_T, 0, KC_STREAM(c)>>>(a->logits, a->ld, a->n, a->softcap, a->rows, ws,
+                                                   rw);
+        gather_kernel<<<g, CH_T, 0, KC_STREAM(c)>>>(a->logits, a->ld, a->n, a->softcap, n_chunks,
+                                                    ws, rw);
+        finish_kernel<<<(unsigned)a->t, SNT, 0, KC_STREAM(c)>>>(
+            a->logits, a->ld, a->n, vec, a->softcap, a->rows, a->ov_id, a->ov_bias, a->ov_count,
+            a->ids, ws, rw);
+        return kc_launched();
+    }
     sample_kernel<<<(unsigned)a->t, SNT, 0, KC_STREAM(c)>>>(a->logits, a->ld, a->n, vec, a->softcap,
                                                             a->rows, a->ov_id, a->ov_bias,
                                                             a->ov_count, a->ids);
