@@ -182,7 +182,8 @@ __device__ __forceinline__ void
 s_chain(const float *__restrict__ row, int64_t n, bool vec, float cap,
         const kiln_sample_row_params &p, const int32_t *__restrict__ ov_id,
         const float *__restrict__ ov_bias, const int32_t *__restrict__ ov_count,
-        int32_t *__restrict__ ids, int64_t r, SRC src, uint32_t stop, s_smem &sm) {
+        int32_t *__restrict__ ids, int64_t r, SRC src, uint32_t stop, uint32_t lo0, uint64_t hi0,
+        s_smem &sm) {
     uint64_t *buf = sm.buf;
     uint32_t *cnt = sm.cnt;
     int *warp_sums = sm.warp_sums;
@@ -198,8 +199,8 @@ s_chain(const float *__restrict__ row, int64_t n, bool vec, float cap,
     const uint32_t K = (uint32_t)(k + n_ov);
 
     /* 1. threshold search: count(key >= lo) >= K > count(key >= hi) */
-    uint32_t lo = 1, cnt_lo = 0;
-    uint64_t hi = 1ull << 32;
+    uint32_t lo = lo0, cnt_lo = 0; /* [lo0, hi0) holds every live key of the source */
+    uint64_t hi = hi0;
     for (bool first = true;; first = false) {
         if (!first && (cnt_lo <= stop || hi - lo <= 1)) break;
         uint32_t thr[NTHR], c[NTHR];
@@ -371,7 +372,7 @@ __global__ void __launch_bounds__(SNT)
     const float *row = logits + r * ld;
     s_chain(
         row, n, vec, cap, rows[r], ov_id, ov_bias, ov_count, ids, r,
-        [&](auto f) { s_for_row(row, n, vec, cap, f); }, SCAP, sm);
+        [&](auto f) { s_for_row(row, n, vec, cap, f); }, SCAP, 1u, 1ull << 32, sm);
 }
 
 /* ---- the split path: many blocks per row find a bound, gather, then one block finishes ----
@@ -380,7 +381,9 @@ __global__ void __launch_bounds__(SNT)
  *    registers and narrows [lo, hi) with the same 16-threshold passes until count(key >= lo)
  *    <= 2K (or the interval is one key); a chunk whose K-th best key is >= lo has
  *    count >= K, so the row's K-th best key T >= lo too: L = max over chunks of lo <= T.
- *    A chunk with fewer than K live keys bounds nothing (lo = 1).
+ *    A chunk with fewer than K live keys bounds nothing (lo = 1). The search starts at
+ *    the chunk's [min, max] live key. When K x chunks > LCAP / 2 (a large top-k) the list
+ *    could overflow: the row is flagged (bound 0) and finish_kernel takes the whole row.
  * B. gather_kernel, same grid: every key >= L (so every candidate of the row's top K, ties
  *    at T included) appended to the row's list (a counter per row; past LCAP only counted).
  * C. finish_kernel, a block per row: the chain of s_chain over the list (count <= LCAP),
@@ -409,7 +412,7 @@ __global__ void __launch_bounds__(CH_T)
     bound_kernel(const float *__restrict__ logits, int64_t ld, int64_t n, float cap,
                  const kiln_sample_row_params *__restrict__ rows, uint8_t *__restrict__ ws,
                  size_t row_ws) {
-    __shared__ uint32_t cnt[NTHR];
+    __shared__ uint32_t cnt[NTHR], s_lo, s_hi;
     const int64_t r = blockIdx.y, c0 = (int64_t)blockIdx.x * CH;
     const float *row = logits + r * ld;
     uint8_t *w = ws + (size_t)r * row_ws;
@@ -420,14 +423,35 @@ __global__ void __launch_bounds__(CH_T)
         if (threadIdx.x == 0) bound[blockIdx.x] = 1;
         return;
     }
+    if ((uint64_t)K * gridDim.x > LCAP / 2) { /* the list could overflow: the row's own path */
+        if (threadIdx.x == 0) bound[blockIdx.x] = 0;
+        return;
+    }
     uint32_t key[CH_E];
 #pragma unroll
     for (int e = 0; e < CH_E; e++) {
         const int64_t i = c0 + e * CH_T + threadIdx.x;
         key[e] = i < n ? s_key(s_cap(row[i], cap)) : 0u;
     }
-    uint32_t lo = 1;
-    uint64_t hi = 1ull << 32;
+    /* the interval starts at the chunk's live keys: [min, max] */
+    uint32_t kmin = 0xffffffffu, kmax = 0;
+#pragma unroll
+    for (int e = 0; e < CH_E; e++) {
+        kmin = key[e] ? min(kmin, key[e]) : kmin;
+        kmax = max(kmax, key[e]);
+    }
+    if (threadIdx.x == 0) s_lo = 0xffffffffu, s_hi = 0;
+    __syncthreads();
+    kmin = __reduce_min_sync(0xffffffffu, kmin);
+    kmax = __reduce_max_sync(0xffffffffu, kmax);
+    if ((threadIdx.x & 31) == 0) atomicMin(&s_lo, kmin), atomicMax(&s_hi, kmax);
+    __syncthreads();
+    if (s_hi == 0) { /* no live key in the chunk */
+        if (threadIdx.x == 0) bound[blockIdx.x] = 1;
+        return;
+    }
+    uint32_t lo = s_lo;
+    uint64_t hi = (uint64_t)s_hi + 1;
     for (int pass = 0; pass < 9; pass++) {
         uint32_t thr[NTHR], c[NTHR];
 #pragma unroll
@@ -447,7 +471,10 @@ __global__ void __launch_bounds__(CH_T)
             if ((threadIdx.x & 31) == 0 && s) atomicAdd(&cnt[j], s);
         }
         __syncthreads();
-        if (pass == 0 && cnt[0] < K) break; /* fewer than K live keys: lo = 1 */
+        if (pass == 0 && cnt[0] < K) { /* fewer than K live keys: no bound */
+            lo = 1;
+            break;
+        }
         int j = 0;
         while (j + 1 < NTHR && cnt[j + 1] >= K) j++;
         const uint32_t cl = cnt[j];
@@ -477,6 +504,10 @@ __global__ void __launch_bounds__(CH_T)
     }
     __syncthreads();
     const uint32_t L = s_L;
+    if (bound[0] == 0) { /* bound_kernel's flag: finish_kernel takes the whole row */
+        if (blockIdx.x == 0 && threadIdx.x == 0) *count = LCAP + 1;
+        return;
+    }
 #pragma unroll 4
     for (int e = 0; e < CH_E; e++) {
         const int64_t i = c0 + e * CH_T + threadIdx.x;
@@ -506,7 +537,23 @@ __global__ void __launch_bounds__(SNT)
     const uint64_t *list = (const uint64_t *)w;
     const uint32_t m = *(const uint32_t *)(w + (size_t)LCAP * 8);
     if (m <= LCAP) {
-        /* the list: narrow to <= 512 before the sort (a pass costs m / SNT keys a thread) */
+        /* the list: narrow to <= 512 before the sort (a pass costs m / SNT keys a thread),
+         * from the interval of its keys */
+        __shared__ uint32_t s_lo, s_hi;
+        uint32_t kmin = 0xffffffffu, kmax = 0;
+        for (uint32_t i = threadIdx.x; i < m; i += SNT) {
+            const uint32_t key = (uint32_t)(list[i] >> 32);
+            kmin = min(kmin, key);
+            kmax = max(kmax, key);
+        }
+        if (threadIdx.x == 0) s_lo = 0xffffffffu, s_hi = 0;
+        __syncthreads();
+        kmin = __reduce_min_sync(0xffffffffu, kmin);
+        kmax = __reduce_max_sync(0xffffffffu, kmax);
+        if ((threadIdx.x & 31) == 0) atomicMin(&s_lo, kmin), atomicMax(&s_hi, kmax);
+        __syncthreads();
+        const uint32_t lo0 = s_hi ? s_lo : 1u;
+        const uint64_t hi0 = s_hi ? (uint64_t)s_hi + 1 : 1ull << 32;
         s_chain(
             row, n, vec, cap, rows[r], ov_id, ov_bias, ov_count, ids, r,
             [&](auto f) {
@@ -516,11 +563,11 @@ __global__ void __launch_bounds__(SNT)
                     f((uint32_t)(c >> 32), s_comp_id(c));
                 }
             },
-            512u, sm);
+            512u, lo0, hi0, sm);
     } else {
         s_chain(
             row, n, vec, cap, rows[r], ov_id, ov_bias, ov_count, ids, r,
-            [&](auto f) { s_for_row(row, n, vec, cap, f); }, SCAP, sm);
+            [&](auto f) { s_for_row(row, n, vec, cap, f); }, SCAP, 1u, 1ull << 32, sm);
     }
 }
 
