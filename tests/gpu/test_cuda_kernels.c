@@ -1179,6 +1179,14 @@ static void test_attention(void **state) {
         {1, 32, 8, 128, {512}, {512}, 0, 0, KILN_DTYPE_F16},
         {3, 16, 2, 64, {300, 5, 200}, {150, 5, 200}, 0, 30.0f, KILN_DTYPE_F32},
         {2, 8, 4, 128, {100, 90}, {70, 66}, 40, 0, KILN_DTYPE_F16},
+        /* split-K (tokens attending to > 1024 positions): decode at 5000, 16 ranges at
+         * 20000, a window with softcap and head_dim 256, more than 64 tokens (launches of
+         * 64), the GQA kernel with ranges */
+        {1, 32, 8, 128, {5000}, {1}, 0, 0, KILN_DTYPE_F16},
+        {2, 8, 2, 128, {3000, 20000}, {1, 3}, 0, 0, KILN_DTYPE_F16},
+        {1, 4, 1, 256, {2500}, {2}, 1500, 30.0f, KILN_DTYPE_F16},
+        {3, 16, 2, 64, {1500, 1030, 700}, {70, 2, 1}, 0, 0, KILN_DTYPE_F32},
+        {2, 32, 8, 128, {1100, 2000}, {40, 1}, 0, 0, KILN_DTYPE_F16},
     };
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
         const attn_case *c = &cs[ci];
@@ -1227,6 +1235,22 @@ static void test_attention(void **state) {
         get(o, a.out, sizeof(float) * (size_t)(t * qd));
         if (memcmp(o, oo, sizeof(float) * (size_t)(t * qd)) != 0)
             fail_msg("%s: the per-head kernel's output differs from the default's", what);
+        /* batch invariance: the first and the last token alone give the same bits */
+        for (int k = 0; k < 2; k++) {
+            const int64_t i = k ? t - 1 : 0;
+            kiln_attention_args one = a;
+            one.t = 1;
+            one.q = a.q + i * qd;
+            one.out = a.out + i * qd;
+            one.tok_seq = a.tok_seq + i;
+            one.tok_pos = a.tok_pos + i;
+            CK(cudaMemset(one.out, 0xFF, sizeof(float) * (size_t)qd));
+            assert_int_equal(kiln_cuda_attention(&kc, &one), KILN_OK);
+            get(o, one.out, sizeof(float) * (size_t)qd);
+            if (memcmp(o, oo + i * qd, sizeof(float) * (size_t)qd) != 0)
+                fail_msg("%s: token %lld alone differs from the token in the call", what,
+                         (long long)i);
+        }
         cudaFree((void *)a.q), cudaFree(a.out), cudaFree((void *)a.tok_seq),
             cudaFree((void *)a.tok_pos);
         free(q), free(o), free(oo), free(tok_seq), free(tok_pos);

@@ -130,6 +130,12 @@ kiln_status kiln_cuda_add(const kiln_kctx *c, const kiln_add_args *a);
 /* attention.cu: paged attention (block tables read in the kernel). head_dim a multiple
  * of 32 up to 256. */
 kiln_status kiln_cuda_attention(const kiln_kctx *c, const kiln_attention_args *a);
+/* Its workspace: a token attending to more than 1024 positions is split over up to 16
+ * blocks (split-K), their partial states in kctx->scratch (kiln_cuda_attention_ws_bytes for
+ * t tokens of n_head heads, longest attended length max_len; 0 when no token can split).
+ * Too small a scratch is KILN_ERR_INVALID_ARG. */
+size_t kiln_cuda_attention_ws_bytes(int64_t t, int32_t n_head, int32_t head_dim, int64_t max_len);
+size_t kiln_cuda_attention_workspace(const struct kiln_sel_ctx *ctx);
 /* The query heads of a KV head in one block (attn_kernel with G > 1, same bits; head_dim 64 / 128,
  * 2 / 4 / 8 heads per KV head, when KV heads x tokens >= 264) on (default) or off
  * (KILN_CUDA_OLD_ATTN=1). Process-wide. */

@@ -234,9 +234,11 @@ static const kiln_kernel_spec cuda_specs[] = {
      .max_tokens = 65535,
      .features = ATTN_FEATS,
      .props = ALL_PROPS,
+     .workspace = kiln_cuda_attention_workspace,
      .priority = 80,
      .fn.attention = kiln_cuda_attention,
-     .summary = "paged, varlen, online softmax: block per (head, token), 8 warps split keys"},
+     .summary = "paged, varlen, online softmax: block per (head, token), 8 warps split keys; "
+                "past 1024 positions a token is split over up to 16 blocks (split-K)"},
     {.id = "cuda.glu",
      .op = KILN_KOP_GLU,
      CUDA_SPEC,
