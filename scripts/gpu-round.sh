@@ -47,6 +47,8 @@
 #             `kiln run --chat` on SmolLM2 with cuda and cpu, texts compared
 #   sample    test_cuda_sample (cuda.sample vs ref.sample and the CPU chain; generation with
 #             device sampling == host sampling) and bench_cuda_sample (the chain per step)
+#   depth     8B q4_0 at depths $DEPTHS (default 8192): kiln bench -d N, split-K attention on
+#             and off (KILN_CUDA_NO_SPLITK=1), llama-bench -d N when in $LLAMA_BIN
 #   sampledrun  kiln run --backend cuda -n 256: default sampling on the device (split
 #             sample kernel), the one-block-per-row kernel (KILN_CUDA_OLD_SAMPLE=1), --temp
 #             0, host sampling; $RUNS rounds alternating; real files when present, kiln-gen
@@ -101,7 +103,7 @@ for s in "$@"; do
     verify) TG="$TG test_cuda_kernels test_cuda_e2e" ;;
     real) TG="$TG" ;;
     sample) TG="$TG test_cuda_sample bench_cuda_sample" ;;
-    sampledrun) TG="$TG" ;;
+    sampledrun|depth) TG="$TG" ;;
     sanitize) TG="$TG test_cuda_kernels test_cuda_sample" ;;
     profile) TG="$TG bench_cuda" ;;
     load) TG="$TG bench_load test_load" ;;
@@ -213,6 +215,17 @@ for s in "$@"; do
     sample)
       step test_cuda_sample 240 env KILN_BINARY_DIR=$PWD/$B test_cuda_sample
       step bench_cuda_sample 120 bench_cuda_sample 128256 262144 ;;
+    depth)
+      # long contexts: 8B q4_0 at depth $DEPTHS (default 8192): kiln bench -d N with split-K
+      # attention and without (KILN_CUDA_NO_SPLITK=1), llama-bench -d N when built
+      F=$(gen llama3-8b q4_0)
+      for d in ${DEPTHS:-8192}; do
+        step "depth$d-kiln" 300 kiln bench -m "$F" --backend cuda -p 512 -n 128 -d "$d" -r 3
+        step "depth$d-nosplit" 300 env KILN_CUDA_NO_SPLITK=1 kiln bench -m "$F" --backend cuda \
+          -p 512 -n 128 -d "$d" -r 3
+        llama llama-bench && step "depth$d-llama" 300 "$LB/llama-bench" -m "$F" -ngl 99 -fa 1 \
+          -p 512 -n 128 -d "$d" -r 3
+      done ;;
     sampledrun)
       # kiln run --backend cuda -n 256 --ignore-eos: default sampling (the device samples,
       # split path) / the one-block-per-row sample kernel (KILN_CUDA_OLD_SAMPLE=1) / --temp 0

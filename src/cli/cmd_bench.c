@@ -2,7 +2,7 @@
  * cmd_bench.c — `kiln bench`: prompt-processing and decode speed, in the spirit of
  * llama-bench, so the two can be compared side by side (scripts/bench-vs-llama.sh).
  *
- *   kiln bench -m MODEL[,MODEL...] [-t N] [-p N] [-n N] [-r REPS] [-o md|json]
+ *   kiln bench -m MODEL[,MODEL...] [-t N] [-p N] [-n N] [-d N] [-r REPS] [-o md|json]
  *              [--backend cpu|ref] [--kv-f32] [--logits]
  *
  * Tests, as llama-bench defines them:
@@ -13,6 +13,9 @@
  *    from kiln_engine_step_greedy (the LM head fused with the argmax, as `kiln run
  *    --temp 0` decodes), or with --logits from kiln_engine_step's full logits row and an
  *    argmax here (what llama-bench's tg measures: logits produced every step).
+ * With -d N (llama-bench's depth) every run first fills its fresh sequence with N tokens
+ * (untimed steps of up to the step size), so the test attends to N more positions
+ * ("pp512 @ d4096", "tg128 @ d4096"; JSON "n_depth").
  * Each test runs once as a warm-up, then REPS times (default 5) with a fresh sequence;
  * the table shows the mean and standard deviation of t/s over the repetitions. The KV
  * cache is f16 by default (llama.cpp's default cache type). `-o json` prints a JSON array
@@ -37,7 +40,7 @@
 typedef struct bench_result {
     char model[256];
     char test[32];
-    int64_t n_prompt, n_gen;
+    int64_t n_prompt, n_gen, n_depth;
     double ts[MAX_REPS];
     int n;
 } bench_result;
@@ -49,17 +52,32 @@ static const char *base_name(const char *p) {
 
 /* One run of a test: returns the seconds it took, < 0 on error (message in err). */
 static double run_once(kiln_engine *e, int32_t n_vocab, int64_t n_prompt, int64_t n_gen,
-                       bool want_logits, kiln_batch_entry *entries, float *logits, kiln_err *err) {
+                       int64_t depth, int64_t chunk, bool want_logits, kiln_batch_entry *entries,
+                       float *logits, kiln_err *err) {
     int32_t seq;
     if (kiln_seq_create(e, &seq, err)) return -1;
     uint32_t lcg = 12345;
     double t = 0;
+    for (int64_t d0 = 0; d0 < depth; d0 += chunk) { /* the depth: untimed */
+        const int64_t nd = depth - d0 < chunk ? depth - d0 : chunk;
+        for (int64_t i = 0; i < nd; i++) {
+            lcg = lcg * 1664525u + 1013904223u;
+            entries[i] = (kiln_batch_entry){.seq = seq,
+                                            .token = (int32_t)((lcg >> 8) % (uint32_t)n_vocab),
+                                            .pos = (int32_t)(d0 + i),
+                                            .want_logits = i == nd - 1};
+        }
+        if (kiln_engine_step(e, entries, (int32_t)nd, logits, err)) {
+            kiln_seq_free(e, seq);
+            return -1;
+        }
+    }
     if (n_prompt > 0) {
         for (int64_t i = 0; i < n_prompt; i++) {
             lcg = lcg * 1664525u + 1013904223u;
             entries[i] = (kiln_batch_entry){.seq = seq,
                                             .token = (int32_t)((lcg >> 8) % (uint32_t)n_vocab),
-                                            .pos = (int32_t)i,
+                                            .pos = (int32_t)(depth + i),
                                             .want_logits = i == n_prompt - 1};
         }
         uint64_t t0 = kiln_now_ns();
@@ -73,7 +91,8 @@ static double run_once(kiln_engine *e, int32_t n_vocab, int64_t n_prompt, int64_
         int32_t tok = 1;
         uint64_t t0 = kiln_now_ns();
         for (int64_t i = 0; i < n_gen; i++) {
-            kiln_batch_entry b = {.seq = seq, .token = tok, .pos = (int32_t)i, .want_logits = 1};
+            kiln_batch_entry b = {
+                .seq = seq, .token = tok, .pos = (int32_t)(depth + i), .want_logits = 1};
             int32_t best = 0;
             kiln_status st = want_logits ? kiln_engine_step(e, &b, 1, logits, err)
                                          : kiln_engine_step_greedy(e, &b, 1, 0, &best, err);
@@ -94,8 +113,8 @@ static double run_once(kiln_engine *e, int32_t n_vocab, int64_t n_prompt, int64_
 }
 
 static int bench_model(const char *path, const char *backend, int threads, int tp, int64_t n_prompt,
-                       int64_t n_gen, int reps, bool kv_f16, bool want_logits, bool load_report,
-                       bench_result *out, int *n_out) {
+                       int64_t n_gen, int64_t depth, int reps, bool kv_f16, bool want_logits,
+                       bool load_report, bench_result *out, int *n_out) {
     kiln_err err;
     kiln_err_clear(&err);
     kiln_model *m = NULL;
@@ -108,15 +127,16 @@ static int bench_model(const char *path, const char *backend, int threads, int t
     kiln_engine_opts_default(&o);
     o.backend = backend;
     o.n_threads = threads;
-    o.n_ctx = (n_prompt > n_gen ? n_prompt : n_gen) + 64;
+    o.n_ctx = depth + (n_prompt > n_gen ? n_prompt : n_gen) + 64;
     o.max_step_tokens = (int32_t)(n_prompt > 512 ? n_prompt : 512);
+    const int64_t chunk = o.max_step_tokens;
     o.max_seqs = 4;
     o.kv_f16 = kv_f16;
     o.tp = tp;
     if (kiln_engine_create(m, &o, &e, &err)) goto fail;
     if (load_report) kiln_cli_print_load_report(e);
     const int32_t n_vocab = kiln_model_n_vocab(m);
-    entries = kiln_calloc((size_t)(n_prompt > 1 ? n_prompt : 1), sizeof *entries);
+    entries = kiln_calloc((size_t)chunk, sizeof *entries);
     logits = kiln_malloc(sizeof(float) * (size_t)n_vocab);
     if (!entries || !logits) {
         fprintf(stderr, "kiln bench: out of memory\n");
@@ -128,13 +148,18 @@ static int bench_model(const char *path, const char *backend, int threads, int t
         bench_result *r = &out[(*n_out)++];
         memset(r, 0, sizeof *r);
         snprintf(r->model, sizeof r->model, "%s", base_name(path));
-        snprintf(r->test, sizeof r->test, "%s%lld", p ? "pp" : "tg", (long long)(p ? p : g));
+        if (depth > 0)
+            snprintf(r->test, sizeof r->test, "%s%lld @ d%lld", p ? "pp" : "tg",
+                     (long long)(p ? p : g), (long long)depth);
+        else
+            snprintf(r->test, sizeof r->test, "%s%lld", p ? "pp" : "tg", (long long)(p ? p : g));
         r->n_prompt = p;
         r->n_gen = g;
-        if (run_once(e, n_vocab, p, g, want_logits, entries, logits, &err) < 0)
+        r->n_depth = depth;
+        if (run_once(e, n_vocab, p, g, depth, chunk, want_logits, entries, logits, &err) < 0)
             goto fail; /* warm-up */
         for (int i = 0; i < reps; i++) {
-            double s = run_once(e, n_vocab, p, g, want_logits, entries, logits, &err);
+            double s = run_once(e, n_vocab, p, g, depth, chunk, want_logits, entries, logits, &err);
             if (s < 0) goto fail;
             r->ts[r->n++] = (double)(p ? p : g) / s;
         }
@@ -173,6 +198,9 @@ int kiln_cmd_bench(int argc, char **argv) {
         {"n-gen", 'n', true, "N", "generated tokens of the tg test (default 128; 0 = skip)", false,
          NULL},
         {"repetitions", 'r', true, "N", "repetitions of each test (default 5)", false, NULL},
+        {"depth", 'd', true, "N",
+         "tokens already in the sequence before each test (default 0; llama-bench's -d)", false,
+         NULL},
         {"output", 'o', true, "FMT", "md (default) or json", false, NULL},
         {"backend", 0, true, "NAME", KILN_BACKEND_HELP, false, NULL},
         {"kv-f32", 0, false, NULL, "store the KV cache as f32 (default f16)", false, NULL},
@@ -197,11 +225,12 @@ int kiln_cmd_bench(int argc, char **argv) {
         kiln_args_usage(&u, opts, KILN_NOPTS(opts), true);
         return 2;
     }
-    int64_t threads = 0, n_prompt = 512, n_gen = 128, reps = 5, tp = 1;
+    int64_t threads = 0, n_prompt = 512, n_gen = 128, reps = 5, tp = 1, depth = 0;
     if (!kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "threads"), 0, 1024, &threads) ||
         !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "tp"), 1, 64, &tp) ||
         !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "n-prompt"), 0, 1 << 20, &n_prompt) ||
         !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "n-gen"), 0, 1 << 20, &n_gen) ||
+        !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "depth"), 0, 1 << 20, &depth) ||
         !kiln_opt_int(kiln_opt_find(opts, KILN_NOPTS(opts), "repetitions"), 1, MAX_REPS, &reps))
         return 2;
     const char *fmt = kiln_opt_find(opts, KILN_NOPTS(opts), "output")->value;
@@ -224,9 +253,9 @@ int kiln_cmd_bench(int argc, char **argv) {
     char *save = NULL;
     for (char *p = strtok_r(models, ",", &save); p && n_res + 2 <= 64;
          p = strtok_r(NULL, ",", &save)) {
-        if (bench_model(p, backend, (int)threads, (int)tp, n_prompt, n_gen, (int)reps, kv_f16,
-                        want_logits, kiln_opt_find(opts, KILN_NOPTS(opts), "load-report")->seen,
-                        res, &n_res))
+        if (bench_model(p, backend, (int)threads, (int)tp, n_prompt, n_gen, depth, (int)reps,
+                        kv_f16, want_logits,
+                        kiln_opt_find(opts, KILN_NOPTS(opts), "load-report")->seen, res, &n_res))
             rc = 1;
     }
     if (json) {
@@ -235,10 +264,11 @@ int kiln_cmd_bench(int argc, char **argv) {
             double avg, sd;
             stats(&res[i], &avg, &sd);
             printf("  {\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %lld, \"tp\": %lld, "
-                   "\"n_prompt\": %lld, \"n_gen\": %lld, \"test\": \"%s\", \"avg_ts\": %.6f, "
-                   "\"stddev_ts\": %.6f, \"samples_ts\": [",
+                   "\"n_prompt\": %lld, \"n_gen\": %lld, \"n_depth\": %lld, \"test\": \"%s\", "
+                   "\"avg_ts\": %.6f, \"stddev_ts\": %.6f, \"samples_ts\": [",
                    res[i].model, backend, (long long)threads, (long long)tp,
-                   (long long)res[i].n_prompt, (long long)res[i].n_gen, res[i].test, avg, sd);
+                   (long long)res[i].n_prompt, (long long)res[i].n_gen, (long long)res[i].n_depth,
+                   res[i].test, avg, sd);
             for (int j = 0; j < res[i].n; j++) printf("%s%.6f", j ? ", " : "", res[i].ts[j]);
             printf("], \"lm_head\": \"%s\", \"kiln_commit\": \"%s\"}%s\n",
                    want_logits ? "logits" : "greedy", KILN_GIT_COMMIT, i + 1 < n_res ? "," : "");
