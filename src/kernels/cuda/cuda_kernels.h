@@ -109,6 +109,11 @@ void kiln_cuda_gemm_t16_variant(int v);
  * (the cuBLAS path's split-f16 weights), on the stream. */
 kiln_status kiln_cuda_t16_dequant_f16(void *stream, const void *w, uint32_t dtype, int64_t n,
                                       int64_t k, void *out);
+/* Tests / A-B runs: 1 (default) the coalesced q4_0 / q8_0 kernel (a warp per superchunk),
+ * 0 the thread-per-32-block one (KILN_CUDA_OLD_DQ=1 at start; also the split of x in
+ * blas.cu: one element per thread). The same bits either way. Process-wide. */
+void kiln_cuda_t16_dequant_variant(int coalesced);
+int kiln_cuda_t16_dequant_coalesced(void);
 
 /* blas.cu: prefill matmul through cuBLAS (weights dequantized to f16 in scratch). */
 kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_matmul_args *a);
@@ -134,6 +139,15 @@ kiln_status kiln_cuda_attention(const kiln_kctx *c, const kiln_attention_args *a
  * 2 / 4 / 8 heads per KV head, when KV heads x tokens >= 264) on (default) or off
  * (KILN_CUDA_OLD_ATTN=1). Process-wide. */
 void kiln_cuda_attention_gqa(int on);
+/* flash_attn.cu: the tensor-core attention for steps of many query tokens per sequence
+ * (t >= 16 x the step's sequences; head_dim 64 / 128 / 256, f16 or f32 cache); other steps
+ * and shapes go to kiln_cuda_attention. Same op and contract, split-f16 exact (2e-5 of the
+ * ref), deterministic. kiln_cuda_attention_flash_ok: whether a call runs the flash kernel.
+ * kiln_cuda_attention_flash_mode: 0 never (KILN_CUDA_FLASH=0 at start), 1 the default
+ * rule, 2 every call it can run (tests). Process-wide. */
+kiln_status kiln_cuda_attention_flash(const kiln_kctx *c, const kiln_attention_args *a);
+int kiln_cuda_attention_flash_ok(const kiln_attention_args *a);
+void kiln_cuda_attention_flash_mode(int mode);
 
 /* sample.cu: the sampling chain (kernel.h, kiln_sample_args), one block per row; rows with
  * k + 2 n_ov > KILN_SAMPLE_MAX_CAND get id -2 (callers check before the launch). */
