@@ -13,8 +13,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kiln-gpu-out}
-LOG=$OUT/logs
-mkdir -p "$LOG" /tmp/models
+LOG=/tmp/prefill-logs/logs # tarred into $OUT after every step (a killed call keeps its logs)
+mkdir -p "$LOG" "$OUT" /tmp/models
 LIMIT=${LIMIT:-450}
 STEPS=${*:-kern bench prof e2e}
 export KILN_NO_PROGRESS=1 KILN_SOURCE_DIR=$PWD
@@ -31,12 +31,14 @@ step() { # name, timeout, command...
   local r=$?
   ROWS+=("$(printf '%-28s %-8s %4ss' "$name" "$([ $r = 0 ] && echo ok || echo "FAIL:$r")" \
     "$((SECONDS - t0))")")
+  printf '%s\n' "${ROWS[@]}" >"$LOG/summary.txt"
+  tar czf "$OUT/logs.tgz" -C /tmp/prefill-logs logs
   return $r
 }
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 finish() {
   printf '%s\n' "${ROWS[@]}" | tee "$LOG/summary.txt"
-  tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"
+  tar czf "$OUT/logs.tgz" -C /tmp/prefill-logs logs
 }
 trap finish EXIT
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$LOG/gpu.txt"
