@@ -3,6 +3,7 @@
  * T16 dequantization before cuBLAS (gemv_t16.cu, dequant_t16c_kernel) must give the same
  * bits as the thread-per-32-block kernel it replaces and as the host's dequantization
  * (kiln_dequantize_row, then hi = f16(v), lo = f16((v - hi) 2^11), round to nearest even),
+ * in each of its variants (kiln_cuda_t16_dequant_variant 1-4),
  * over ragged n (a padded last tile), k from one superchunk to 14336, q4_0 and q8_0; the
  * output is poisoned first and must be written everywhere. Then the whole cuBLAS matmul on
  * T16 weights with each variant (the dequantization and the split of x, blas.cu) gives the
@@ -71,23 +72,26 @@ static void test_t16_dequant_bits(void **state) {
             char what[96];
             snprintf(what, sizeof what, "t16 dequant %s n=%lld k=%lld", info->name, (long long)n,
                      (long long)k);
-            for (int v = 1; v >= 0; v--) {
+            /* variant 0 (the old kernel) into h0, then 4, 3, 2, 1 into h1, each vs h0 */
+            for (int v = 0; v <= 4; v++) {
+                const int vv = v ? 5 - v : 0;
+                uint16_t *h = v ? h1 : h0;
                 CK(cudaMemset(od, 0xFF, ob));
-                kiln_cuda_t16_dequant_variant(v);
+                kiln_cuda_t16_dequant_variant(vv);
                 assert_int_equal(kiln_cuda_t16_dequant_f16(NULL, wd, dt, n, k, od), KILN_OK);
                 CK(cudaDeviceSynchronize());
-                CK(cudaMemcpy(v ? h1 : h0, od, ob, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(h, od, ob, cudaMemcpyDeviceToHost));
+                if (v && memcmp(h0, h1, ob) != 0) {
+                    size_t i = 0;
+                    while (h0[i] == h1[i]) i++;
+                    fail_msg("%s: variant %d differs from the old kernel at half %zu (%s, row "
+                             "%lld, column %lld): %04x vs %04x",
+                             what, vv, i, i < (size_t)(n * k) ? "hi" : "lo",
+                             (long long)((i % (size_t)(n * k)) / (size_t)k),
+                             (long long)(i % (size_t)k), h1[i], h0[i]);
+                }
             }
             kiln_cuda_t16_dequant_variant(1);
-            if (memcmp(h0, h1, ob) != 0) {
-                size_t i = 0;
-                while (h0[i] == h1[i]) i++;
-                fail_msg("%s: the coalesced kernel differs from the old one at half %zu (%s, row "
-                         "%lld, column %lld): %04x vs %04x",
-                         what, i, i < (size_t)(n * k) ? "hi" : "lo",
-                         (long long)((i % (size_t)(n * k)) / (size_t)k), (long long)(i % (size_t)k),
-                         h1[i], h0[i]);
-            }
             for (int64_t rr = 0; rr < n; rr++) {
                 assert_int_equal(kiln_dequantize_row(dt, w + (size_t)rr * rb, row, k, NULL),
                                  KILN_OK);

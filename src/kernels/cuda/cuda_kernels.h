@@ -109,10 +109,12 @@ void kiln_cuda_gemm_t16_variant(int v);
  * (the cuBLAS path's split-f16 weights), on the stream. */
 kiln_status kiln_cuda_t16_dequant_f16(void *stream, const void *w, uint32_t dtype, int64_t n,
                                       int64_t k, void *out);
-/* Tests / A-B runs: 1 (default) the coalesced q4_0 / q8_0 kernel (a warp per superchunk),
- * 0 the thread-per-32-block one (KILN_CUDA_OLD_DQ=1 at start; also the split of x in
- * blas.cu: one element per thread). The same bits either way. Process-wide. */
-void kiln_cuda_t16_dequant_variant(int coalesced);
+/* Tests / A-B runs: which q4_0 / q8_0 dequantization runs: 0 the thread-per-32-block
+ * kernel (KILN_CUDA_OLD_DQ=1 at start; also the split of x in blas.cu then runs one element
+ * per thread), 1 (default) the coalesced one (a warp per superchunk), 2-4 its variants
+ * (KILN_CUDA_DQ_V: 2 superchunks per warp, evict-first stores, both). The same bits in
+ * every variant. Process-wide. kiln_cuda_t16_dequant_coalesced: the variant is not 0. */
+void kiln_cuda_t16_dequant_variant(int v);
 int kiln_cuda_t16_dequant_coalesced(void);
 
 /* blas.cu: prefill matmul through cuBLAS (weights dequantized to f16 in scratch). */
