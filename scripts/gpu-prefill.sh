@@ -9,14 +9,14 @@
 # the benchmarks (KILN_CUDA_FLASH=0, written to fallback.txt). Stops starting steps after
 # $LIMIT seconds (default 450). Logs: one tarball in $OUT.
 #
-#   bash scripts/gpu-prefill.sh [STEP...]   (default: kern bench prof e2e)
+#   bash scripts/gpu-prefill.sh [STEP...]   (default: kern bench prof e2e sanitize)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kiln-gpu-out}
 LOG=/tmp/prefill-logs/logs # tarred into $OUT after every step (a killed call keeps its logs)
 mkdir -p "$LOG" "$OUT" /tmp/models
 LIMIT=${LIMIT:-450}
-STEPS=${*:-kern bench prof e2e}
+STEPS=${*:-kern bench prof e2e sanitize}
 export KILN_NO_PROGRESS=1 KILN_SOURCE_DIR=$PWD
 ROWS=()
 step() { # name, timeout, command...
@@ -69,9 +69,16 @@ if has bench; then
     step "pp-$t-new" 120 kiln bench -m $M/$t.gguf --backend cuda -p 512 -n 128 -r 3
     step "pp-$t-old" 120 env $OLD kiln bench -m $M/$t.gguf --backend cuda -p 512 -n 128 -r 3
   done
-  step pp-q4_0-dqonly 120 env KILN_CUDA_FLASH=0 kiln bench -m $M/q4_0.gguf --backend cuda \
+  step pp-q4_0-flashoff 120 env KILN_CUDA_FLASH=0 kiln bench -m $M/q4_0.gguf --backend cuda \
     -p 512 -n 0 -r 3
+  for v in 2 3 4 1; do
+    step pp-q4_0-dqv$v 120 env KILN_CUDA_DQ_V=$v kiln bench -m $M/q4_0.gguf --backend cuda \
+      -p 512 -n 0 -r 3
+    step pp-q8_0-dqv$v 120 env KILN_CUDA_DQ_V=$v kiln bench -m $M/q8_0.gguf --backend cuda \
+      -p 512 -n 0 -r 3
+  done
   step pp-q4_0-new-2 120 kiln bench -m $M/q4_0.gguf --backend cuda -p 512 -n 128 -r 3
+  step pp-q4_0-old-2 120 env $OLD kiln bench -m $M/q4_0.gguf --backend cuda -p 512 -n 128 -r 3
 fi
 if has prof; then
   NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys \
@@ -98,4 +105,12 @@ if has e2e; then
   done | xargs -P 8 -L 1 kiln-gen -q --threads 2 >"$LOG/gen-tiny.log" 2>&1
   kiln-gen -q -p llama-110m -t q4_0 -o $E/llama-110m-q4_0.gguf >>"$LOG/gen-tiny.log" 2>&1
   step e2e 200 env KILN_E2E_DIR=$E test_cuda_e2e
+fi
+if has sanitize; then
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  step racecheck-flash 150 env KILN_TEST_FILTER=test_attention_flash "$CS" --tool racecheck \
+    test_cuda_kernels
+  step memcheck-flash 150 env KILN_TEST_FILTER=test_attention_flash "$CS" --tool memcheck \
+    test_cuda_kernels
+  step memcheck-dequant 150 "$CS" --tool memcheck test_cuda_prefill
 fi

@@ -9,7 +9,9 @@
  * V tile. The rows' tokens need not be of one sequence: the warp walks the sequences among
  * its rows one after another (a "segment": the positions [min p0, max pos] of that
  * sequence's rows), and a row outside the segment sees every key masked. Keys go in tiles
- * of 16 at absolute positions (multiples of 16), staged by the warp in shared memory; per
+ * of 16 at absolute positions (multiples of 16), staged by the warp in shared memory (f16
+ * cache: by cp.async, the next tile's copies in flight while the current one is computed;
+ * f32 cache: loaded and split into hi / lo halves); per
  * tile S = Q K^T (two n8 tiles), an online softmax in f32 per row (rows g and g + 8 of a
  * lane's quad, the running sum kept per lane and summed over the quad at the end), O += P V.
  *
@@ -42,7 +44,9 @@
 /* halves per shared row (padded: the fragment reads hit 32 distinct banks) */
 template <int HD, bool F16> struct fa_geom {
     static constexpr int LD = HD + 8;
-    static constexpr size_t WARP_BYTES = (size_t)(2 + (F16 ? 2 : 4)) * 16 * LD * 2;
+    /* q hi / lo, then f16 cache: K, V of two tiles (the next one's copies in flight while
+     * the current one is computed); f32 cache: K hi, V hi, K lo, V lo of one tile */
+    static constexpr size_t WARP_BYTES = (size_t)6 * 16 * LD * 2;
 };
 
 __device__ __forceinline__ uint32_t fa_pack(__half a, __half b) {
@@ -60,6 +64,18 @@ __device__ __forceinline__ void fa_split4(float4 v, __half *hi, __half *lo) {
     }
     *(uint2 *)hi = make_uint2(fa_pack(h[0], h[1]), fa_pack(h[2], h[3]));
     *(uint2 *)lo = make_uint2(fa_pack(l[0], l[1]), fa_pack(l[2], l[3]));
+}
+
+/* 16 bytes global -> shared without registers (sm_80+), completed by fa_cp_wait */
+__device__ __forceinline__ void fa_cp16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void fa_cp_commit(void) {
+    asm volatile("cp.async.commit_group;\n");
+}
+template <int N> __device__ __forceinline__ void fa_cp_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 template <int HD, bool F16>
@@ -154,25 +170,47 @@ __global__ void __launch_bounds__(FA_NW * 32)
         const int hi_a = __shfl_sync(0xffffffffu, pos, g),
                   hi_b = __shfl_sync(0xffffffffu, pos, g + 8);
         const int32_t *table = bl.table + (int64_t)s * bl.stride;
-        for (int kb = lo & ~15; kb <= hi; kb += 16) {
-            /* stage the tile's K and V rows (keys outside [lo, hi]: zeros) */
-            __syncwarp();
-            if constexpr (F16) {
+        /* f16 cache: the tile at kb into buffer b (sKh / sVh or sKl / sVl) by cp.async, one
+         * commit group per tile; keys outside [lo, hi]: zeros */
+        auto issue = [&](int kb, int b) {
+            __half *dk = b ? sKl : sKh, *dv = b ? sVl : sVh;
 #pragma unroll
-                for (int it = 0; it < HD / 16; it++) {
-                    const int idx = lane + 32 * it, key = idx / (HD / 8), c = idx % (HD / 8);
-                    const int p = kb + key;
-                    uint4 ku = make_uint4(0, 0, 0, 0), vu = ku;
-                    if (p >= lo && p <= hi) {
-                        const size_t off = (size_t)table[p / KILN_KV_BLOCK] * kv.block_bytes +
-                                           (size_t)(p % KILN_KV_BLOCK) * slot_bytes + head_off;
-                        ku = *((const uint4 *)((const uint8_t *)kv.k + off) + c);
-                        vu = *((const uint4 *)((const uint8_t *)kv.v + off) + c);
-                    }
-                    *(uint4 *)(sKh + key * LD + 8 * c) = ku;
-                    *(uint4 *)(sVh + key * LD + 8 * c) = vu;
+            for (int it = 0; it < HD / 16; it++) {
+                const int idx = lane + 32 * it, key = idx / (HD / 8), c = idx % (HD / 8);
+                const int p = kb + key;
+                if (p >= lo && p <= hi) {
+                    const size_t off = (size_t)table[p / KILN_KV_BLOCK] * kv.block_bytes +
+                                       (size_t)(p % KILN_KV_BLOCK) * slot_bytes + head_off;
+                    fa_cp16(dk + key * LD + 8 * c,
+                            (const uint4 *)((const uint8_t *)kv.k + off) + c);
+                    fa_cp16(dv + key * LD + 8 * c,
+                            (const uint4 *)((const uint8_t *)kv.v + off) + c);
+                } else {
+                    *(uint4 *)(dk + key * LD + 8 * c) = make_uint4(0, 0, 0, 0);
+                    *(uint4 *)(dv + key * LD + 8 * c) = make_uint4(0, 0, 0, 0);
                 }
+            }
+            fa_cp_commit();
+        };
+        int buf = 0;
+        if constexpr (F16) {
+            __syncwarp(); /* the previous segment's last tile is read */
+            issue(lo & ~15, 0);
+        }
+        for (int kb = lo & ~15; kb <= hi; kb += 16, buf ^= 1) {
+            const __half *Kc = sKh, *Vc = sVh;
+            if constexpr (F16) {
+                if (kb + 16 <= hi) {
+                    __syncwarp(); /* buffer buf ^ 1 was read by the previous tile */
+                    issue(kb + 16, buf ^ 1);
+                    fa_cp_wait<1>();
+                } else {
+                    fa_cp_wait<0>();
+                }
+                if (buf) Kc = sKl, Vc = sVl;
             } else {
+                /* stage the tile's K and V rows as hi / lo halves (keys outside: zeros) */
+                __syncwarp();
 #pragma unroll 4
                 for (int it = 0; it < HD / 8; it++) {
                     const int idx = lane + 32 * it, key = idx / (HD / 4), c = idx % (HD / 4);
@@ -204,7 +242,7 @@ __global__ void __launch_bounds__(FA_NW * 32)
                 al[3] = *(const uint32_t *)(sQl + (g + 8) * LD + c0 + 8);
 #pragma unroll
                 for (int nt = 0; nt < 2; nt++) {
-                    const __half *kr = sKh + (nt * 8 + g) * LD + c0;
+                    const __half *kr = Kc + (nt * 8 + g) * LD + c0;
                     kc_mma16816(sa[nt], al, *(const uint32_t *)kr, *(const uint32_t *)(kr + 8));
                 }
                 if constexpr (!F16) {
@@ -234,7 +272,7 @@ __global__ void __launch_bounds__(FA_NW * 32)
                 ah[3] = *(const uint32_t *)(sQh + (g + 8) * LD + c0 + 8);
 #pragma unroll
                 for (int nt = 0; nt < 2; nt++) {
-                    const __half *kr = sKh + (nt * 8 + g) * LD + c0;
+                    const __half *kr = Kc + (nt * 8 + g) * LD + c0;
                     kc_mma16816(sa[nt], ah, *(const uint32_t *)kr, *(const uint32_t *)(kr + 8));
                 }
             }
@@ -294,7 +332,7 @@ __global__ void __launch_bounds__(FA_NW * 32)
             for (int nd = 0; nd < NT; nd++) {
                 o[nd][0] *= u_a, o[nd][1] *= u_a, o[nd][2] *= u_b, o[nd][3] *= u_b;
                 const int col = nd * 8 + g;
-                const __half *v0 = sVh + (2 * tig) * LD + col;
+                const __half *v0 = Vc + (2 * tig) * LD + col;
                 const uint32_t b0 = fa_pack(v0[0], v0[LD]), b1 = fa_pack(v0[8 * LD], v0[9 * LD]);
                 kc_mma16816(o[nd], pl, b0, b1);
                 if constexpr (!F16) {

@@ -808,15 +808,13 @@ __global__ void __launch_bounds__(DQC_WARPS * 32)
                         *(const uint32_t *)(ln + (bb / 2) * 512 + (2 * (bb % 2) + h) * 4);
                     const uint32_t q = p < 2 ? (uw & 0x0F0F0F0Fu) : ((uw >> 4) & 0x0F0F0F0Fu);
 #pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        v[4 * tt + e] = (kc_magic(q, e) - 8388616.0f) * d;
+                    for (int e = 0; e < 4; e++) v[4 * tt + e] = (kc_magic(q, e) - 8388616.0f) * d;
                 } else {
                     const uint32_t uw =
                         *(const uint32_t *)(ln + bb * 512 + (2 * h) * 4 + 4 * (p / 2)) ^
                         0x80808080u;
 #pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        v[4 * tt + e] = (kc_magic(uw, e) - 8388736.0f) * d;
+                    for (int e = 0; e < 4; e++) v[4 * tt + e] = (kc_magic(uw, e) - 8388736.0f) * d;
                 }
             }
             __half2 hh[4], ll[4];
@@ -926,8 +924,7 @@ static kiln_status dqc_launch(cudaStream_t s, const void *w, int64_t n, int64_t 
     return kc_launched();
 }
 template <int DT>
-static kiln_status dqc_run(int v, cudaStream_t s, const void *w, int64_t n, int64_t k,
-                           void *out) {
+static kiln_status dqc_run(int v, cudaStream_t s, const void *w, int64_t n, int64_t k, void *out) {
     switch (v) {
     case 2:
         return dqc_launch<DT, 2, false>(s, w, n, k, out);
