@@ -57,8 +57,13 @@ GEN=$!
 if has kern; then
   step kern-dequant 120 test_cuda_prefill
   if ! step kern-flash 200 env KILN_TEST_FILTER=test_attention_flash test_cuda_kernels; then
-    export KILN_CUDA_FLASH=0
-    echo "kern-flash failed: KILN_CUDA_FLASH=0 for the rest" | tee "$LOG/fallback.txt"
+    if grep -q "ldmatrix)\?: rel err\|ldmatrix: a second" "$LOG/kern-flash.log"; then
+      export KILN_CUDA_FA_LDSM=0
+      echo "kern-flash failed (ldmatrix): KILN_CUDA_FA_LDSM=0 for the rest" | tee "$LOG/fallback.txt"
+    else
+      export KILN_CUDA_FLASH=0
+      echo "kern-flash failed: KILN_CUDA_FLASH=0 for the rest" | tee "$LOG/fallback.txt"
+    fi
   fi
   step kern-attn 200 env KILN_TEST_FILTER=test_attention test_cuda_kernels
 fi
@@ -69,6 +74,8 @@ if has bench; then
     step "pp-$t-new" 120 kiln bench -m $M/$t.gguf --backend cuda -p 512 -n 128 -r 3
     step "pp-$t-old" 120 env $OLD kiln bench -m $M/$t.gguf --backend cuda -p 512 -n 128 -r 3
   done
+  step pp-q4_0-fa-plain 120 env KILN_CUDA_FA_LDSM=0 kiln bench -m $M/q4_0.gguf --backend cuda \
+    -p 512 -n 0 -r 3
   step pp-q4_0-flashoff 120 env KILN_CUDA_FLASH=0 kiln bench -m $M/q4_0.gguf --backend cuda \
     -p 512 -n 0 -r 3
   for v in 2 3 4 1; do

@@ -1239,7 +1239,8 @@ static void test_attention(void **state) {
  * softcap, f16 and f32 caches, 1-4 sequences of ragged lengths (prefills and single decode
  * tokens in one step), the step's tokens in order or shuffled (a warp's 16 rows then mix
  * sequences and positions), q of sigma 1 and 40 (peaked softmax); outputs poisoned; the
- * same call twice gives the same bits (deterministic). */
+ * same call twice gives the same bits (deterministic); both fragment paths (ldmatrix and
+ * plain shared loads). */
 typedef struct fa_case {
     int n_seq, n_head, n_kv_head, head_dim;
     int32_t len[4], q[4];
@@ -1311,14 +1312,23 @@ static void test_attention_flash(void **state) {
                  c->n_head / c->n_kv_head, c->head_dim, c->window, (double)c->softcap,
                  c->dt == KILN_DTYPE_F16 ? "f16" : "f32", c->shuffle ? ", shuffled" : "");
         if (!kiln_cuda_attention_flash_ok(&a)) fail_msg("%s: the flash kernel would not run", what);
-        assert_int_equal(kiln_cuda_attention_flash(&kc, &a), KILN_OK);
-        get(oo, a.out, sizeof(float) * (size_t)(t * qd));
-        CHECK_ERR(what, relerr(oo, o, t, qd, qd, qd), 2e-5);
-        CK(cudaMemset(a.out, 0xFF, sizeof(float) * (size_t)(t * qd)));
-        assert_int_equal(kiln_cuda_attention_flash(&kc, &a), KILN_OK);
-        get(o, a.out, sizeof(float) * (size_t)(t * qd));
-        if (memcmp(o, oo, sizeof(float) * (size_t)(t * qd)) != 0)
-            fail_msg("%s: a second call gave other bits", what);
+        float *o2 = malloc(sizeof(float) * (size_t)(t * qd));
+        for (int ld = 1; ld >= 0; ld--) { /* fragments by ldmatrix, then by plain loads */
+            kiln_cuda_attention_flash_ldsm(ld);
+            CK(cudaMemset(a.out, 0xFF, sizeof(float) * (size_t)(t * qd)));
+            assert_int_equal(kiln_cuda_attention_flash(&kc, &a), KILN_OK);
+            get(oo, a.out, sizeof(float) * (size_t)(t * qd));
+            char w2[160];
+            snprintf(w2, sizeof w2, "%s, %s", what, ld ? "ldmatrix" : "plain loads");
+            CHECK_ERR(w2, relerr(oo, o, t, qd, qd, qd), 2e-5);
+            CK(cudaMemset(a.out, 0xFF, sizeof(float) * (size_t)(t * qd)));
+            assert_int_equal(kiln_cuda_attention_flash(&kc, &a), KILN_OK);
+            get(o2, a.out, sizeof(float) * (size_t)(t * qd));
+            if (memcmp(o2, oo, sizeof(float) * (size_t)(t * qd)) != 0)
+                fail_msg("%s: a second call gave other bits", w2);
+        }
+        kiln_cuda_attention_flash_ldsm(1);
+        free(o2);
         cudaFree((void *)a.q), cudaFree(a.out), cudaFree((void *)a.tok_seq),
             cudaFree((void *)a.tok_pos);
         free(q), free(o), free(oo), free(tok_seq), free(tok_pos);

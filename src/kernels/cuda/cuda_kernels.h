@@ -150,6 +150,9 @@ void kiln_cuda_attention_gqa(int on);
 kiln_status kiln_cuda_attention_flash(const kiln_kctx *c, const kiln_attention_args *a);
 int kiln_cuda_attention_flash_ok(const kiln_attention_args *a);
 void kiln_cuda_attention_flash_mode(int mode);
+/* Tests / A-B runs: the flash kernel's fragments by ldmatrix (1, default) or plain shared
+ * loads (0; KILN_CUDA_FA_LDSM=0 at start). Process-wide. */
+void kiln_cuda_attention_flash_ldsm(int on);
 
 /* sample.cu: the sampling chain (kernel.h, kiln_sample_args), one block per row; rows with
  * k + 2 n_ov > KILN_SAMPLE_MAX_CAND get id -2 (callers check before the launch). */

@@ -78,7 +78,21 @@ template <int N> __device__ __forceinline__ void fa_cp_wait(void) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-template <int HD, bool F16>
+/* four 8 x 8 b16 matrices from shared memory (lane l gives row l % 8 of matrix l / 8);
+ * TR: each transposed (the B fragments of V) */
+template <bool TR> __device__ __forceinline__ void fa_ldsm4(uint32_t r[4], const __half *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    if constexpr (TR)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+}
+
+template <int HD, bool F16, bool LDSM>
 __global__ void __launch_bounds__(FA_NW * 32)
     flash_attn_kernel(kiln_kv_layer kv, const float *__restrict__ q, int64_t qs, float *out,
                       int64_t os, int n_head, int64_t t, const int32_t *__restrict__ tok_seq,
@@ -228,24 +242,76 @@ __global__ void __launch_bounds__(FA_NW * 32)
             }
             __syncwarp();
 
-            /* S = Q K^T: the 2^-11 terms first (into S at 2^11 scale), then Qh Kh */
+            /* S = Q K^T: the 2^-11 terms (at 2^11 scale), then Qh Kh. LDSM: fragments by
+             * ldmatrix, the 2^-11 terms in an accumulator of their own (each K fragment
+             * loaded once); else 32-bit loads, the 2^-11 terms first in S, scaled, then Qh Kh
+             * into the same accumulator */
             float sa[2][4];
 #pragma unroll
             for (int nt = 0; nt < 2; nt++) sa[nt][0] = sa[nt][1] = sa[nt][2] = sa[nt][3] = 0.0f;
+            if constexpr (LDSM) {
+                float sl[2][4];
 #pragma unroll
-            for (int kk = 0; kk < KS; kk++) {
-                const int c0 = kk * 16 + 2 * tig;
-                uint32_t al[4];
-                al[0] = *(const uint32_t *)(sQl + g * LD + c0);
-                al[1] = *(const uint32_t *)(sQl + (g + 8) * LD + c0);
-                al[2] = *(const uint32_t *)(sQl + g * LD + c0 + 8);
-                al[3] = *(const uint32_t *)(sQl + (g + 8) * LD + c0 + 8);
+                for (int nt = 0; nt < 2; nt++) sl[nt][0] = sl[nt][1] = sl[nt][2] = sl[nt][3] = 0.0f;
+                const int lm = lane >> 3, lr = lane & 7;
+                const int qo = (lr + 8 * (lm & 1)) * LD + 8 * (lm >> 1);
+                const int ko = (lr + 8 * (lm >> 1)) * LD + 8 * (lm & 1);
 #pragma unroll
-                for (int nt = 0; nt < 2; nt++) {
-                    const __half *kr = Kc + (nt * 8 + g) * LD + c0;
-                    kc_mma16816(sa[nt], al, *(const uint32_t *)kr, *(const uint32_t *)(kr + 8));
+                for (int kk = 0; kk < KS; kk++) {
+                    uint32_t ah[4], al[4], kf[4];
+                    fa_ldsm4<false>(ah, sQh + qo + kk * 16);
+                    fa_ldsm4<false>(al, sQl + qo + kk * 16);
+                    fa_ldsm4<false>(kf, Kc + ko + kk * 16);
+                    kc_mma16816(sl[0], al, kf[0], kf[1]);
+                    kc_mma16816(sl[1], al, kf[2], kf[3]);
+                    if constexpr (!F16) {
+                        uint32_t kl[4];
+                        fa_ldsm4<false>(kl, sKl + ko + kk * 16);
+                        kc_mma16816(sl[0], ah, kl[0], kl[1]);
+                        kc_mma16816(sl[1], ah, kl[2], kl[3]);
+                    }
+                    kc_mma16816(sa[0], ah, kf[0], kf[1]);
+                    kc_mma16816(sa[1], ah, kf[2], kf[3]);
                 }
-                if constexpr (!F16) {
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) sa[nt][i] += sl[nt][i] * (1.0f / 2048.0f);
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < KS; kk++) {
+                    const int c0 = kk * 16 + 2 * tig;
+                    uint32_t al[4];
+                    al[0] = *(const uint32_t *)(sQl + g * LD + c0);
+                    al[1] = *(const uint32_t *)(sQl + (g + 8) * LD + c0);
+                    al[2] = *(const uint32_t *)(sQl + g * LD + c0 + 8);
+                    al[3] = *(const uint32_t *)(sQl + (g + 8) * LD + c0 + 8);
+#pragma unroll
+                    for (int nt = 0; nt < 2; nt++) {
+                        const __half *kr = Kc + (nt * 8 + g) * LD + c0;
+                        kc_mma16816(sa[nt], al, *(const uint32_t *)kr, *(const uint32_t *)(kr + 8));
+                    }
+                    if constexpr (!F16) {
+                        uint32_t ah[4];
+                        ah[0] = *(const uint32_t *)(sQh + g * LD + c0);
+                        ah[1] = *(const uint32_t *)(sQh + (g + 8) * LD + c0);
+                        ah[2] = *(const uint32_t *)(sQh + g * LD + c0 + 8);
+                        ah[3] = *(const uint32_t *)(sQh + (g + 8) * LD + c0 + 8);
+#pragma unroll
+                        for (int nt = 0; nt < 2; nt++) {
+                            const __half *kr = sKl + (nt * 8 + g) * LD + c0;
+                            kc_mma16816(sa[nt], ah, *(const uint32_t *)kr,
+                                        *(const uint32_t *)(kr + 8));
+                        }
+                    }
+                }
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) sa[nt][i] *= 1.0f / 2048.0f;
+#pragma unroll
+                for (int kk = 0; kk < KS; kk++) {
+                    const int c0 = kk * 16 + 2 * tig;
                     uint32_t ah[4];
                     ah[0] = *(const uint32_t *)(sQh + g * LD + c0);
                     ah[1] = *(const uint32_t *)(sQh + (g + 8) * LD + c0);
@@ -253,30 +319,11 @@ __global__ void __launch_bounds__(FA_NW * 32)
                     ah[3] = *(const uint32_t *)(sQh + (g + 8) * LD + c0 + 8);
 #pragma unroll
                     for (int nt = 0; nt < 2; nt++) {
-                        const __half *kr = sKl + (nt * 8 + g) * LD + c0;
+                        const __half *kr = Kc + (nt * 8 + g) * LD + c0;
                         kc_mma16816(sa[nt], ah, *(const uint32_t *)kr, *(const uint32_t *)(kr + 8));
                     }
                 }
             }
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) sa[nt][i] *= 1.0f / 2048.0f;
-#pragma unroll
-            for (int kk = 0; kk < KS; kk++) {
-                const int c0 = kk * 16 + 2 * tig;
-                uint32_t ah[4];
-                ah[0] = *(const uint32_t *)(sQh + g * LD + c0);
-                ah[1] = *(const uint32_t *)(sQh + (g + 8) * LD + c0);
-                ah[2] = *(const uint32_t *)(sQh + g * LD + c0 + 8);
-                ah[3] = *(const uint32_t *)(sQh + (g + 8) * LD + c0 + 8);
-#pragma unroll
-                for (int nt = 0; nt < 2; nt++) {
-                    const __half *kr = Kc + (nt * 8 + g) * LD + c0;
-                    kc_mma16816(sa[nt], ah, *(const uint32_t *)kr, *(const uint32_t *)(kr + 8));
-                }
-            }
-
             /* scores, softcap, mask; online softmax per row (a: row g, b: row g + 8) */
             float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
@@ -328,20 +375,43 @@ __global__ void __launch_bounds__(FA_NW * 32)
             }
             /* O = corr O + P V: at 2^11 scale, the lo terms; back; the hi term */
             const float u_a = cr_a * 2048.0f, u_b = cr_b * 2048.0f;
+            if constexpr (LDSM) {
+                const int lm = lane >> 3, lr = lane & 7;
+                const int vo = (lr + 8 * (lm & 1)) * LD + 8 * (lm >> 1);
 #pragma unroll
-            for (int nd = 0; nd < NT; nd++) {
-                o[nd][0] *= u_a, o[nd][1] *= u_a, o[nd][2] *= u_b, o[nd][3] *= u_b;
-                const int col = nd * 8 + g;
-                const __half *v0 = Vc + (2 * tig) * LD + col;
-                const uint32_t b0 = fa_pack(v0[0], v0[LD]), b1 = fa_pack(v0[8 * LD], v0[9 * LD]);
-                kc_mma16816(o[nd], pl, b0, b1);
-                if constexpr (!F16) {
-                    const __half *w0 = sVl + (2 * tig) * LD + col;
-                    kc_mma16816(o[nd], ph, fa_pack(w0[0], w0[LD]), fa_pack(w0[8 * LD], w0[9 * LD]));
+                for (int nd = 0; nd < NT; nd += 2) {
+                    uint32_t vf[4], vl[4];
+                    fa_ldsm4<true>(vf, Vc + vo + nd * 8);
+                    if constexpr (!F16) fa_ldsm4<true>(vl, sVl + vo + nd * 8);
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        float *oo = o[nd + j];
+                        oo[0] *= u_a, oo[1] *= u_a, oo[2] *= u_b, oo[3] *= u_b;
+                        kc_mma16816(oo, pl, vf[2 * j], vf[2 * j + 1]);
+                        if constexpr (!F16) kc_mma16816(oo, ph, vl[2 * j], vl[2 * j + 1]);
+#pragma unroll
+                        for (int i = 0; i < 4; i++) oo[i] *= 1.0f / 2048.0f;
+                        kc_mma16816(oo, ph, vf[2 * j], vf[2 * j + 1]);
+                    }
                 }
+            } else {
 #pragma unroll
-                for (int i = 0; i < 4; i++) o[nd][i] *= 1.0f / 2048.0f;
-                kc_mma16816(o[nd], ph, b0, b1);
+                for (int nd = 0; nd < NT; nd++) {
+                    o[nd][0] *= u_a, o[nd][1] *= u_a, o[nd][2] *= u_b, o[nd][3] *= u_b;
+                    const int col = nd * 8 + g;
+                    const __half *v0 = Vc + (2 * tig) * LD + col;
+                    const uint32_t b0 = fa_pack(v0[0], v0[LD]),
+                                   b1 = fa_pack(v0[8 * LD], v0[9 * LD]);
+                    kc_mma16816(o[nd], pl, b0, b1);
+                    if constexpr (!F16) {
+                        const __half *w0 = sVl + (2 * tig) * LD + col;
+                        kc_mma16816(o[nd], ph, fa_pack(w0[0], w0[LD]),
+                                    fa_pack(w0[8 * LD], w0[9 * LD]));
+                    }
+#pragma unroll
+                    for (int i = 0; i < 4; i++) o[nd][i] *= 1.0f / 2048.0f;
+                    kc_mma16816(o[nd], ph, b0, b1);
+                }
             }
         }
         if (in) done = true;
@@ -383,10 +453,27 @@ static int flash_mode(void) {
     return kc_flash;
 }
 
+/* fragments by ldmatrix (1, default) or 32 / 16-bit shared loads (0: KILN_CUDA_FA_LDSM=0);
+ * the two sum S's terms in another order (both within the contract, each deterministic) */
+static int kc_fa_ldsm = -1;
+extern "C" void kiln_cuda_attention_flash_ldsm(int on) {
+    kc_fa_ldsm = on ? 1 : 0;
+}
+static bool fa_ldsm_on(void) {
+    if (kc_fa_ldsm < 0) {
+        const char *e = getenv("KILN_CUDA_FA_LDSM");
+        kc_fa_ldsm = e && e[0] == '0' ? 0 : 1;
+    }
+    return kc_fa_ldsm == 1;
+}
+
 template <int HD, bool F16> static cudaError_t fa_attr(void) {
-    return cudaFuncSetAttribute(flash_attn_kernel<HD, F16>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)(FA_NW * fa_geom<HD, F16>::WARP_BYTES));
+    const int b = (int)(FA_NW * fa_geom<HD, F16>::WARP_BYTES);
+    cudaError_t e = cudaFuncSetAttribute(flash_attn_kernel<HD, F16, true>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, b);
+    if (e != cudaSuccess) return e;
+    return cudaFuncSetAttribute(flash_attn_kernel<HD, F16, false>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, b);
 }
 
 /* The kernels' shared-memory limits, set on the entry's first call (a prompt's prefill,
@@ -415,9 +502,14 @@ static kiln_status fa_launch(cudaStream_t s, const kiln_attention_args *a) {
     const int64_t gx = (rows + per - 1) / per;
     if (gx > INT32_MAX) return KILN_ERR_INVALID_ARG;
     dim3 grid((unsigned)gx, (unsigned)a->kv.n_kv_head);
-    flash_attn_kernel<HD, F16><<<grid, FA_NW * 32, smem, s>>>(
-        a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->t, a->tok_seq, a->tok_pos,
-        a->blocks, a->scale, a->softcap, a->window);
+    if (fa_ldsm_on())
+        flash_attn_kernel<HD, F16, true><<<grid, FA_NW * 32, smem, s>>>(
+            a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->t, a->tok_seq,
+            a->tok_pos, a->blocks, a->scale, a->softcap, a->window);
+    else
+        flash_attn_kernel<HD, F16, false><<<grid, FA_NW * 32, smem, s>>>(
+            a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->t, a->tok_seq,
+            a->tok_pos, a->blocks, a->scale, a->softcap, a->window);
     return kc_launched();
 }
 
