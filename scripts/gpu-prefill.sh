@@ -74,16 +74,16 @@ if has bench; then
     step "pp-$t-new" 120 kiln bench -m $M/$t.gguf --backend cuda -p 512 -n 128 -r 3
     step "pp-$t-old" 120 env $OLD kiln bench -m $M/$t.gguf --backend cuda -p 512 -n 128 -r 3
   done
+  # one change at a time (q4_0): the dequantization's plain stores (variant 1), the flash
+  # kernel's plain shared loads, no flash kernel
+  step pp-q4_0-dqv1 120 env KILN_CUDA_DQ_V=1 kiln bench -m $M/q4_0.gguf --backend cuda \
+    -p 512 -n 0 -r 3
   step pp-q4_0-fa-plain 120 env KILN_CUDA_FA_LDSM=0 kiln bench -m $M/q4_0.gguf --backend cuda \
     -p 512 -n 0 -r 3
   step pp-q4_0-flashoff 120 env KILN_CUDA_FLASH=0 kiln bench -m $M/q4_0.gguf --backend cuda \
     -p 512 -n 0 -r 3
-  for v in 2 3 4 1; do
-    step pp-q4_0-dqv$v 120 env KILN_CUDA_DQ_V=$v kiln bench -m $M/q4_0.gguf --backend cuda \
-      -p 512 -n 0 -r 3
-    step pp-q8_0-dqv$v 120 env KILN_CUDA_DQ_V=$v kiln bench -m $M/q8_0.gguf --backend cuda \
-      -p 512 -n 0 -r 3
-  done
+  step pp-q8_0-dqv1 120 env KILN_CUDA_DQ_V=1 kiln bench -m $M/q8_0.gguf --backend cuda \
+    -p 512 -n 0 -r 3
   step pp-q4_0-new-2 120 kiln bench -m $M/q4_0.gguf --backend cuda -p 512 -n 128 -r 3
   step pp-q4_0-old-2 120 env $OLD kiln bench -m $M/q4_0.gguf --backend cuda -p 512 -n 128 -r 3
 fi
@@ -108,10 +108,11 @@ if has e2e; then
   E=/tmp/kiln-e2e
   mkdir -p $E
   for f in llama qwen2 qwen3 gemma3; do
-    for t in f32 q8_0 q4_0 q4_K; do echo "-p tiny -f $f -t $t -o $E/tiny-$f-$t.gguf"; done
+    for t in f32 f16 q8_0 q4_0 q4_K q6_K; do echo "-p tiny -f $f -t $t -o $E/tiny-$f-$t.gguf"; done
   done | xargs -P 8 -L 1 kiln-gen -q --threads 2 >"$LOG/gen-tiny.log" 2>&1
   kiln-gen -q -p llama-110m -t q4_0 -o $E/llama-110m-q4_0.gguf >>"$LOG/gen-tiny.log" 2>&1
   step e2e 200 env KILN_E2E_DIR=$E test_cuda_e2e
+  step e2e-flashoff 200 env KILN_E2E_DIR=$E KILN_CUDA_FLASH=0 test_cuda_e2e
 fi
 if has sanitize; then
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

@@ -7,7 +7,7 @@
  * over ragged n (a padded last tile), k from one superchunk to 14336, q4_0 and q8_0; the
  * output is poisoned first and must be written everywhere. Then the whole cuBLAS matmul on
  * T16 weights with each variant (the dequantization and the split of x, blas.cu) gives the
- * same bits.
+ * same bits, and so does a matmul group with x split once (kiln_cuda_matmul_cublas_group).
  *
  * Skips (exit 77) when no usable GPU is present.
  */
@@ -151,7 +151,7 @@ static void test_cublas_t16_variants(void **state) {
                                   .y = yd,
                                   .y_stride = n,
                                   .t = t};
-            for (int v = 1; v >= 0; v--) {
+            for (int v = 3; v >= 0; v -= 3) { /* the default, then the old kernels */
                 CK(cudaMemset(yd, 0xFF, sizeof(float) * (size_t)(t * n)));
                 kiln_cuda_t16_dequant_variant(v);
                 assert_int_equal(kiln_cuda_matmul_cublas(&kc, &a), KILN_OK);
@@ -159,13 +159,107 @@ static void test_cublas_t16_variants(void **state) {
                 CK(cudaMemcpy(v ? y1 : y0, yd, sizeof(float) * (size_t)(t * n),
                               cudaMemcpyDeviceToHost));
             }
-            kiln_cuda_t16_dequant_variant(1);
+            kiln_cuda_t16_dequant_variant(3);
             if (memcmp(y0, y1, sizeof(float) * (size_t)(t * n)) != 0)
                 fail_msg("cublas t16 %s n=%lld k=%lld t=%lld: the variants' outputs differ",
                          info->name, (long long)n, (long long)k, (long long)t);
             cudaFree(wd), cudaFree(xd), cudaFree(yd);
             free(w), free(r), free(x), free(y0), free(y1);
         }
+}
+
+/* kiln_cuda_matmul_cublas_group (x split once for a group's members) gives each member's
+ * output of kiln_cuda_matmul_cublas alone, bitwise: q / k / v-like and gate / up-like
+ * groups of T16 q4_0 / q8_0 and plain f16 weights, with a bias; a group past one chunk of
+ * tokens or of different x is refused (KILN_ERR_UNSUPPORTED). */
+static void test_cublas_group(void **state) {
+    (void)state;
+    static const struct {
+        int nm;
+        int64_t n[3], k, t;
+        uint32_t dt[3];
+    } cs[] = {
+        {3, {512, 128, 128}, 256, 100, {KILN_DTYPE_Q4_0, KILN_DTYPE_Q4_0, KILN_DTYPE_Q8_0}},
+        {2, {1000, 1000}, 384, 512, {KILN_DTYPE_Q8_0, KILN_DTYPE_Q8_0}},
+        {3, {256, 64, 300}, 128, 65, {KILN_DTYPE_F16, KILN_DTYPE_Q4_0, KILN_DTYPE_F16}},
+    };
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        const int nm = cs[ci].nm;
+        const int64_t k = cs[ci].k, t = cs[ci].t, xs = k + 4;
+        float *x = malloc(sizeof(float) * (size_t)(t * xs));
+        assert_non_null(x);
+        kt_fill_normal(&rng, x, (size_t)(t * xs), 1.0f);
+        void *xd = NULL;
+        CK(cudaMalloc(&xd, sizeof(float) * (size_t)(t * xs)));
+        CK(cudaMemcpy(xd, x, sizeof(float) * (size_t)(t * xs), cudaMemcpyHostToDevice));
+        kiln_matmul_args m[3];
+        void *wd[3] = {0}, *yd[3] = {0}, *bd = NULL;
+        float *ya[3] = {0}, *yg[3] = {0};
+        float *b = malloc(sizeof(float) * 1000);
+        assert_non_null(b);
+        kt_fill_normal(&rng, b, 1000, 0.5f);
+        CK(cudaMalloc(&bd, sizeof(float) * 1000));
+        CK(cudaMemcpy(bd, b, sizeof(float) * 1000, cudaMemcpyHostToDevice));
+        for (int i = 0; i < nm; i++) {
+            const uint32_t dt = cs[ci].dt[i];
+            const int64_t n = cs[ci].n[i];
+            const kiln_dtype_info *info = kiln_dtype_get(dt);
+            const size_t rb = (size_t)(k / info->block_size) * info->block_bytes;
+            const bool t16 = dt != KILN_DTYPE_F16;
+            const size_t tb = t16 ? (size_t)((n + 15) / 16) * 16 * rb : (size_t)n * rb;
+            uint8_t *w = malloc((size_t)n * rb), *r = malloc(tb);
+            assert_true(w && r);
+            kt_fill_weights(&rng, dt, w, n, k, rb);
+            if (t16)
+                assert_int_equal(kiln_cuda_t16_repack(dt, w, rb, n, k, r, NULL), KILN_OK);
+            else
+                memcpy(r, w, tb);
+            CK(cudaMalloc(&wd[i], tb));
+            CK(cudaMemcpy(wd[i], r, tb, cudaMemcpyHostToDevice));
+            CK(cudaMalloc(&yd[i], sizeof(float) * (size_t)(t * n)));
+            ya[i] = malloc(sizeof(float) * (size_t)(t * n));
+            yg[i] = malloc(sizeof(float) * (size_t)(t * n));
+            assert_true(ya[i] && yg[i]);
+            m[i] = (kiln_matmul_args){.w = wd[i],
+                                      .w_dtype = dt,
+                                      .w_row_bytes = rb,
+                                      .w_layout = t16 ? KILN_WLAYOUT_CUDA_T16 : 0,
+                                      .n = n,
+                                      .k = k,
+                                      .x = xd,
+                                      .x_stride = xs,
+                                      .y = yd[i],
+                                      .y_stride = n,
+                                      .t = t,
+                                      .bias = i == 1 ? bd : NULL};
+            free(w), free(r);
+        }
+        for (int i = 0; i < nm; i++) { /* alone */
+            CK(cudaMemset(yd[i], 0xFF, sizeof(float) * (size_t)(t * m[i].n)));
+            assert_int_equal(kiln_cuda_matmul_cublas(&kc, &m[i]), KILN_OK);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(ya[i], yd[i], sizeof(float) * (size_t)(t * m[i].n),
+                          cudaMemcpyDeviceToHost));
+            CK(cudaMemset(yd[i], 0xFF, sizeof(float) * (size_t)(t * m[i].n)));
+        }
+        assert_int_equal(kiln_cuda_matmul_cublas_group(&kc, m, nm), KILN_OK);
+        CK(cudaDeviceSynchronize());
+        for (int i = 0; i < nm; i++) {
+            CK(cudaMemcpy(yg[i], yd[i], sizeof(float) * (size_t)(t * m[i].n),
+                          cudaMemcpyDeviceToHost));
+            if (memcmp(ya[i], yg[i], sizeof(float) * (size_t)(t * m[i].n)) != 0)
+                fail_msg("cublas group case %zu member %d: differs from the member alone", ci, i);
+        }
+        kiln_matmul_args bad[3];
+        memcpy(bad, m, sizeof m);
+        bad[nm - 1].x_stride = xs - 4; /* another x */
+        assert_int_equal(kiln_cuda_matmul_cublas_group(&kc, bad, nm), KILN_ERR_UNSUPPORTED);
+        memcpy(bad, m, sizeof m);
+        for (int i = 0; i < nm; i++) bad[i].t = KILN_CUDA_BLAS_CHUNK + 1;
+        assert_int_equal(kiln_cuda_matmul_cublas_group(&kc, bad, nm), KILN_ERR_UNSUPPORTED);
+        for (int i = 0; i < nm; i++) cudaFree(wd[i]), cudaFree(yd[i]), free(ya[i]), free(yg[i]);
+        cudaFree(xd), cudaFree(bd), free(x), free(b);
+    }
 }
 
 int main(void) {
@@ -185,6 +279,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_t16_dequant_bits),
         cmocka_unit_test(test_cublas_t16_variants),
+        cmocka_unit_test(test_cublas_group),
     };
     int r = cmocka_run_group_tests(tests, NULL, NULL);
     cudaFree(kc.scratch);

@@ -110,15 +110,20 @@ void kiln_cuda_gemm_t16_variant(int v);
 kiln_status kiln_cuda_t16_dequant_f16(void *stream, const void *w, uint32_t dtype, int64_t n,
                                       int64_t k, void *out);
 /* Tests / A-B runs: which q4_0 / q8_0 dequantization runs: 0 the thread-per-32-block
- * kernel (KILN_CUDA_OLD_DQ=1 at start; also the split of x in blas.cu then runs one element
- * per thread), 1 (default) the coalesced one (a warp per superchunk), 2-4 its variants
- * (KILN_CUDA_DQ_V: 2 superchunks per warp, evict-first stores, both). The same bits in
- * every variant. Process-wide. kiln_cuda_t16_dequant_coalesced: the variant is not 0. */
+ * kernel (KILN_CUDA_OLD_DQ=1 at start; the split of x in blas.cu then runs one element per
+ * thread and a matmul group splits x per member), 1 the coalesced one (a warp per
+ * superchunk), 2 with 2 superchunks per warp, 3 (default) 1 with evict-first stores, 4 2
+ * with evict-first stores (KILN_CUDA_DQ_V=N at start). The same bits in every variant.
+ * Process-wide. kiln_cuda_t16_dequant_coalesced: the variant is not 0. */
 void kiln_cuda_t16_dequant_variant(int v);
 int kiln_cuda_t16_dequant_coalesced(void);
 
 /* blas.cu: prefill matmul through cuBLAS (weights dequantized to f16 in scratch). */
 kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_matmul_args *a);
+/* A matmul group whose members all run kiln_cuda_matmul_cublas on one x (t <= one chunk):
+ * x split once for all of them (the same bits as one by one). KILN_ERR_UNSUPPORTED: not
+ * such a group (KILN_CUDA_OLD_DQ=1: never), the caller runs the members. */
+kiln_status kiln_cuda_matmul_cublas_group(const kiln_kctx *c, const kiln_matmul_args *m, int nm);
 size_t kiln_cuda_matmul_cublas_workspace(const struct kiln_sel_ctx *ctx);
 /* Rows of activations converted per cuBLAS call (the workspace holds this many). */
 #define KILN_CUDA_BLAS_CHUNK 512

@@ -895,17 +895,18 @@ __global__ void dequant_t16k_kernel(const uint8_t *__restrict__ W, int64_t n, in
 }
 
 /* Which dequantization of q4_0 / q8_0 runs: 0 the thread-per-32-block kernel
- * (KILN_CUDA_OLD_DQ=1), 1 the coalesced one (default), 2 the same with 2 superchunks per
- * warp, 3 with evict-first stores, 4 both (KILN_CUDA_DQ_V=N; A/B runs, test_cuda_prefill's
- * bitwise checks: every variant gives the same bits). */
+ * (KILN_CUDA_OLD_DQ=1), 1 the coalesced one, 2 the same with 2 superchunks per warp, 3
+ * (default) with evict-first stores, 4 both (KILN_CUDA_DQ_V=N; A/B runs, test_cuda_prefill's
+ * bitwise checks: every variant gives the same bits). Session 11 run 2, 8B pp512: 1 8226
+ * tok/s (q4_0) / 7810 (q8_0), 2 8221 / 7540, 3 9116 / 8734, 4 9059 / 8814. */
 static int kc_dq_var = -1;
 extern "C" void kiln_cuda_t16_dequant_variant(int v) {
-    kc_dq_var = v < 0 || v > 4 ? 1 : v;
+    kc_dq_var = v < 0 || v > 4 ? 3 : v;
 }
 static int dq_variant(void) {
     if (kc_dq_var < 0) {
         const char *e = getenv("KILN_CUDA_OLD_DQ"), *v = getenv("KILN_CUDA_DQ_V");
-        int x = v && v[0] >= '0' && v[0] <= '4' && !v[1] ? v[0] - '0' : 1;
+        int x = v && v[0] >= '0' && v[0] <= '4' && !v[1] ? v[0] - '0' : 3;
         kc_dq_var = e && e[0] == '1' ? 0 : x;
     }
     return kc_dq_var;
@@ -928,12 +929,12 @@ static kiln_status dqc_run(int v, cudaStream_t s, const void *w, int64_t n, int6
     switch (v) {
     case 2:
         return dqc_launch<DT, 2, false>(s, w, n, k, out);
-    case 3:
-        return dqc_launch<DT, 1, true>(s, w, n, k, out);
     case 4:
         return dqc_launch<DT, 2, true>(s, w, n, k, out);
-    default:
+    case 1:
         return dqc_launch<DT, 1, false>(s, w, n, k, out);
+    default:
+        return dqc_launch<DT, 1, true>(s, w, n, k, out);
     }
 }
 
