@@ -7,7 +7,9 @@
 # one in the same call (old: KILN_CUDA_OLD_DQ=1 KILN_CUDA_FLASH=0), nsys per-kernel stats of
 # one pp512 (q4_0), the e2e test last. A failing flash test turns the flash kernel off for
 # the benchmarks (KILN_CUDA_FLASH=0, written to fallback.txt). Stops starting steps after
-# $LIMIT seconds (default 450). Logs: one tarball in $OUT.
+# $LIMIT seconds (default 450). Logs: one tarball in $OUT. Extract the tree into a directory of
+# your own (not /tmp/w): a warm machine is shared by the team, and make keeps newer objects
+# built from another tree (session 11 run 2).
 #
 #   bash scripts/gpu-prefill.sh [STEP...]   (default: kern bench prof e2e sanitize)
 set -uo pipefail
