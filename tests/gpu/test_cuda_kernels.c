@@ -1258,6 +1258,109 @@ static void test_attention(void **state) {
     }
 }
 
+/* The tensor-core flash attention (flash_attn.cu, forced on every call it can run) against
+ * the ref at the f32 paths' 2e-5: GQA 1 / 2 / 4 / 8, head dims 64 / 128 / 256, windows,
+ * softcap, f16 and f32 caches, 1-4 sequences of ragged lengths (prefills and single decode
+ * tokens in one step), the step's tokens in order or shuffled (a warp's 16 rows then mix
+ * sequences and positions), q of sigma 1 and 40 (peaked softmax); outputs poisoned; the
+ * same call twice gives the same bits (deterministic); both fragment paths (ldmatrix and
+ * plain shared loads). */
+typedef struct fa_case {
+    int n_seq, n_head, n_kv_head, head_dim;
+    int32_t len[4], q[4];
+    int window;
+    float softcap, sigma;
+    uint32_t dt;
+    bool shuffle;
+} fa_case;
+
+static void test_attention_flash(void **state) {
+    (void)state;
+    static const fa_case cs[] = {
+        {1, 32, 8, 128, {512}, {512}, 0, 0, 1.0f, KILN_DTYPE_F16, false},
+        {1, 8, 8, 64, {100}, {100}, 0, 0, 1.0f, KILN_DTYPE_F16, false},
+        {2, 8, 4, 64, {77, 300}, {77, 129}, 0, 0, 40.0f, KILN_DTYPE_F32, true},
+        {3, 16, 2, 128, {33, 1, 200}, {33, 1, 150}, 40, 0, 1.0f, KILN_DTYPE_F16, true},
+        {4, 8, 1, 256, {17, 64, 129, 5}, {17, 1, 100, 5}, 0, 30.0f, 1.0f, KILN_DTYPE_F16, false},
+        {2, 4, 2, 256, {90, 260}, {90, 64}, 7, 0, 1.0f, KILN_DTYPE_F32, true},
+        {1, 4, 4, 128, {1000}, {600}, 512, 0, 1.0f, KILN_DTYPE_F32, false},
+        {2, 16, 2, 64, {48, 31}, {48, 31}, 0, 50.0f, 40.0f, KILN_DTYPE_F16, true},
+        {3, 24, 3, 128, {16, 15, 17}, {16, 15, 17}, 0, 0, 1.0f, KILN_DTYPE_F16, true},
+        {1, 2, 1, 64, {1}, {1}, 0, 0, 1.0f, KILN_DTYPE_F16, false},
+        {4, 32, 4, 128, {300, 40, 200, 129}, {300, 1, 200, 64}, 64, 0, 1.0f, KILN_DTYPE_F16, true},
+        {2, 8, 8, 256, {70, 33}, {70, 33}, 0, 0, 40.0f, KILN_DTYPE_F32, false},
+    };
+    kiln_cuda_attention_flash_mode(2);
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        const fa_case *c = &cs[ci];
+        kv_fixture f;
+        kv_setup(&f, c->n_seq, c->n_kv_head, c->head_dim, c->dt, c->len);
+        int32_t *tok_seq = malloc(sizeof(int32_t) * 4096),
+                *tok_pos = malloc(sizeof(int32_t) * 4096);
+        const int64_t t = step_tokens(&f, c->q, tok_seq, tok_pos);
+        for (int64_t i = t - 1; c->shuffle && i > 0; i--) {
+            const int64_t j = (int64_t)(kt_rng_u64(&rng) % (uint64_t)(i + 1));
+            int32_t a0 = tok_seq[i], a1 = tok_pos[i];
+            tok_seq[i] = tok_seq[j], tok_pos[i] = tok_pos[j];
+            tok_seq[j] = a0, tok_pos[j] = a1;
+        }
+        const int64_t qd = (int64_t)c->n_head * c->head_dim;
+        float *q = malloc(sizeof(float) * (size_t)(t * qd));
+        float *o = malloc(sizeof(float) * (size_t)(t * qd)),
+              *oo = malloc(sizeof(float) * (size_t)(t * qd));
+        kt_fill_normal(&rng, q, (size_t)(t * qd), c->sigma);
+        kiln_attention_args a = {.kv = kv_host(&f),
+                                 .q = q,
+                                 .q_stride = qd,
+                                 .out = o,
+                                 .out_stride = qd,
+                                 .t = t,
+                                 .n_head = c->n_head,
+                                 .tok_seq = tok_seq,
+                                 .tok_pos = tok_pos,
+                                 .blocks = f.hb,
+                                 .scale = 1.0f / sqrtf((float)c->head_dim) *
+                                          (c->softcap > 0 ? 8.0f : 1.0f),
+                                 .softcap = c->softcap,
+                                 .window = c->window};
+        assert_int_equal(kiln_ref_attention(NULL, &a), KILN_OK);
+        a.kv = kv_dev(&f);
+        a.q = dup_dev(q, sizeof(float) * (size_t)(t * qd));
+        a.out = poisoned(sizeof(float) * (size_t)(t * qd));
+        a.tok_seq = dup_dev(tok_seq, sizeof(int32_t) * (size_t)t);
+        a.tok_pos = dup_dev(tok_pos, sizeof(int32_t) * (size_t)t);
+        a.blocks = f.db;
+        char what[128];
+        snprintf(what, sizeof what,
+                 "flash attention case %zu (gqa %d, hd %d, window %d, softcap %g, %s%s)", ci,
+                 c->n_head / c->n_kv_head, c->head_dim, c->window, (double)c->softcap,
+                 c->dt == KILN_DTYPE_F16 ? "f16" : "f32", c->shuffle ? ", shuffled" : "");
+        if (!kiln_cuda_attention_flash_ok(&a)) fail_msg("%s: the flash kernel would not run", what);
+        float *o2 = malloc(sizeof(float) * (size_t)(t * qd));
+        for (int ld = 1; ld >= 0; ld--) { /* fragments by ldmatrix, then by plain loads */
+            kiln_cuda_attention_flash_ldsm(ld);
+            CK(cudaMemset(a.out, 0xFF, sizeof(float) * (size_t)(t * qd)));
+            assert_int_equal(kiln_cuda_attention_flash(&kc, &a), KILN_OK);
+            get(oo, a.out, sizeof(float) * (size_t)(t * qd));
+            char w2[160];
+            snprintf(w2, sizeof w2, "%s, %s", what, ld ? "ldmatrix" : "plain loads");
+            CHECK_ERR(w2, relerr(oo, o, t, qd, qd, qd), 2e-5);
+            CK(cudaMemset(a.out, 0xFF, sizeof(float) * (size_t)(t * qd)));
+            assert_int_equal(kiln_cuda_attention_flash(&kc, &a), KILN_OK);
+            get(o2, a.out, sizeof(float) * (size_t)(t * qd));
+            if (memcmp(o2, oo, sizeof(float) * (size_t)(t * qd)) != 0)
+                fail_msg("%s: a second call gave other bits", w2);
+        }
+        kiln_cuda_attention_flash_ldsm(1);
+        free(o2);
+        cudaFree((void *)a.q), cudaFree(a.out), cudaFree((void *)a.tok_seq),
+            cudaFree((void *)a.tok_pos);
+        free(q), free(o), free(oo), free(tok_seq), free(tok_pos);
+        kv_free(&f);
+    }
+    kiln_cuda_attention_flash_mode(1);
+}
+
 int main(void) {
     char why[256] = "";
     int sm = 0;
@@ -1273,13 +1376,21 @@ int main(void) {
     }
     kc.scratch_size = SCRATCH_BYTES;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul_gemv),   cmocka_unit_test(test_matmul_cublas),
-        cmocka_unit_test(test_matmul_t16),    cmocka_unit_test(test_matmul_t16_k),
-        cmocka_unit_test(test_matmul_argmax), cmocka_unit_test(test_rms_norm),
-        cmocka_unit_test(test_rope),          cmocka_unit_test(test_glu_add),
-        cmocka_unit_test(test_embed),         cmocka_unit_test(test_kv_write_rope_kv),
-        cmocka_unit_test(test_attention),     cmocka_unit_test(test_matmul_t16_group),
-        cmocka_unit_test(test_rope_kv_fused), cmocka_unit_test(test_matmul_gemm_t16),
+        cmocka_unit_test(test_matmul_gemv),
+        cmocka_unit_test(test_matmul_cublas),
+        cmocka_unit_test(test_matmul_t16),
+        cmocka_unit_test(test_matmul_t16_k),
+        cmocka_unit_test(test_matmul_argmax),
+        cmocka_unit_test(test_rms_norm),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_glu_add),
+        cmocka_unit_test(test_embed),
+        cmocka_unit_test(test_kv_write_rope_kv),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_matmul_t16_group),
+        cmocka_unit_test(test_rope_kv_fused),
+        cmocka_unit_test(test_matmul_gemm_t16),
+        cmocka_unit_test(test_attention_flash),
     };
     /* KILN_TEST_FILTER=pattern: only the tests whose names match (cmocka's wildcards) */
     const char *filter = getenv("KILN_TEST_FILTER");

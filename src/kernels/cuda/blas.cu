@@ -94,6 +94,21 @@ __global__ void split_f16_kernel(const float *__restrict__ x, int64_t xs, int64_
     out[rows * k + i] = __float2half_rn((v - __half2float(h)) * KC_SPLIT_SCALE);
 }
 
+/* the same, 4 columns per thread (k % 4 == 0, xs % 4 == 0, x 16-byte aligned): one float4
+ * load, two 8-byte stores; the same values (kc_split2 per pair) */
+__global__ void split_f16x4_kernel(const float *__restrict__ x, int64_t xs, int64_t rows, int64_t k,
+                                   __half *__restrict__ out) {
+    const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (i >= rows * k) return;
+    const int64_t r = i / k, c = i % k;
+    const float4 v = *(const float4 *)(x + r * xs + c);
+    __half2 h[2], l[2];
+    kc_split2(v.x, v.y, &h[0], &l[0]);
+    kc_split2(v.z, v.w, &h[1], &l[1]);
+    *(uint2 *)(out + i) = *(const uint2 *)h;
+    *(uint2 *)(out + rows * k + i) = *(const uint2 *)l;
+}
+
 __global__ void bias_kernel(float *y, int64_t ys, int64_t rows, int64_t n,
                             const float *__restrict__ b) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -131,7 +146,10 @@ static kiln_status blas_err(cublasStatus_t b) {
     return b == CUBLAS_STATUS_SUCCESS ? KILN_OK : KILN_ERR_DEVICE;
 }
 
-extern "C" kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_matmul_args *a) {
+/* The matmul with its weight dequantized at the scratch's start and x's halves at xoff;
+ * x_ready: the halves are there already (a group's later members; one chunk only). */
+static kiln_status cublas_run(const kiln_kctx *c, const kiln_matmul_args *a, size_t xoff,
+                              bool x_ready) {
     if (a->t <= 0 || a->n <= 0) return KILN_OK;
     const int be = kc_block_elems(a->w_dtype);
     const bool t16 = a->w_layout == KILN_WLAYOUT_CUDA_T16;
@@ -140,6 +158,7 @@ extern "C" kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_ma
         return KILN_ERR_INVALID_ARG;
     if (a->n > INT32_MAX || a->k > INT32_MAX || a->y_stride > INT32_MAX || a->x_stride > INT32_MAX)
         return KILN_ERR_INVALID_ARG;
+    if (x_ready && a->t > KILN_CUDA_BLAS_CHUNK) return KILN_ERR_INVALID_ARG;
     const size_t need = kiln_cuda_matmul_cublas_bytes(a->w_dtype, a->n, a->k);
     if (need && (!c || !c->scratch || c->scratch_size < need)) return KILN_ERR_NOMEM;
     cudaStream_t s = KC_STREAM(c);
@@ -150,7 +169,6 @@ extern "C" kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_ma
     const bool f32 = dt == KILN_DTYPE_F32 || dt == KILN_DTYPE_BF16;
     const void *Wd = a->w;
     uint8_t *scr = (uint8_t *)(c ? c->scratch : NULL);
-    size_t wpad = (wbytes(dt, a->n, a->k) + 255) & ~(size_t)255;
     if (dt == KILN_DTYPE_BF16) {
         float *o = (float *)scr;
         DQ_CASE(KILN_DTYPE_BF16, s, a, o);
@@ -165,7 +183,7 @@ extern "C" kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_ma
     }
     KILN_TRY(kc_launched());
     const float one = 1.0f, zero = 0.0f, inv = 1.0f / KC_SPLIT_SCALE;
-    __half *xh = (__half *)(scr + wpad);
+    __half *xh = (__half *)(scr + xoff);
     for (int64_t t0 = 0; t0 < a->t; t0 += KILN_CUDA_BLAS_CHUNK) {
         const int64_t rows = a->t - t0 < KILN_CUDA_BLAS_CHUNK ? a->t - t0 : KILN_CUDA_BLAS_CHUNK;
         float *y = a->y + t0 * a->y_stride;
@@ -177,8 +195,16 @@ extern "C" kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_ma
                                      (int)a->x_stride, &zero, y, (int)a->y_stride)));
         } else {
             const int64_t tot = rows * a->k;
-            split_f16_kernel<<<(unsigned)((tot + 255) / 256), 256, 0, s>>>(
-                a->x + t0 * a->x_stride, a->x_stride, rows, a->k, xh);
+            const float *xr = a->x + t0 * a->x_stride;
+            if (x_ready) {
+                /* a group's earlier member split this x */
+            } else if (kiln_cuda_t16_dequant_coalesced() && a->k % 4 == 0 && a->x_stride % 4 == 0 &&
+                       ((uintptr_t)xr & 15) == 0)
+                split_f16x4_kernel<<<(unsigned)((tot / 4 + 255) / 256), 256, 0, s>>>(
+                    xr, a->x_stride, rows, a->k, xh);
+            else
+                split_f16_kernel<<<(unsigned)((tot + 255) / 256), 256, 0, s>>>(xr, a->x_stride,
+                                                                               rows, a->k, xh);
             KILN_TRY(kc_launched());
             const __half *xl = xh + tot;
             const __half *Wl = dt == KILN_DTYPE_F16 ? NULL : (const __half *)Wd + a->n * a->k;
@@ -203,5 +229,35 @@ extern "C" kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_ma
             KILN_TRY(kc_launched());
         }
     }
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_matmul_args *a) {
+    const size_t wpad = (wbytes(a->w_dtype, a->n, a->k) + 255) & ~(size_t)255;
+    return cublas_run(c, a, wpad, false);
+}
+
+/* A matmul group's members (matmul.cu's kiln_cuda_matmul_group) when every one is this
+ * entry's, of one x (pointer, stride, k, t <= one chunk) with split-f16 weights: x split
+ * once, at the largest member's weight bytes, each member's weight dequantized in turn
+ * before it (q / k / v: one split instead of three; gate / up: one instead of two). The
+ * same operands, so the same bits as the members one by one. KILN_ERR_UNSUPPORTED: not such
+ * a group (or the old path, KILN_CUDA_OLD_DQ=1); the caller runs the members itself. */
+extern "C" kiln_status kiln_cuda_matmul_cublas_group(const kiln_kctx *c, const kiln_matmul_args *m,
+                                                     int nm) {
+    if (nm < 2 || !kiln_cuda_t16_dequant_coalesced()) return KILN_ERR_UNSUPPORTED;
+    size_t wmax = 0;
+    for (int i = 0; i < nm; i++) {
+        const uint32_t dt = m[i].w_dtype;
+        if (dt == KILN_DTYPE_F32 || dt == KILN_DTYPE_BF16 || m[i].x != m[0].x ||
+            m[i].x_stride != m[0].x_stride || m[i].k != m[0].k || m[i].t != m[0].t || m[i].t <= 0 ||
+            m[i].t > KILN_CUDA_BLAS_CHUNK || m[i].n <= 0)
+            return KILN_ERR_UNSUPPORTED;
+        const size_t w = (wbytes(dt, m[i].n, m[i].k) + 255) & ~(size_t)255;
+        if (w > wmax) wmax = w;
+    }
+    const size_t xb = (size_t)KILN_CUDA_BLAS_CHUNK * (size_t)m[0].k * 4;
+    if (!c || !c->scratch || c->scratch_size < wmax + xb) return KILN_ERR_UNSUPPORTED;
+    for (int i = 0; i < nm; i++) KILN_TRY(cublas_run(c, &m[i], wmax, i > 0));
     return KILN_OK;
 }

@@ -109,9 +109,21 @@ void kiln_cuda_gemm_t16_variant(int v);
  * (the cuBLAS path's split-f16 weights), on the stream. */
 kiln_status kiln_cuda_t16_dequant_f16(void *stream, const void *w, uint32_t dtype, int64_t n,
                                       int64_t k, void *out);
+/* Tests / A-B runs: which q4_0 / q8_0 dequantization runs: 0 the thread-per-32-block
+ * kernel (KILN_CUDA_OLD_DQ=1 at start; the split of x in blas.cu then runs one element per
+ * thread and a matmul group splits x per member), 1 the coalesced one (a warp per
+ * superchunk), 2 with 2 superchunks per warp, 3 (default) 1 with evict-first stores, 4 2
+ * with evict-first stores (KILN_CUDA_DQ_V=N at start). The same bits in every variant.
+ * Process-wide. kiln_cuda_t16_dequant_coalesced: the variant is not 0. */
+void kiln_cuda_t16_dequant_variant(int v);
+int kiln_cuda_t16_dequant_coalesced(void);
 
 /* blas.cu: prefill matmul through cuBLAS (weights dequantized to f16 in scratch). */
 kiln_status kiln_cuda_matmul_cublas(const kiln_kctx *c, const kiln_matmul_args *a);
+/* A matmul group whose members all run kiln_cuda_matmul_cublas on one x (t <= one chunk):
+ * x split once for all of them (the same bits as one by one). KILN_ERR_UNSUPPORTED: not
+ * such a group (KILN_CUDA_OLD_DQ=1: never), the caller runs the members. */
+kiln_status kiln_cuda_matmul_cublas_group(const kiln_kctx *c, const kiln_matmul_args *m, int nm);
 size_t kiln_cuda_matmul_cublas_workspace(const struct kiln_sel_ctx *ctx);
 /* Rows of activations converted per cuBLAS call (the workspace holds this many). */
 #define KILN_CUDA_BLAS_CHUNK 512
@@ -140,6 +152,18 @@ size_t kiln_cuda_attention_workspace(const struct kiln_sel_ctx *ctx);
  * 2 / 4 / 8 heads per KV head, when KV heads x tokens >= 264) on (default) or off
  * (KILN_CUDA_OLD_ATTN=1). Process-wide. */
 void kiln_cuda_attention_gqa(int on);
+/* flash_attn.cu: the tensor-core attention for steps of many query tokens per sequence
+ * (t >= 16 x the step's sequences; head_dim 64 / 128 / 256, f16 or f32 cache); other steps
+ * and shapes go to kiln_cuda_attention. Same op and contract, split-f16 exact (2e-5 of the
+ * ref), deterministic. kiln_cuda_attention_flash_ok: whether a call runs the flash kernel.
+ * kiln_cuda_attention_flash_mode: 0 never (KILN_CUDA_FLASH=0 at start), 1 the default
+ * rule, 2 every call it can run (tests). Process-wide. */
+kiln_status kiln_cuda_attention_flash(const kiln_kctx *c, const kiln_attention_args *a);
+int kiln_cuda_attention_flash_ok(const kiln_attention_args *a);
+void kiln_cuda_attention_flash_mode(int mode);
+/* Tests / A-B runs: the flash kernel's fragments by ldmatrix (1, default) or plain shared
+ * loads (0; KILN_CUDA_FA_LDSM=0 at start). Process-wide. */
+void kiln_cuda_attention_flash_ldsm(int on);
 
 /* sample.cu: the sampling chain (kernel.h, kiln_sample_args); rows with k + 2 n_ov >
  * KILN_SAMPLE_MAX_CAND get id -2 (callers check before the launch). With kctx->scratch of

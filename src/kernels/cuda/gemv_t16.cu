@@ -760,6 +760,83 @@ __global__ void dequant_t16_kernel(const uint8_t *__restrict__ W, int64_t n, int
     t16_store_split(w, out, n, k, r, b);
 }
 
+/* The same values, coalesced (session 11): one warp per superchunk (16 rows x 128 columns,
+ * SCB contiguous bytes), staged in shared memory by 16-byte loads, then written as 8 rounds
+ * of 16-byte stores in which lanes 0-15 write row 2i's 256 bytes of hi (and of lo) and
+ * lanes 16-31 row 2i + 1's. Lane j of a half-warp writes columns 8 j .. 8 j + 7 of the
+ * superchunk: 32-block bb = j / 4, 8-column piece p = j % 4, whose values are elements
+ * 4 tg + e + 16 (p / 2) of the block for tg = 2 (p % 2) + {0, 1} (the fragment words of
+ * lanes 4 g + tg; q4_0: the low nibbles for p < 2, the high ones above; q8_0: word p / 2).
+ * Per value the arithmetic of dequant_t16_kernel (the same bits; test_cuda_prefill). The
+ * old kernel's per-thread 4-byte loads were scattered over the superchunk and its stores
+ * 64 bytes apart (0.9 TB/s, ncu session 10). */
+#define DQC_WARPS 8
+/* U superchunks per warp (their loads all issued before the first store), CS: stores with
+ * the evict-first hint (__stcs: the halves are read back once, by cuBLAS) */
+template <int DT, int U, bool CS>
+__global__ void __launch_bounds__(DQC_WARPS * 32)
+    dequant_t16c_kernel(const uint8_t *__restrict__ W, int64_t n, int64_t k,
+                        __half *__restrict__ out) {
+    constexpr int SCB = t16_geom<DT>::SCB, NU = SCB / 16;
+    __shared__ uint4 sm[DQC_WARPS][U * NU];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t nsc = k / KILN_CUDA_T16_K, tot = (n + 15) / 16 * nsc;
+    const int64_t sc0 = ((int64_t)blockIdx.x * DQC_WARPS + w) * U;
+    if (sc0 >= tot) return;
+    const int nv = tot - sc0 < U ? (int)(tot - sc0) : U;
+    const uint4 *src = (const uint4 *)(W + (size_t)sc0 * SCB);
+    for (int i = lane; i < nv * NU; i += 32) sm[w][i] = src[i];
+    __syncwarp();
+    const int j = lane & 15, bb = j >> 2, p = j & 3;
+    for (int u = 0; u < nv; u++) {
+        const uint8_t *c = (const uint8_t *)(sm[w] + u * NU);
+        const int64_t tile = (sc0 + u) / nsc, s = (sc0 + u) % nsc;
+#pragma unroll 2
+        for (int i = 0; i < 8; i++) {
+            const int ri = 2 * i + (lane >> 4), g = ri % 8, h = ri / 8;
+            const int64_t r = tile * 16 + ri;
+            if (r >= n) break; /* the last tile's zero padding; ri grows with i */
+            const float d =
+                kc_h2f(*(const uint16_t *)(c + (SCB - 128) + g * 16 + (2 * bb + h) * 2));
+            float v[8];
+#pragma unroll
+            for (int tt = 0; tt < 2; tt++) {
+                const int tg = 2 * (p % 2) + tt;
+                const uint8_t *ln = c + (4 * g + tg) * 16;
+                if constexpr (DT == KILN_DTYPE_Q4_0) {
+                    const uint32_t uw =
+                        *(const uint32_t *)(ln + (bb / 2) * 512 + (2 * (bb % 2) + h) * 4);
+                    const uint32_t q = p < 2 ? (uw & 0x0F0F0F0Fu) : ((uw >> 4) & 0x0F0F0F0Fu);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) v[4 * tt + e] = (kc_magic(q, e) - 8388616.0f) * d;
+                } else {
+                    const uint32_t uw =
+                        *(const uint32_t *)(ln + bb * 512 + (2 * h) * 4 + 4 * (p / 2)) ^
+                        0x80808080u;
+#pragma unroll
+                    for (int e = 0; e < 4; e++) v[4 * tt + e] = (kc_magic(uw, e) - 8388736.0f) * d;
+                }
+            }
+            __half2 hh[4], ll[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float a0 = v[2 * q], a1 = v[2 * q + 1];
+                hh[q] = __floats2half2_rn(a0, a1);
+                const float2 hf = __half22float2(hh[q]);
+                ll[q] = __floats2half2_rn((a0 - hf.x) * 2048.0f, (a1 - hf.y) * 2048.0f);
+            }
+            __half *o = out + r * k + s * KILN_CUDA_T16_K + 8 * j;
+            if constexpr (CS) {
+                __stcs((uint4 *)o, *(const uint4 *)hh);
+                __stcs((uint4 *)(o + n * k), *(const uint4 *)ll);
+            } else {
+                *(uint4 *)o = *(const uint4 *)hh;
+                *(uint4 *)(o + n * k) = *(const uint4 *)ll;
+            }
+        }
+    }
+}
+
 /* The K-quants' dequantization (layout: cuda_t16.h), one thread per (row, 32-block bb of a
  * superchunk): the values of kc_dq32 (q4_K: d sc q - dmin m; q6_K: (d sc) (q - 32)). */
 template <int DT>
@@ -817,13 +894,61 @@ __global__ void dequant_t16k_kernel(const uint8_t *__restrict__ W, int64_t n, in
     t16_store_split(w, out, n, k, r, b);
 }
 
+/* Which dequantization of q4_0 / q8_0 runs: 0 the thread-per-32-block kernel
+ * (KILN_CUDA_OLD_DQ=1), 1 the coalesced one, 2 the same with 2 superchunks per warp, 3
+ * (default) with evict-first stores, 4 both (KILN_CUDA_DQ_V=N; A/B runs, test_cuda_prefill's
+ * bitwise checks: every variant gives the same bits). Session 11 run 2, 8B pp512: 1 8226
+ * tok/s (q4_0) / 7810 (q8_0), 2 8221 / 7540, 3 9116 / 8734, 4 9059 / 8814. */
+static int kc_dq_var = -1;
+extern "C" void kiln_cuda_t16_dequant_variant(int v) {
+    kc_dq_var = v < 0 || v > 4 ? 3 : v;
+}
+static int dq_variant(void) {
+    if (kc_dq_var < 0) {
+        const char *e = getenv("KILN_CUDA_OLD_DQ"), *v = getenv("KILN_CUDA_DQ_V");
+        int x = v && v[0] >= '0' && v[0] <= '4' && !v[1] ? v[0] - '0' : 3;
+        kc_dq_var = e && e[0] == '1' ? 0 : x;
+    }
+    return kc_dq_var;
+}
+extern "C" int kiln_cuda_t16_dequant_coalesced(void) {
+    return dq_variant() != 0;
+}
+
+template <int DT, int U, bool CS>
+static kiln_status dqc_launch(cudaStream_t s, const void *w, int64_t n, int64_t k, void *out) {
+    const int64_t nsc = ((n + 15) / 16) * (k / KILN_CUDA_T16_K);
+    const int64_t gc = (nsc + DQC_WARPS * U - 1) / (DQC_WARPS * U);
+    if (gc > INT32_MAX) return KILN_ERR_INVALID_ARG;
+    dequant_t16c_kernel<DT, U, CS>
+        <<<(unsigned)gc, DQC_WARPS * 32, 0, s>>>((const uint8_t *)w, n, k, (__half *)out);
+    return kc_launched();
+}
+template <int DT>
+static kiln_status dqc_run(int v, cudaStream_t s, const void *w, int64_t n, int64_t k, void *out) {
+    switch (v) {
+    case 2:
+        return dqc_launch<DT, 2, false>(s, w, n, k, out);
+    case 4:
+        return dqc_launch<DT, 2, true>(s, w, n, k, out);
+    case 1:
+        return dqc_launch<DT, 1, false>(s, w, n, k, out);
+    default:
+        return dqc_launch<DT, 1, true>(s, w, n, k, out);
+    }
+}
+
 extern "C" kiln_status kiln_cuda_t16_dequant_f16(void *stream, const void *w, uint32_t dtype,
                                                  int64_t n, int64_t k, void *out) {
-    if (!kiln_cuda_t16_supports(dtype) || k % kiln_cuda_t16_k(dtype) || ((uintptr_t)w & 15))
+    if (!kiln_cuda_t16_supports(dtype) || k % kiln_cuda_t16_k(dtype) || ((uintptr_t)w & 15) ||
+        ((uintptr_t)out & 15) || n <= 0 || k <= 0)
         return KILN_ERR_INVALID_ARG;
     const int64_t tot = n * (k / 32);
     const unsigned grid = (unsigned)((tot + 255) / 256);
     cudaStream_t s = (cudaStream_t)stream;
+    const int v = dq_variant();
+    if (v && dtype == KILN_DTYPE_Q4_0) return dqc_run<KILN_DTYPE_Q4_0>(v, s, w, n, k, out);
+    if (v && dtype == KILN_DTYPE_Q8_0) return dqc_run<KILN_DTYPE_Q8_0>(v, s, w, n, k, out);
     if (dtype == KILN_DTYPE_Q4_K)
         dequant_t16k_kernel<KILN_DTYPE_Q4_K>
             <<<grid, 256, 0, s>>>((const uint8_t *)w, n, k, (__half *)out);

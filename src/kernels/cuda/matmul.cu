@@ -746,15 +746,17 @@ extern "C" kiln_status kiln_cuda_matmul_group(const kiln_kctx *c, const kiln_mat
     /* every member on the T16 GEMM's entry: its group entry; T16 gemv and GEMM members
      * mixed (e.g. a q6_K v beside q4_0 q / k): the gemv's group launch for all of them
      * (the GEMM's values are the gemv's) */
-    bool all_t16 = true, all_g16 = true;
+    bool all_t16 = true, all_g16 = true, all_blas = true;
     for (int i = 0; i < a->n; i++) {
         const bool g16 = a->fn[i] == kiln_cuda_matmul_t16_gemm;
         all_t16 &= g16 || a->fn[i] == kiln_cuda_matmul_t16;
         all_g16 &= g16;
+        all_blas &= a->fn[i] == kiln_cuda_matmul_cublas; /* prefill: one split of x */
     }
-    kiln_status gs = all_g16   ? kiln_cuda_matmul_t16_gemm_group(c, a->m, a->n)
-                     : all_t16 ? kiln_cuda_matmul_t16_group(c, a->m, a->n)
-                               : KILN_ERR_UNSUPPORTED;
+    kiln_status gs = all_g16    ? kiln_cuda_matmul_t16_gemm_group(c, a->m, a->n)
+                     : all_t16  ? kiln_cuda_matmul_t16_group(c, a->m, a->n)
+                     : all_blas ? kiln_cuda_matmul_cublas_group(c, a->m, a->n)
+                                : KILN_ERR_UNSUPPORTED;
     if (gs != KILN_ERR_UNSUPPORTED) {
         if (gs) return gs;
     } else

@@ -239,6 +239,25 @@ static const kiln_kernel_spec cuda_specs[] = {
      .fn.attention = kiln_cuda_attention,
      .summary = "paged, varlen, online softmax: block per (head, token), 8 warps split keys; "
                 "past 1024 positions a token is split over up to 16 blocks (split-K)"},
+    {.id = "cuda.flash_attn.attention",
+     .op = KILN_KOP_ATTENTION,
+     CUDA_SPEC,
+     .act_dtypes = F32,
+     .kv_dtypes = KV_DT,
+     .head_dim_min = 32,
+     .head_dim_max = 256,
+     .head_dim_multiple = 32,
+     .max_tokens = 65535,
+     .features = ATTN_FEATS,
+     /* deterministic; not batch invariant: steps of few tokens per sequence (decode) and
+      * head dims other than 64 / 128 / 256 run cuda.attention's kernel */
+     .props = KILN_KPROP_DETERMINISTIC | KILN_KPROP_GRAPH_SAFE,
+     .workspace = kiln_cuda_attention_workspace, /* its fallback's split-K */
+     .priority = 81,
+     .fn.attention = kiln_cuda_attention_flash,
+     .summary = "tensor cores (mma.sync, split-f16 Q / P), 16 query rows per warp, key "
+                "tiles of 16 in shared memory; >= 16 query tokens per sequence, else "
+                "cuda.attention's kernel"},
     {.id = "cuda.glu",
      .op = KILN_KOP_GLU,
      CUDA_SPEC,
