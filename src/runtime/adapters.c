@@ -282,18 +282,22 @@ static kiln_status lm_head_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
                         .space = KILN_MEM_DEVICE};
         KILN_TRY(kiln_buf_d2d(x->dev, &dst, 0, &src, 0, rb, x->kctx.err));
     }
+    /* the LM head computes the rows that want logits only: its kernels are those of their
+     * count's bucket (a 512-token prefill's one row runs the gemv, not cuBLAS) */
+    const int lb = kiln_bucket_of(x->n_logits);
     if (x->greedy_ids) {
         /* greedy step: the argmax per row, fused into the LM head where the kernel can
          * (same logits as the matmul below, same pick as softcap + greedy sampling) */
         kiln_matmul_argmax_args a = {
             .mm = mm_args(w, NULL, rows, E, NULL, 0, x->n_logits),
-            .fn = SITE_FN(bi, KILN_SITE_LM_HEAD, x).matmul,
+            .fn = bi->site[KILN_SITE_LM_HEAD].fn[lb].matmul,
             .n_limit = x->greedy_limit > 0 && x->greedy_limit < w->n ? x->greedy_limit : w->n,
             .softcap = bi->prm.lm_head.softcap,
             .ids = x->greedy_ids};
-        return FN(bi, KILN_SITE_LM_ARGMAX, x).matmul_argmax(&x->kctx, &a);
+        return FN_B(bi, KILN_SITE_LM_ARGMAX, x, lb).matmul_argmax(&x->kctx, &a);
     }
-    KILN_TRY(matmul(x, bi, KILN_SITE_LM_HEAD, w, NULL, rows, E, x->logits, w->n, x->n_logits));
+    kiln_matmul_args ma = mm_args(w, NULL, rows, E, x->logits, w->n, x->n_logits);
+    KILN_TRY(FN_B(bi, KILN_SITE_LM_HEAD, x, lb).matmul(&x->kctx, &ma));
     /* the final softcap: here on host memory; a device backend's engine applies it to
      * the host copy of the logits (engine.c, kiln_engine_run) */
     const float cap = bi->prm.lm_head.softcap;

@@ -696,7 +696,8 @@ kiln_status kiln_engine_prepare(kiln_engine *e, const kiln_batch_entry *en, int3
 /* Grows e->scratch to the largest workspace any bound kernel of bucket b asks for (its
  * spec's workspace function; computed once per bucket), so kernels do not allocate their
  * scratch on every call. Attention runs its decode and prefill rows with the kernels of
- * smaller buckets too, so its sites count every bucket up to b. */
+ * smaller buckets too, and the LM head the kernels of its rows' bucket, so their sites
+ * count every bucket up to b. */
 static kiln_status fit_scratch(kiln_engine *e, int b, kiln_err *err) {
     if (b < 0 || b >= KILN_BUCKETS) return KILN_OK;
     if (e->scratch_need[b] == SIZE_MAX) {
@@ -705,7 +706,11 @@ static kiln_status fit_scratch(kiln_engine *e, int b, kiln_err *err) {
             const kiln_bound_insn *bi = &e->bp.bi[i];
             for (int si = 0; si < bi->n_sites; si++) {
                 kiln_callsite cs = bi->site[si].desc;
-                int b0 = cs.op == KILN_KOP_ATTENTION ? 0 : b;
+                /* attention and the LM head (its rows' bucket) run smaller buckets' kernels */
+                int b0 = cs.op == KILN_KOP_ATTENTION || si == KILN_SITE_LM_HEAD ||
+                                 si == KILN_SITE_LM_ARGMAX
+                             ? 0
+                             : b;
                 for (int bb = b0; bb <= b; bb++) {
                     cs.bucket = bb;
                     size_t w = kiln_callsite_workspace(&e->dev, &cs, bi->site[si].kernel[bb]);
