@@ -83,8 +83,8 @@ int kiln_cuda_decode_pdl(void);
 /* Benchmarks: q4_K's T16 gemv at 2 CTAs of 16 warps per SM (64 registers, the default) or 1
  * (128; KILN_T16K_MB=1). */
 void kiln_cuda_t16k_occupancy(int mb);
-/* Benchmarks: the f16 rows' gemv at one token at 2 CTAs of 16 warps per SM (64 registers,
- * the default) or 1 (no register cap; KILN_F16R_MB=1); 0: by the environment again. */
+/* Benchmarks: the f16 rows' gemv at one token at 1 CTA of 16 warps per SM (no register cap,
+ * the default) or 2 (64 registers; KILN_F16R_MB=2); 0: by the environment again. */
 void kiln_cuda_f16r_occupancy(int mb);
 /* The T16 gemv's warps per CTA for (dtype, k) (its summation order; kiln_cuda_t16_config's
  * override included). */

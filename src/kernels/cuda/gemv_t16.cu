@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(SW * 32, FS &&SW <= 16 ? 1024 / (SW * 32) : 1)
                     const uint4 v = q[u][bb];
                     raw.q[0][0] = v.x, raw.q[0][1] = v.y, raw.q[1][0] = v.z, raw.q[1][1] = v.w;
                 }
-                kc_mma_block(raw, bh, bl, iv, tot);
+                kc_mma_block<MQ, FS>(raw, bh, bl, iv, tot);
             }
         }
     }
@@ -343,7 +343,7 @@ __global__ void __launch_bounds__(SW * 32, MB)
                     t16_xfrag<true>(xs, bb, tig, bh, bl, &iv);
                 else
                     t16_xprep(xp, ip, sc * 4 + bb, live, bh, bl, &iv);
-                kc_mma_block(raw[u][bb], bh, bl, iv, tot);
+                kc_mma_block<MQ, FS>(raw[u][bb], bh, bl, iv, tot);
             }
         }
     }
@@ -372,6 +372,30 @@ template <> struct t16k_geom<KILN_DTYPE_Q6_K> {
 
 __device__ __forceinline__ uint32_t kc_word(const uint4 &v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+/* Byte i of w as a float without I2F (the conversion pipe is a sixteenth of the FMA one):
+ * 2^23 + byte read as a float, minus 2^23; signed: the byte offset by 128, minus 2^23 + 128.
+ * Exact (the same value as (float) of the byte). */
+__device__ __forceinline__ float kc_byte_f(uint32_t w, int i) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | (unsigned)i)) - 8388608.0f;
+}
+__device__ __forceinline__ float kc_sbyte_f(uint32_t w, int i) {
+    return __uint_as_float(__byte_perm(w ^ 0x80808080u, 0x4B000000u, 0x7540u | (unsigned)i)) -
+           8388736.0f;
+}
+/* q4_K's 6-bit scales and mins of a superchunk's 8 32-blocks as bytes, from a row's S, M, H
+ * words (s.y, s.z, s.w; cuda_t16.h): e[0] byte j = scale of 32-block 2 j, e[1] of 2 j + 1,
+ * e[2] / e[3] the same for the mins. S's nibble i is block i's low 4 bits, so S's bytes
+ * already pair blocks 2 j, 2 j + 1; H's 2-bit high parts are spread to one nibble a byte. */
+__device__ __forceinline__ void kc_q4k_sm(const uint4 &s, uint32_t e[4]) {
+    uint32_t hs = s.w & 0xFFFFu, hm = s.w >> 16;
+    hs = (hs | (hs << 8)) & 0x00FF00FFu, hm = (hm | (hm << 8)) & 0x00FF00FFu;
+    hs = (hs | (hs << 4)) & 0x0F0F0F0Fu, hm = (hm | (hm << 4)) & 0x0F0F0F0Fu;
+    e[0] = (s.y & 0x0F0F0F0Fu) | ((hs << 4) & 0x30303030u);
+    e[1] = ((s.y >> 4) & 0x0F0F0F0Fu) | ((hs << 2) & 0x30303030u);
+    e[2] = (s.z & 0x0F0F0F0Fu) | ((hm << 4) & 0x30303030u);
+    e[3] = ((s.z >> 4) & 0x0F0F0F0Fu) | ((hm << 2) & 0x30303030u);
 }
 
 /* A fragment words of one mma (16 columns) from 4 quant bytes of row g (u0) and g + 8 (u1) */
@@ -434,10 +458,12 @@ __global__ void __launch_bounds__(SW * 32, MB)
             if (sc >= nsc) break;
             t16_xs xs; /* FS: the half of 128 columns in use (split at bb = 0 and 4) */
             float dg, dg8, mg = 0.0f, mg8 = 0.0f;
+            uint32_t ea[4], eb[4]; /* q4_K: rows g, g + 8 (kc_q4k_sm) */
             if constexpr (Q4K) {
                 dg = kc_h2f((uint16_t)(sa[u].x & 0xFFFFu)), mg = kc_h2f((uint16_t)(sa[u].x >> 16));
                 dg8 = kc_h2f((uint16_t)(sb[u].x & 0xFFFFu)),
                 mg8 = kc_h2f((uint16_t)(sb[u].x >> 16));
+                kc_q4k_sm(sa[u], ea), kc_q4k_sm(sb[u], eb);
             } else {
                 dg = kc_h2f((uint16_t)(dq[u] & 0xFFFFu)), dg8 = kc_h2f((uint16_t)(dq[u] >> 16));
             }
@@ -470,25 +496,24 @@ __global__ void __launch_bounds__(SW * 32, MB)
                     kc_mma16816(acc, a1, bh[2], bh[3]);
                     kc_mma16816(acc, a0, bl[0], bl[1]);
                     kc_mma16816(acc, a1, bl[2], bl[3]);
-                    /* 6-bit scale and min of 32-block bb: S, M low nibbles, H high bits */
-                    const int scg =
-                        (int)(((sa[u].y >> (4 * bb)) & 15u) | (((sa[u].w >> (2 * bb)) & 3u) << 4));
-                    const int mng = (int)(((sa[u].z >> (4 * bb)) & 15u) |
-                                          (((sa[u].w >> (16 + 2 * bb)) & 3u) << 4));
-                    const int scg8 =
-                        (int)(((sb[u].y >> (4 * bb)) & 15u) | (((sb[u].w >> (2 * bb)) & 3u) << 4));
-                    const int mng8 = (int)(((sb[u].z >> (4 * bb)) & 15u) |
-                                           (((sb[u].w >> (16 + 2 * bb)) & 3u) << 4));
-                    const float d1 = dg * (float)scg, m1 = mg * (float)mng;
-                    const float d18 = dg8 * (float)scg8, m18 = mg8 * (float)mng8;
+                    /* 6-bit scale and min of 32-block bb (kc_q4k_sm), d sc and dmin m exact
+                     * in f32. FS: only token 0's columns (tot[0], tot[2]; kc_mma_block) */
+                    const int j = bb / 2, o = bb % 2;
+                    const float d1 = dg * kc_byte_f(ea[o], j), m1 = mg * kc_byte_f(ea[2 + o], j);
+                    const float d18 = dg8 * kc_byte_f(eb[o], j),
+                                m18 = mg8 * kc_byte_f(eb[2 + o], j);
                     tot[0] = fmaf(d1 * iv.x, acc[0], tot[0]);
                     tot[0] = fmaf(-m1, xsv.x, tot[0]);
-                    tot[1] = fmaf(d1 * iv.y, acc[1], tot[1]);
-                    tot[1] = fmaf(-m1, xsv.y, tot[1]);
+                    if constexpr (!FS) {
+                        tot[1] = fmaf(d1 * iv.y, acc[1], tot[1]);
+                        tot[1] = fmaf(-m1, xsv.y, tot[1]);
+                    }
                     tot[2] = fmaf(d18 * iv.x, acc[2], tot[2]);
                     tot[2] = fmaf(-m18, xsv.x, tot[2]);
-                    tot[3] = fmaf(d18 * iv.y, acc[3], tot[3]);
-                    tot[3] = fmaf(-m18, xsv.y, tot[3]);
+                    if constexpr (!FS) {
+                        tot[3] = fmaf(d18 * iv.y, acc[3], tot[3]);
+                        tot[3] = fmaf(-m18, xsv.y, tot[3]);
+                    }
                 } else {
                     /* low nibbles: word 2 (bb % 2) + h of piece bb / 2; high bits: word bb % 4
                      * of piece 4 + bb / 4 (row g bits 4-7, row g + 8 bits 0-3 of each byte) */
@@ -509,19 +534,22 @@ __global__ void __launch_bounds__(SW * 32, MB)
                     kc_mma16816(acc1, a1, bl[2], bl[3]);
                     /* int8 scales 2 bb, 2 bb + 1: bytes 2 (bb % 2), + 1 of word bb / 2 */
                     const uint32_t wg = kc_word(sa[u], bb / 2), wg8 = kc_word(sb[u], bb / 2);
-                    const int sh = 16 * (bb % 2);
-                    const float f0 = dg * (float)(int8_t)(wg >> sh),
-                                f1 = dg * (float)(int8_t)(wg >> (sh + 8));
-                    const float f08 = dg8 * (float)(int8_t)(wg8 >> sh),
-                                f18 = dg8 * (float)(int8_t)(wg8 >> (sh + 8));
+                    const int sb2 = 2 * (bb % 2);
+                    const float f0 = dg * kc_sbyte_f(wg, sb2), f1 = dg * kc_sbyte_f(wg, sb2 + 1);
+                    const float f08 = dg8 * kc_sbyte_f(wg8, sb2),
+                                f18 = dg8 * kc_sbyte_f(wg8, sb2 + 1);
                     tot[0] = fmaf(f0 * iv.x, acc0[0], tot[0]);
                     tot[0] = fmaf(f1 * iv.x, acc1[0], tot[0]);
-                    tot[1] = fmaf(f0 * iv.y, acc0[1], tot[1]);
-                    tot[1] = fmaf(f1 * iv.y, acc1[1], tot[1]);
+                    if constexpr (!FS) {
+                        tot[1] = fmaf(f0 * iv.y, acc0[1], tot[1]);
+                        tot[1] = fmaf(f1 * iv.y, acc1[1], tot[1]);
+                    }
                     tot[2] = fmaf(f08 * iv.x, acc0[2], tot[2]);
                     tot[2] = fmaf(f18 * iv.x, acc1[2], tot[2]);
-                    tot[3] = fmaf(f08 * iv.y, acc0[3], tot[3]);
-                    tot[3] = fmaf(f18 * iv.y, acc1[3], tot[3]);
+                    if constexpr (!FS) {
+                        tot[3] = fmaf(f08 * iv.y, acc0[3], tot[3]);
+                        tot[3] = fmaf(f18 * iv.y, acc1[3], tot[3]);
+                    }
                 }
             }
         }
@@ -557,11 +585,11 @@ static void t16_split(uint32_t dt, bool fs, int64_t k, int *sw, int *u) {
      * q8_0 3.10 ms at 1 vs 4.26 at 2, whose 104 bytes of spills ptxas needed at 64
      * registers; q4_0 2.34 vs 2.39). The warps per CTA (the summation order) are those of
      * U = 2 either way: a function of (dtype, k) alone. */
-    /* f16 rows (gemv_f16r_kernel): 4 KB a superchunk, always one in flight (two need 64
+    /* f16 rows (gemv_f16r_kernel): 4 KB a superchunk, one in flight by default (two need 64
      * registers for the weights alone); the warps as q8_0's */
     const bool kq = dt == KILN_DTYPE_Q4_K || dt == KILN_DTYPE_Q6_K, f16 = dt == KILN_DTYPE_F16;
     const int u2 = kq ? 1 : 2;
-    *u = f16 ? 1 : kc_t16_u ? (kq && kc_t16_u > 2 ? 2 : kc_t16_u) : fs ? 1 : u2;
+    *u = kc_t16_u ? ((kq || f16) && kc_t16_u > 2 ? 2 : kc_t16_u) : fs || f16 ? 1 : u2;
     const int64_t need = (nsc + u2 - 1) / u2;
     *sw = need <= 4 ? 4 : need <= 8 ? 8 : 16;
     if (kc_t16_sw) *sw = kc_t16_sw;
@@ -689,8 +717,10 @@ static void launch_t16k(cudaStream_t s, const t16_jobs &J, unsigned grid, int64_
 #undef KC_T16K_MB
 }
 
-/* f16 rows at one token (FS): two CTAs of 16 warps per SM (64 registers; the default) or
- * one (KILN_F16R_MB=1, kiln_cuda_f16r_occupancy(1)) */
+/* f16 rows at one token (FS): one CTA of 16 warps per SM (no register cap; the default) or
+ * two (64 registers, 40 bytes spilled: KILN_F16R_MB=2, kiln_cuda_f16r_occupancy(2)). Run 1
+ * of session 11 (bench_cuda, 8B matmuls in the engine's groups, one graph): 5.28 ms at one,
+ * 5.46 ms at two. */
 static int kc_f16r_mb2 = -1;
 extern "C" void kiln_cuda_f16r_occupancy(int mb) {
     kc_f16r_mb2 = mb == 1 ? 0 : mb == 2 ? 1 : -1;
@@ -698,7 +728,7 @@ extern "C" void kiln_cuda_f16r_occupancy(int mb) {
 static int kc_f16r_mb(void) {
     if (kc_f16r_mb2 < 0) {
         const char *e = getenv("KILN_F16R_MB");
-        kc_f16r_mb2 = e && e[0] == '1' ? 0 : 1;
+        kc_f16r_mb2 = e && e[0] == '2' ? 1 : 0;
     }
     return kc_f16r_mb2 ? 2 : 1;
 }
@@ -709,12 +739,16 @@ static void launch_f16r(cudaStream_t s, const t16_jobs &J, unsigned grid, int64_
     int sw, u;
     t16_split(KILN_DTYPE_F16, FS, k, &sw, &u);
     const bool mb2 = FS && kc_f16r_mb() == 2;
-    /* one superchunk in flight (two spilled 348 bytes under FS at 64 registers) */
+    /* one superchunk in flight (t16_split); two only by kiln_cuda_t16_config at one CTA per
+     * SM (at 64 registers two spilled 348 bytes under FS) */
 #define KC_F16R(SWV)                                                                               \
     do {                                                                                           \
         if (mb2 && SWV <= 16)                                                                      \
             kc_launch_pdl(gemv_f16r_kernel<SWV, 1, FS, (FS && SWV <= 16 ? 1024 / (SWV * 32) : 1)>, \
                           grid, SWV * 32, s, pdl, J, k, x, xf, inv, T);                            \
+        else if (u == 2)                                                                           \
+            kc_launch_pdl(gemv_f16r_kernel<SWV, 2, FS, 1>, grid, SWV * 32, s, pdl, J, k, x, xf,    \
+                          inv, T);                                                                 \
         else                                                                                       \
             kc_launch_pdl(gemv_f16r_kernel<SWV, 1, FS, 1>, grid, SWV * 32, s, pdl, J, k, x, xf,    \
                           inv, T);                                                                 \
