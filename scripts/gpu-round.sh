@@ -253,7 +253,7 @@ for s in "$@"; do
         done
         [ -n "$NCU" ] && step "ncu-small-$n" 240 "$NCU" --metrics gpu__time_duration.sum \
           --cache-control none --clock-control none --csv kiln bench -m "$f" --backend cuda \
-          -p 0 -n 8 -r 1 && python3 scripts/ncu-step.py "$LOG/ncu-small-$n.log" 8 \
+          -p 0 -n 8 -r 1 && python3 scripts/ncu-step.py "$LOG/ncu-small-$n.log" 0 \
           >"$LOG/ncu-small-$n.txt" 2>&1 && cat "$LOG/ncu-small-$n.txt"
       done ;;
     ttft)

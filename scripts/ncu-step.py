@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """ncu-step.py LOG STEPS — ncu's `--metrics gpu__time_duration.sum --csv` output of a run of
-`kiln bench -p 0 -n STEPS -r 1` -> per kernel name (template arguments dropped): launches
-and microseconds in total and per decode step (total / STEPS; load-time and warm-up
-kernels are included in the totals, so read the per-step figures of kernels that run every
-step), largest first, and the sum."""
+`kiln bench -p 0 -n N -r 1` -> per kernel name (template arguments dropped): launches and
+microseconds in total and per decode step (total / STEPS; STEPS 0: the number of argmax
+launches, one per greedy step: kiln bench runs a warm-up pass too), largest first, and the
+sum. Load-time kernels are included in the totals."""
 import csv
 import sys
 
@@ -28,6 +28,9 @@ def main():
         us = v / 1000.0 if unit in ("nsecond", "ns") else v * 1000.0 if unit in ("msecond", "ms") else v
         n, t = agg.get(name, (0, 0.0))
         agg[name] = (n + 1, t + us)
+    if steps <= 0:
+        steps = sum(n for name, (n, _) in agg.items() if name.startswith("argmax")) or 1
+        print(f"steps: {steps} (argmax launches)")
     tot_n = sum(n for n, _ in agg.values())
     tot_t = sum(t for _, t in agg.values())
     print(f"{'kernel':40s} {'launches':>8s} {'per step':>8s} {'us total':>10s} {'us/step':>9s}")

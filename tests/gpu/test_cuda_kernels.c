@@ -491,6 +491,106 @@ static void test_matmul_t16_group(void **state) {
     rng = saved;
 }
 
+/* The grouped tiled gemv (matmul.cu, session 11): a group whose members all run
+ * cuda.gemv.matmul's tiled fma gemv at one token (q4_1, q5_0, q5_1, plain K-quants, f32,
+ * bf16) in one launch per dtype, bitwise equal to each member alone; ragged n, bias, mixed
+ * dtypes, 4 members (two launches of one dtype), the GLU; t = 2 and a member on the
+ * tensor-core gemv (q8_0) keep the members' own launches (the same check). */
+static void test_matmul_gemv_group(void **state) {
+    (void)state;
+    static const grp_case cs[] = {
+        {3, {KILN_DTYPE_Q5_0, KILN_DTYPE_Q5_0, KILN_DTYPE_Q5_0}, {640, 1024, 256}, 640, false},
+        {2, {KILN_DTYPE_Q4_1, KILN_DTYPE_Q4_1}, {1536, 1536}, 576, true},
+        {3, {KILN_DTYPE_Q4_1, KILN_DTYPE_Q6_K, KILN_DTYPE_F32}, {37, 300, 5}, 512, false},
+        {4,
+         {KILN_DTYPE_Q5_1, KILN_DTYPE_Q5_1, KILN_DTYPE_Q5_1, KILN_DTYPE_Q5_1},
+         {16, 7, 129, 71},
+         256,
+         false},
+        {3, {KILN_DTYPE_BF16, KILN_DTYPE_Q4_K, KILN_DTYPE_Q5_K}, {33, 1000, 17}, 768, false},
+        {3, {KILN_DTYPE_Q4_1, KILN_DTYPE_Q8_0, KILN_DTYPE_Q4_1}, {64, 64, 9}, 576, false},
+    };
+    const kt_rng saved = rng;
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+        for (int64_t t = 1; t <= 2; t++) {
+            const grp_case *c = &cs[ci];
+            const int64_t k = c->k, xs = k + 4;
+            float *x = malloc(sizeof(float) * (size_t)(t * xs));
+            kt_fill_normal(&rng, x, (size_t)(t * xs), 1.0f);
+            float *xd = dup_dev(x, sizeof(float) * (size_t)(t * xs));
+            kiln_matmul_group_args g = {.n = c->nm};
+            float *yref[4];
+            size_t ybytes[4];
+            for (int i = 0; i < c->nm; i++) {
+                const kiln_dtype_info *info = kiln_dtype_get(c->dt[i]);
+                const int64_t n = c->n[i], ys = n + 3;
+                const size_t rb = (size_t)(k / info->block_size) * info->block_bytes;
+                uint8_t *w = malloc((size_t)n * rb);
+                float *b = malloc(sizeof(float) * (size_t)n);
+                assert_true(w && b);
+                kt_fill_weights(&rng, c->dt[i], w, n, k, rb);
+                kt_fill_normal(&rng, b, (size_t)n, 0.5f);
+                ybytes[i] = sizeof(float) * (size_t)(t * ys);
+                g.m[i] = (kiln_matmul_args){.w = dup_dev(w, (size_t)n * rb),
+                                            .w_dtype = c->dt[i],
+                                            .w_row_bytes = rb,
+                                            .n = n,
+                                            .k = k,
+                                            .x = xd,
+                                            .x_stride = xs,
+                                            .y = poisoned(ybytes[i]),
+                                            .y_stride = ys,
+                                            .t = t,
+                                            .bias = i == 1 ? dup_dev(b, sizeof(float) * (size_t)n)
+                                                           : NULL};
+                g.fn[i] = kiln_cuda_matmul_gemv;
+                free(w), free(b);
+            }
+            float *glu_d = NULL;
+            if (c->glu) {
+                g.glu_fn = kiln_cuda_glu, g.act = KILN_GLU_SWIGLU;
+                g.glu_y_stride = c->n[0];
+                glu_d = poisoned(sizeof(float) * (size_t)(t * c->n[0]));
+                g.glu_y = glu_d;
+            }
+            for (int i = 0; i < c->nm; i++) { /* each member alone: the reference */
+                assert_int_equal(kiln_cuda_matmul_gemv(&kc, &g.m[i]), KILN_OK);
+                yref[i] = malloc(ybytes[i]);
+                get(yref[i], g.m[i].y, ybytes[i]);
+                CK(cudaMemset(g.m[i].y, 0xFF, ybytes[i]));
+            }
+            assert_int_equal(kiln_cuda_matmul_group(&kc, &g), KILN_OK);
+            for (int i = 0; i < c->nm; i++) {
+                float *yg = malloc(ybytes[i]);
+                get(yg, g.m[i].y, ybytes[i]);
+                const int64_t ys = c->n[i] + 3;
+                for (int64_t r = 0; r < t; r++)
+                    if (memcmp(yg + r * ys, yref[i] + r * ys, sizeof(float) * (size_t)c->n[i]))
+                        fail_msg("gemv group case %zu t=%lld member %d (%s n=%lld) row %lld "
+                                 "differs from the member alone",
+                                 ci, (long long)t, i, kiln_dtype_get(c->dt[i])->name,
+                                 (long long)c->n[i], (long long)r);
+                free(yg);
+            }
+            if (c->glu) {
+                float *gy = malloc(sizeof(float) * (size_t)(t * c->n[0]));
+                get(gy, glu_d, sizeof(float) * (size_t)(t * c->n[0]));
+                for (int64_t i = 0; i < t * c->n[0]; i++)
+                    if (isnan(gy[i]))
+                        fail_msg("gemv group glu: element %lld unwritten", (long long)i);
+                free(gy);
+                cudaFree(glu_d);
+            }
+            for (int i = 0; i < c->nm; i++) {
+                cudaFree((void *)g.m[i].w), cudaFree(g.m[i].y), cudaFree((void *)g.m[i].bias);
+                free(yref[i]);
+            }
+            cudaFree(xd);
+            free(x);
+        }
+    rng = saved;
+}
+
 /* One T16 GEMM case (gemm_t16.cu): vs ref (2e-5, as every f32-arithmetic path), output
  * poisoned, then bitwise vs the T16 gemv in passes of 8 (the GEMM's numerics are the
  * gemv's, so the two together are batch invariant). scratch: the scratch the GEMM gets
@@ -1290,13 +1390,21 @@ int main(void) {
     }
     kc.scratch_size = SCRATCH_BYTES;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul_gemv),      cmocka_unit_test(test_matmul_cublas),
-        cmocka_unit_test(test_matmul_t16),       cmocka_unit_test(test_matmul_t16_k),
-        cmocka_unit_test(test_matmul_f16_rows),  cmocka_unit_test(test_matmul_argmax),
-        cmocka_unit_test(test_rms_norm),         cmocka_unit_test(test_rope),
-        cmocka_unit_test(test_glu_add),          cmocka_unit_test(test_embed),
-        cmocka_unit_test(test_kv_write_rope_kv), cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_matmul_t16_group), cmocka_unit_test(test_rope_kv_fused),
+        cmocka_unit_test(test_matmul_gemv),
+        cmocka_unit_test(test_matmul_cublas),
+        cmocka_unit_test(test_matmul_t16),
+        cmocka_unit_test(test_matmul_t16_k),
+        cmocka_unit_test(test_matmul_f16_rows),
+        cmocka_unit_test(test_matmul_gemv_group),
+        cmocka_unit_test(test_matmul_argmax),
+        cmocka_unit_test(test_rms_norm),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_glu_add),
+        cmocka_unit_test(test_embed),
+        cmocka_unit_test(test_kv_write_rope_kv),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_matmul_t16_group),
+        cmocka_unit_test(test_rope_kv_fused),
         cmocka_unit_test(test_matmul_gemm_t16),
     };
     /* KILN_TEST_FILTER=pattern: only the tests whose names match (cmocka's wildcards) */

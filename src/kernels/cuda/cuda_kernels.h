@@ -86,6 +86,12 @@ void kiln_cuda_t16k_occupancy(int mb);
 /* Benchmarks: the f16 rows' gemv at one token at 1 CTA of 16 warps per SM (no register cap,
  * the default) or 2 (64 registers; KILN_F16R_MB=2); 0: by the environment again. */
 void kiln_cuda_f16r_occupancy(int mb);
+/* matmul.cu: a matmul group's members at one token that each run the tiled fma gemv (the
+ * dtypes without a tensor-core or T16 path: q4_1, q5_0, q5_1, plain K-quants, f32, bf16)
+ * in one launch per dtype (session 11); off with KILN_CUDA_GEMV_GROUP=0 or
+ * kiln_cuda_gemv_group_set(0) (-1: by the environment again), or with the decode fusion.
+ * Same values either way. Process-wide. */
+void kiln_cuda_gemv_group_set(int on);
 /* The T16 gemv's warps per CTA for (dtype, k) (its summation order; kiln_cuda_t16_config's
  * override included). */
 int kiln_cuda_t16_warps(uint32_t dtype, int64_t k);
