@@ -33,7 +33,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 source scripts/gpu-env.sh
 cfg() { cmake -S "$1" -B "$1/build-gpu" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON \
   -DKILN_CUDA_ARCHITECTURES=90 -DKILN_OPENBLAS=OFF -DKILN_ONEDNN=OFF "${KILN_CMAKE_ARGS[@]}"; }
-step configure 300 cfg "$PWD"
+cfg "$PWD" >"$LOG/configure.log" 2>&1 || { echo "configure failed"; tail -20 "$LOG/configure.log"; }
 step build 600 cmake --build build-gpu -j"$(nproc)" --target kiln-bin kiln-gen test_cuda_kernels \
   test_cuda_e2e bench_cuda
 # the baseline builds while the tests and the model generation run (no benchmark overlaps it)
