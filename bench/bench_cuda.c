@@ -124,7 +124,9 @@ static double step_ms(kiln_kctx *kc, cudaStream_t st, cudaEvent_t e0, cudaEvent_
 static kiln_matmul_args t16_args(const mat *m, const float *x, float *y, int64_t t) {
     return (kiln_matmul_args){.w = m->w,
                               .w_dtype = m->dt,
-                              .w_layout = KILN_WLAYOUT_CUDA_T16,
+                              /* f16: its rows as stored (gemv_f16r_kernel) */
+                              .w_layout = m->dt == KILN_DTYPE_F16 ? KILN_WLAYOUT_PLAIN
+                                                                  : KILN_WLAYOUT_CUDA_T16,
                               .w_row_bytes = m->row_bytes,
                               .n = m->n,
                               .k = m->k,
@@ -462,15 +464,17 @@ int main(int argc, char **argv) {
          * for the repacked ones) through cuda.gemv_t16.matmul: the default split at t = 1,
          * 2, 4, 8, 16, and at t = 1 every warps-per-CTA x loads-in-flight setting (A/B) */
         if (dt == KILN_DTYPE_Q4_0 || dt == KILN_DTYPE_Q8_0 || dt == KILN_DTYPE_Q4_K ||
-            dt == KILN_DTYPE_Q6_K) { /* q4_k_m: q4_K and q6_K both in T16 */
+            dt == KILN_DTYPE_Q6_K || dt == KILN_DTYPE_F16) { /* q4_k_m: q4_K and q6_K both in
+                                                              * T16; f16: its plain rows */
             kiln_cuda_gemv_variant(3);
+            const uint32_t wl16 = dt == KILN_DTYPE_F16 ? KILN_WLAYOUT_PLAIN : KILN_WLAYOUT_CUDA_T16;
             const double plain1 =
                 step_ms(&kc, st, e0, e1, m, nm, kiln_cuda_matmul_gemv_inv, 0, 1, x, y, reps);
             const int64_t tt[5] = {1, 2, 4, 8, 16};
             double ms16[5];
             for (int ti = 0; ti < 5; ti++) {
                 ms16[ti] =
-                    step_ms(&kc, st, e0, e1, m, nm, kiln_cuda_matmul_t16, 3, tt[ti], x, y, reps);
+                    step_ms(&kc, st, e0, e1, m, nm, kiln_cuda_matmul_t16, wl16, tt[ti], x, y, reps);
                 printf("%s t=%lld (T16): %.3f ms per step (%.0f GB/s of weights)\n", tok,
                        (long long)tt[ti], ms16[ti], total / (ms16[ti] * 1e-3) / 1e9);
             }
@@ -481,7 +485,7 @@ int main(int argc, char **argv) {
                 for (size_t c = 0; c < sizeof cf / sizeof cf[0]; c++) {
                     kiln_cuda_t16_config(cf[c][0], cf[c][1]);
                     const double v =
-                        step_ms(&kc, st, e0, e1, m, nm, kiln_cuda_matmul_t16, 3, 1, x, y, reps);
+                        step_ms(&kc, st, e0, e1, m, nm, kiln_cuda_matmul_t16, wl16, 1, x, y, reps);
                     printf("%s t=1 (T16, %d warps, %d in flight%s): %.3f ms per step (%.0f GB/s)\n",
                            tok, cf[c][0], cf[c][1], fu ? ", fused split" : ", split launch", v,
                            total / (v * 1e-3) / 1e9);
@@ -505,6 +509,29 @@ int main(int argc, char **argv) {
                 }
             kiln_cuda_decode_fusion(1);
             kiln_cuda_decode_pdl_set(0);
+            if (dt == KILN_DTYPE_F16) { /* the previous f16 path (cuda.gemv.matmul: the fma
+                                         * gemv at one token) in the same graph of calls */
+                for (int rep = 0; rep < 2; rep++) {
+                    g_t16 = kiln_cuda_matmul_gemv;
+                    const double g0 = group_step_ms(&kc, st, e0, e1, m, layers, 1, x, y,
+                                                    y + tmax * FF, reps, 1, 31);
+                    g_t16 = kiln_cuda_matmul_t16;
+                    kiln_cuda_decode_pdl_set(1);
+                    const double g1 = group_step_ms(&kc, st, e0, e1, m, layers, 1, x, y,
+                                                    y + tmax * FF, reps, 1, 31);
+                    kiln_cuda_f16r_occupancy(2);
+                    const double g2 = group_step_ms(&kc, st, e0, e1, m, layers, 1, x, y,
+                                                    y + tmax * FF, reps, 1, 31);
+                    kiln_cuda_f16r_occupancy(0);
+                    kiln_cuda_decode_pdl_set(0);
+                    const double bms = total / (read_gbs * 1e9) * 1e3;
+                    printf("f16 t=1 (engine's groups + glu, graph): previous gemv %.3f ms (%.0f %% "
+                           "of the bound), f16 rows + PDL %.3f ms (%.0f %%), the same at 2 CTAs "
+                           "per SM %.3f ms (%.0f %%)\n",
+                           g0, 100.0 * bms / g0, g1, 100.0 * bms / g1, g2, 100.0 * bms / g2);
+                    fflush(stdout);
+                }
+            }
             /* where the step's matmul time goes: each part alone, 32 layers in one graph */
             {
                 static const char *const pn[5] = {"q/k/v group", "o", "gate/up group + glu", "down",

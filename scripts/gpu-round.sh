@@ -58,9 +58,14 @@
 #   (side8b and real also run `kiln bench` once more per assignment in $SIDE_AB, e.g.
 #   SIDE_AB="KILN_ADD_NORM=0 KILN_CUDA_OLD_GEMM=1": same-call A/B of a switch; batched
 #   likewise with $BATCHED_AB)
+#   smalldec  small models' decode (issue 17, the step's fixed costs): kiln-gen gemma3-270m
+#             q4_K_M and smollm2-135m q4_1 (the real files' shapes and types): kiln bench
+#             --backend cuda -p 0 -n 128 -r 3, then ncu's time of every kernel over 8 decode
+#             steps (scripts/ncu-step.py: per kernel name, launches and us per step)
 #   verify    test_cuda_kernels, and test_cuda_e2e on tiny models of every family x type
 #             (every model through the upload lane, cuda vs ref teacher-forced)
-#   profile   ncu on the single-token gemv of one layer ($PROFILE_TYPES, default q4_0 q8_0):
+#   profile   ncu on the single-token gemv of one layer ($PROFILE_TYPES, default q4_0 q8_0;
+#             kernel names matching $PROFILE_RE, default gemv):
 #             speed of light, memory, occupancy, warp stalls (when ncu is installed)
 #   serve     8B q4_0: bench/serve_bench.sh, kiln serve --backend cuda next to llama-server
 #             -ngl 99 (when in $LLAMA_BIN) at $SERVE_CLIENTS (default 1 8 32 128)
@@ -106,6 +111,7 @@ for s in "$@"; do
     sampledrun|depth) TG="$TG" ;;
     sanitize) TG="$TG test_cuda_kernels test_cuda_sample" ;;
     profile) TG="$TG bench_cuda" ;;
+    smalldec) TG="$TG" ;;
     load) TG="$TG bench_load test_load" ;;
     upload|transform) TG="$TG bench_load" ;;
     wakeup) TG="$TG bench_wakeup" ;;
@@ -276,12 +282,25 @@ for s in "$@"; do
       NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
       if [ -z "$NCU" ]; then echo "profile: no ncu" | tee "$LOG/ncu.log"; else
         for t in ${PROFILE_TYPES:-q4_0 q8_0}; do
-          step "ncu-$t" 300 "$NCU" --kernel-name regex:gemv --launch-skip 20 --launch-count 4 \
+          step "ncu-$t" 300 "$NCU" --kernel-name "regex:${PROFILE_RE:-gemv}" --launch-skip 20 --launch-count 4 \
             --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
             --section WarpStateStats --section LaunchStats --section SchedulerStats \
             bench_cuda --dtypes $t --layers 1 --reps 2
         done
       fi ;;
+    smalldec)
+      NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      for pt in gemma3-270m:q4_K_M smollm2-135m:q4_1; do
+        f=$(gen ${pt%%:*} ${pt#*:}) n=${pt%%:*}
+        step "small-$n" 120 kiln bench -m "$f" --backend cuda -p 0 -n 128 -r 3
+        for ab in ${SIDE_AB:-}; do
+          step "small-$n-${ab%%=*}" 120 env "$ab" kiln bench -m "$f" --backend cuda -p 0 -n 128 -r 3
+        done
+        [ -n "$NCU" ] && step "ncu-small-$n" 240 "$NCU" --metrics gpu__time_duration.sum \
+          --cache-control none --clock-control none --csv kiln bench -m "$f" --backend cuda \
+          -p 0 -n 8 -r 1 && python3 scripts/ncu-step.py "$LOG/ncu-small-$n.log" 0 \
+          >"$LOG/ncu-small-$n.txt" 2>&1 && cat "$LOG/ncu-small-$n.txt"
+      done ;;
     ttft)
       f=$(gen llama3-8b q4_0)
       step kiln-ttft 300 bench_sched -m "$f" -b cuda --mode ttft --pp 128 --reps 5 ;;

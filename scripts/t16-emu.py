@@ -55,6 +55,23 @@ def mma(acc, A, B):
         g, t = lane >> 2, lane & 3
         for j, (r, c) in enumerate([(g, 2*t), (g, 2*t+1), (g+8, 2*t), (g+8, 2*t+1)]):
             acc[lane][j] = f32(acc[lane][j] + sum(Am[r][kk] * Bm[kk][c] for kk in range(16)))
+def byte_perm(x, y, sel):  # __byte_perm
+    b = [(x >> 8*i) & 0xFF for i in range(4)] + [(y >> 8*i) & 0xFF for i in range(4)]
+    return sum(b[(sel >> 4*i) & 7] << 8*i for i in range(4))
+def byte_f(w, i):  # kc_byte_f: 2^23 + byte as a float, minus 2^23
+    return struct.unpack('<f', struct.pack('<I', byte_perm(w, 0x4B000000, 0x7540 | i)))[0] - 8388608.0
+def sbyte_f(w, i):  # kc_sbyte_f
+    v = byte_perm(w ^ 0x80808080, 0x4B000000, 0x7540 | i)
+    return struct.unpack('<f', struct.pack('<I', v))[0] - 8388736.0
+def q4k_sm(S, M, H):  # kc_q4k_sm: the 8 blocks' 6-bit scales / mins as bytes of 4 words
+    hs, hm = H & 0xFFFF, H >> 16
+    hs, hm = (hs | (hs << 8)) & 0x00FF00FF, (hm | (hm << 8)) & 0x00FF00FF
+    hs, hm = (hs | (hs << 4)) & 0x0F0F0F0F, (hm | (hm << 4)) & 0x0F0F0F0F
+    m32 = 0xFFFFFFFF
+    return [(S & 0x0F0F0F0F) | ((hs << 4) & 0x30303030 & m32),
+            ((S >> 4) & 0x0F0F0F0F) | ((hs << 2) & 0x30303030),
+            (M & 0x0F0F0F0F) | ((hm << 4) & 0x30303030 & m32),
+            ((M >> 4) & 0x0F0F0F0F) | ((hm << 2) & 0x30303030)]
 def pairs(halves):  # list of 8 halves -> 4 pairs
     return [(halves[2*i], halves[2*i+1]) for i in range(4)]
 
@@ -164,10 +181,10 @@ def run(dt, n, k, T, seed):
                         S8, M8, H8 = sb[lane][1], sb[lane][2], sb[lane][3]
                         dg, mg = h2f(sa[lane][0]), h2f(sa[lane][0] >> 16)
                         dg8, mg8 = h2f(sb[lane][0]), h2f(sb[lane][0] >> 16)
-                        scg = ((S >> 4*bb) & 15) | (((H >> 2*bb) & 3) << 4)
-                        mng = ((M >> 4*bb) & 15) | (((H >> (16 + 2*bb)) & 3) << 4)
-                        scg8 = ((S8 >> 4*bb) & 15) | (((H8 >> 2*bb) & 3) << 4)
-                        mng8 = ((M8 >> 4*bb) & 15) | (((H8 >> (16 + 2*bb)) & 3) << 4)
+                        ea, eb = q4k_sm(S, M, H), q4k_sm(S8, M8, H8)  # kc_q4k_sm, kc_byte_f
+                        j, o = bb // 2, bb % 2
+                        scg, mng = byte_f(ea[o], j), byte_f(ea[2 + o], j)
+                        scg8, mng8 = byte_f(eb[o], j), byte_f(eb[2 + o], j)
                         d1, m1, d18, m18 = dg*scg, mg*mng, dg8*scg8, mg8*mng8
                         xsx = XS.get((2*tig, b), 0.0); xsy = XS.get((2*tig+1, b), 0.0)
                         a = acc[lane]
@@ -178,10 +195,9 @@ def run(dt, n, k, T, seed):
                     else:
                         dg, dg8 = h2f(dq[lane]), h2f(dq[lane] >> 16)
                         wg, wg8 = sa[lane][bb // 2], sb[lane][bb // 2]
-                        sh = 16 * (bb % 2)
-                        s8 = lambda u, s: ((u >> s) & 0xFF) - (256 if (u >> s) & 0x80 else 0)
-                        f0, f1 = dg*s8(wg, sh), dg*s8(wg, sh+8)
-                        f08, f18 = dg8*s8(wg8, sh), dg8*s8(wg8, sh+8)
+                        sb2 = 2 * (bb % 2)  # kc_sbyte_f
+                        f0, f1 = dg*sbyte_f(wg, sb2), dg*sbyte_f(wg, sb2+1)
+                        f08, f18 = dg8*sbyte_f(wg8, sb2), dg8*sbyte_f(wg8, sb2+1)
                         a0, a1 = acc0[lane], acc1[lane]
                         tot[lane][0] += f0*ivx*a0[0] + f1*ivx*a1[0]
                         tot[lane][1] += f0*ivy*a0[1] + f1*ivy*a1[1]

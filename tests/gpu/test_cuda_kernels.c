@@ -107,6 +107,25 @@ static float x_sigma = 1.0f; /* activation scale (the tensor-core gemv scales ro
 static bool gemv_inv;        /* the batch-invariant gemv entry */
 static bool w_t16;           /* weights in the T16 layout (kernels/cuda_t16.h) */
 
+/* n rows of k columns (row stride rb) on the device for the T16 entry
+ * (kiln_cuda_matmul_t16): the T16 repack (the loader's transform) for the T16 dtypes, the
+ * plain rows for f16 (gemv_f16r_kernel reads them as stored); *layout says which. */
+static void *t16_dev(uint32_t dt, const uint8_t *w, size_t rb, int64_t n, int64_t k,
+                     uint32_t *layout) {
+    if (dt == KILN_DTYPE_F16) {
+        *layout = KILN_WLAYOUT_PLAIN;
+        return dup_dev(w, (size_t)n * rb);
+    }
+    const size_t tb = (size_t)((n + 15) / 16) * 16 * rb;
+    uint8_t *r = malloc(tb);
+    assert_non_null(r);
+    assert_int_equal(kiln_cuda_t16_repack(dt, w, rb, n, k, r, NULL), KILN_OK);
+    void *d = dup_dev(r, tb);
+    free(r);
+    *layout = KILN_WLAYOUT_CUDA_T16;
+    return d;
+}
+
 static void one_matmul(uint32_t dt, int64_t n, int64_t k, int64_t t, bool bias, bool blas) {
     const kiln_dtype_info *info = kiln_dtype_get(dt);
     const size_t rb = (size_t)(k / info->block_size) * info->block_bytes;
@@ -132,14 +151,8 @@ static void one_matmul(uint32_t dt, int64_t n, int64_t k, int64_t t, bool bias, 
                           .t = t,
                           .bias = bias ? b : NULL};
     assert_int_equal(kiln_ref_matmul(NULL, &a), KILN_OK);
-    if (w_t16) { /* the loader's transform, then the T16 kernels */
-        const size_t tb = (size_t)((n + 15) / 16) * 16 * rb;
-        uint8_t *r = malloc(tb);
-        assert_non_null(r);
-        assert_int_equal(kiln_cuda_t16_repack(dt, w, rb, n, k, r, NULL), KILN_OK);
-        a.w = dup_dev(r, tb);
-        a.w_layout = KILN_WLAYOUT_CUDA_T16;
-        free(r);
+    if (w_t16) { /* the loader's transform (f16: none), then the T16 kernels */
+        a.w = t16_dev(dt, w, rb, n, k, &a.w_layout);
     } else {
         a.w = dup_dev(w, (size_t)n * rb);
     }
@@ -150,7 +163,10 @@ static void one_matmul(uint32_t dt, int64_t n, int64_t k, int64_t t, bool bias, 
                      : w_t16    ? kiln_cuda_matmul_t16(&kc, &a)
                      : gemv_inv ? kiln_cuda_matmul_gemv_inv(&kc, &a)
                                 : kiln_cuda_matmul_gemv(&kc, &a);
-    const char *path = blas ? (w_t16 ? "cublas_t16" : "cublas") : w_t16 ? "gemv_t16" : "gemv";
+    const char *path = blas                            ? (w_t16 ? "cublas_t16" : "cublas")
+                       : w_t16 && dt == KILN_DTYPE_F16 ? "gemv_f16"
+                       : w_t16                         ? "gemv_t16"
+                                                       : "gemv";
     if (st)
         fail_msg("%s %s n=%lld k=%lld t=%lld: status %d", path, info->name, (long long)n,
                  (long long)k, (long long)t, (int)st);
@@ -226,17 +242,17 @@ static void t16_batch_inv(uint32_t dt, int64_t n, int64_t k) {
     const int64_t t = 8;
     const kiln_dtype_info *info = kiln_dtype_get(dt);
     const size_t rb = (size_t)(k / info->block_size) * info->block_bytes;
-    const size_t tb = (size_t)((n + 15) / 16) * 16 * rb;
-    uint8_t *w = malloc((size_t)n * rb), *r = malloc(tb);
+    uint8_t *w = malloc((size_t)n * rb);
     float *x = malloc(sizeof(float) * (size_t)(t * k)),
           *y8 = malloc(sizeof(float) * (size_t)(t * n)), *y1 = malloc(sizeof(float) * (size_t)n);
-    assert_true(w && r && x && y8 && y1);
+    assert_true(w && x && y8 && y1);
     kt_fill_weights(&rng, dt, w, n, k, rb);
     kt_fill_normal(&rng, x, (size_t)(t * k), 1.0f);
-    assert_int_equal(kiln_cuda_t16_repack(dt, w, rb, n, k, r, NULL), KILN_OK);
-    kiln_matmul_args a = {.w = dup_dev(r, tb),
+    uint32_t lay = 0;
+    void *wd = t16_dev(dt, w, rb, n, k, &lay);
+    kiln_matmul_args a = {.w = wd,
                           .w_dtype = dt,
-                          .w_layout = KILN_WLAYOUT_CUDA_T16,
+                          .w_layout = lay,
                           .w_row_bytes = rb,
                           .n = n,
                           .k = k,
@@ -261,22 +277,22 @@ static void t16_batch_inv(uint32_t dt, int64_t n, int64_t k) {
                      info->name, (long long)j);
     }
     cudaFree((void *)a.w), cudaFree((void *)x0), cudaFree(yd);
-    free(w), free(r), free(x), free(y8), free(y1);
+    free(w), free(x), free(y8), free(y1);
 }
 
 /* The T16 sweep of both T16 tests for two dtypes: every case; every warp split and
  * loads-in-flight setting on every third; activations of sigma 3e4 and 1e-6 on every
  * second; the cuBLAS path on T16 weights at t 9-600. */
-static void t16_sweep(const uint32_t dts[2], const mm_case *cs, size_t ncs) {
+static void t16_sweep(const uint32_t *dts, size_t nd, const mm_case *cs, size_t ncs) {
     w_t16 = true;
-    for (size_t d = 0; d < 2; d++)
+    for (size_t d = 0; d < nd; d++)
         for (size_t i = 0; i < ncs; i++)
             one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, false);
     static const int sws[] = {4, 8, 16, 32}, us[] = {1, 2, 4};
     for (int a = 0; a < 4; a++)
         for (int b = 0; b < 3; b++) {
             kiln_cuda_t16_config(sws[a], us[b]);
-            for (size_t d = 0; d < 2; d++)
+            for (size_t d = 0; d < nd; d++)
                 for (size_t i = 0; i < ncs; i += 3)
                     one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, false);
         }
@@ -284,13 +300,13 @@ static void t16_sweep(const uint32_t dts[2], const mm_case *cs, size_t ncs) {
     static const float sig[] = {3e4f, 1e-6f};
     for (size_t si = 0; si < 2; si++) {
         x_sigma = sig[si];
-        for (size_t d = 0; d < 2; d++)
+        for (size_t d = 0; d < nd; d++)
             for (size_t i = 0; i < ncs; i += 2)
                 one_matmul(dts[d], cs[i].n, cs[i].k, cs[i].t, true, false);
     }
     x_sigma = 1.0f;
     static const mm_case bc[] = {{37, 256, 9}, {300, 512, 64}, {129, 768, 100}, {64, 256, 600}};
-    for (size_t d = 0; d < 2; d++)
+    for (size_t d = 0; d < nd; d++)
         for (size_t i = 0; i < sizeof bc / sizeof bc[0]; i++)
             one_matmul(dts[d], bc[i].n, bc[i].k, bc[i].t, i % 2 == 0, true);
     w_t16 = false;
@@ -308,7 +324,7 @@ static void test_matmul_t16(void **state) {
                                  {17, 14336, 1}, {1030, 4096, 2}, {20, 384, 64},  {250, 1664, 9}};
     static const uint32_t dts[] = {KILN_DTYPE_Q4_0, KILN_DTYPE_Q8_0};
     const kt_rng saved = rng; /* a data stream of its own: the other tests' draws stay */
-    t16_sweep(dts, cs, sizeof cs / sizeof cs[0]);
+    t16_sweep(dts, 2, cs, sizeof cs / sizeof cs[0]);
     for (size_t d = 0; d < 2; d++) t16_batch_inv(dts[d], 333, 1536);
     rng = saved;
 }
@@ -326,11 +342,32 @@ static void test_matmul_t16_k(void **state) {
                                  {513, 4096, 33}, {16, 256, 16},   {15, 11008, 24}, {2, 768, 57}};
     static const uint32_t dts[] = {KILN_DTYPE_Q4_K, KILN_DTYPE_Q6_K};
     const kt_rng saved = rng; /* a data stream of its own: the other tests' draws stay */
-    t16_sweep(dts, cs, sizeof cs / sizeof cs[0]);
+    t16_sweep(dts, 2, cs, sizeof cs / sizeof cs[0]);
     for (size_t d = 0; d < 2; d++) {
         t16_batch_inv(dts[d], 333, 1536);
         t16_batch_inv(dts[d], 1030, 4096);
     }
+    rng = saved;
+}
+
+/* The f16 gemv on plain rows (gemv_f16r_kernel, cuda.gemv_f16.matmul, session 11) through
+ * the T16 entry: ragged n (a partial last tile reads row n - 1, never stored), k 128-14336,
+ * t 1..64 (passes of 8; one token: the split fused), every warp split and loads-in-flight
+ * setting, activations far outside the f16 range, batch invariance (a token alone bitwise
+ * its row in a pass of 8); f16 rows it cannot read (k % 128 != 0) go to the batch-invariant
+ * tensor-core gemv. */
+static void test_matmul_f16_rows(void **state) {
+    (void)state;
+    static const mm_case cs[] = {{1, 128, 1},     {37, 256, 1},    {300, 512, 2},  {129, 768, 3},
+                                 {64, 1280, 4},   {33, 128, 5},    {257, 512, 7},  {1000, 1024, 8},
+                                 {71, 512, 11},   {96, 2816, 1},   {4096, 256, 1}, {5, 4096, 8},
+                                 {17, 14336, 1},  {1030, 4096, 2}, {20, 384, 64},  {250, 1664, 9},
+                                 {513, 4096, 33}, {15, 640, 1},    {7, 320, 3},    {2, 96, 1}};
+    static const uint32_t dts[] = {KILN_DTYPE_F16};
+    const kt_rng saved = rng; /* a data stream of its own: the other tests' draws stay */
+    t16_sweep(dts, 1, cs, sizeof cs / sizeof cs[0]);
+    t16_batch_inv(KILN_DTYPE_F16, 333, 1536);
+    t16_batch_inv(KILN_DTYPE_F16, 1030, 4096);
     rng = saved;
 }
 
@@ -360,6 +397,10 @@ static void t16_group_sweep(bool gemm) {
          false},
         {3, {KILN_DTYPE_Q6_K, KILN_DTYPE_Q4_K, KILN_DTYPE_Q6_K}, {17, 1030, 2}, 4096, false},
         {2, {KILN_DTYPE_Q4_K, KILN_DTYPE_Q4_K}, {96, 96}, 2816, true},
+        /* f16 rows (session 11): alone, with the GLU, beside q4_0 (two splits of x) */
+        {3, {KILN_DTYPE_F16, KILN_DTYPE_F16, KILN_DTYPE_F16}, {300, 37, 37}, 512, false},
+        {2, {KILN_DTYPE_F16, KILN_DTYPE_F16}, {1000, 1000}, 1024, true},
+        {3, {KILN_DTYPE_F16, KILN_DTYPE_Q4_0, KILN_DTYPE_F16}, {129, 71, 16}, 384, false},
     };
     static const int64_t ts[] = {1, 3, 8, 9, 17}, tg[] = {1, 12, 17, 40, 100};
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
@@ -376,15 +417,15 @@ static void t16_group_sweep(bool gemm) {
                 const kiln_dtype_info *info = kiln_dtype_get(c->dt[i]);
                 const int64_t n = c->n[i], ys = n + 3;
                 const size_t rb = (size_t)(k / info->block_size) * info->block_bytes;
-                const size_t tb = (size_t)((n + 15) / 16) * 16 * rb;
-                uint8_t *w = malloc((size_t)n * rb), *r = malloc(tb);
-                assert_true(w && r);
+                uint8_t *w = malloc((size_t)n * rb);
+                assert_true(w);
                 kt_fill_weights(&rng, c->dt[i], w, n, k, rb);
-                assert_int_equal(kiln_cuda_t16_repack(c->dt[i], w, rb, n, k, r, NULL), KILN_OK);
+                uint32_t lay = 0;
+                void *wd = t16_dev(c->dt[i], w, rb, n, k, &lay);
                 ybytes[i] = sizeof(float) * (size_t)(t * ys);
-                g.m[i] = (kiln_matmul_args){.w = dup_dev(r, tb),
+                g.m[i] = (kiln_matmul_args){.w = wd,
                                             .w_dtype = c->dt[i],
-                                            .w_layout = KILN_WLAYOUT_CUDA_T16,
+                                            .w_layout = lay,
                                             .w_row_bytes = rb,
                                             .n = n,
                                             .k = k,
@@ -394,7 +435,7 @@ static void t16_group_sweep(bool gemm) {
                                             .y_stride = ys,
                                             .t = t};
                 g.fn[i] = gemm ? kiln_cuda_matmul_t16_gemm : kiln_cuda_matmul_t16;
-                free(w), free(r);
+                free(w);
             }
             float *glu_d = NULL;
             if (c->glu) {
@@ -447,6 +488,106 @@ static void test_matmul_t16_group(void **state) {
     (void)state;
     const kt_rng saved = rng;
     t16_group_sweep(false);
+    rng = saved;
+}
+
+/* The grouped tiled gemv (matmul.cu, session 11): a group whose members all run
+ * cuda.gemv.matmul's tiled fma gemv at one token (q4_1, q5_0, q5_1, plain K-quants, f32,
+ * bf16) in one launch per dtype, bitwise equal to each member alone; ragged n, bias, mixed
+ * dtypes, 4 members (two launches of one dtype), the GLU; t = 2 and a member on the
+ * tensor-core gemv (q8_0) keep the members' own launches (the same check). */
+static void test_matmul_gemv_group(void **state) {
+    (void)state;
+    static const grp_case cs[] = {
+        {3, {KILN_DTYPE_Q5_0, KILN_DTYPE_Q5_0, KILN_DTYPE_Q5_0}, {640, 1024, 256}, 640, false},
+        {2, {KILN_DTYPE_Q4_1, KILN_DTYPE_Q4_1}, {1536, 1536}, 576, true},
+        {3, {KILN_DTYPE_Q4_1, KILN_DTYPE_Q6_K, KILN_DTYPE_F32}, {37, 300, 5}, 512, false},
+        {4,
+         {KILN_DTYPE_Q5_1, KILN_DTYPE_Q5_1, KILN_DTYPE_Q5_1, KILN_DTYPE_Q5_1},
+         {16, 7, 129, 71},
+         256,
+         false},
+        {3, {KILN_DTYPE_BF16, KILN_DTYPE_Q4_K, KILN_DTYPE_Q5_K}, {33, 1000, 17}, 768, false},
+        {3, {KILN_DTYPE_Q4_1, KILN_DTYPE_Q8_0, KILN_DTYPE_Q4_1}, {64, 64, 9}, 576, false},
+    };
+    const kt_rng saved = rng;
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+        for (int64_t t = 1; t <= 2; t++) {
+            const grp_case *c = &cs[ci];
+            const int64_t k = c->k, xs = k + 4;
+            float *x = malloc(sizeof(float) * (size_t)(t * xs));
+            kt_fill_normal(&rng, x, (size_t)(t * xs), 1.0f);
+            float *xd = dup_dev(x, sizeof(float) * (size_t)(t * xs));
+            kiln_matmul_group_args g = {.n = c->nm};
+            float *yref[4];
+            size_t ybytes[4];
+            for (int i = 0; i < c->nm; i++) {
+                const kiln_dtype_info *info = kiln_dtype_get(c->dt[i]);
+                const int64_t n = c->n[i], ys = n + 3;
+                const size_t rb = (size_t)(k / info->block_size) * info->block_bytes;
+                uint8_t *w = malloc((size_t)n * rb);
+                float *b = malloc(sizeof(float) * (size_t)n);
+                assert_true(w && b);
+                kt_fill_weights(&rng, c->dt[i], w, n, k, rb);
+                kt_fill_normal(&rng, b, (size_t)n, 0.5f);
+                ybytes[i] = sizeof(float) * (size_t)(t * ys);
+                g.m[i] = (kiln_matmul_args){.w = dup_dev(w, (size_t)n * rb),
+                                            .w_dtype = c->dt[i],
+                                            .w_row_bytes = rb,
+                                            .n = n,
+                                            .k = k,
+                                            .x = xd,
+                                            .x_stride = xs,
+                                            .y = poisoned(ybytes[i]),
+                                            .y_stride = ys,
+                                            .t = t,
+                                            .bias = i == 1 ? dup_dev(b, sizeof(float) * (size_t)n)
+                                                           : NULL};
+                g.fn[i] = kiln_cuda_matmul_gemv;
+                free(w), free(b);
+            }
+            float *glu_d = NULL;
+            if (c->glu) {
+                g.glu_fn = kiln_cuda_glu, g.act = KILN_GLU_SWIGLU;
+                g.glu_y_stride = c->n[0];
+                glu_d = poisoned(sizeof(float) * (size_t)(t * c->n[0]));
+                g.glu_y = glu_d;
+            }
+            for (int i = 0; i < c->nm; i++) { /* each member alone: the reference */
+                assert_int_equal(kiln_cuda_matmul_gemv(&kc, &g.m[i]), KILN_OK);
+                yref[i] = malloc(ybytes[i]);
+                get(yref[i], g.m[i].y, ybytes[i]);
+                CK(cudaMemset(g.m[i].y, 0xFF, ybytes[i]));
+            }
+            assert_int_equal(kiln_cuda_matmul_group(&kc, &g), KILN_OK);
+            for (int i = 0; i < c->nm; i++) {
+                float *yg = malloc(ybytes[i]);
+                get(yg, g.m[i].y, ybytes[i]);
+                const int64_t ys = c->n[i] + 3;
+                for (int64_t r = 0; r < t; r++)
+                    if (memcmp(yg + r * ys, yref[i] + r * ys, sizeof(float) * (size_t)c->n[i]))
+                        fail_msg("gemv group case %zu t=%lld member %d (%s n=%lld) row %lld "
+                                 "differs from the member alone",
+                                 ci, (long long)t, i, kiln_dtype_get(c->dt[i])->name,
+                                 (long long)c->n[i], (long long)r);
+                free(yg);
+            }
+            if (c->glu) {
+                float *gy = malloc(sizeof(float) * (size_t)(t * c->n[0]));
+                get(gy, glu_d, sizeof(float) * (size_t)(t * c->n[0]));
+                for (int64_t i = 0; i < t * c->n[0]; i++)
+                    if (isnan(gy[i]))
+                        fail_msg("gemv group glu: element %lld unwritten", (long long)i);
+                free(gy);
+                cudaFree(glu_d);
+            }
+            for (int i = 0; i < c->nm; i++) {
+                cudaFree((void *)g.m[i].w), cudaFree(g.m[i].y), cudaFree((void *)g.m[i].bias);
+                free(yref[i]);
+            }
+            cudaFree(xd);
+            free(x);
+        }
     rng = saved;
 }
 
@@ -1380,6 +1521,8 @@ int main(void) {
         cmocka_unit_test(test_matmul_cublas),
         cmocka_unit_test(test_matmul_t16),
         cmocka_unit_test(test_matmul_t16_k),
+        cmocka_unit_test(test_matmul_f16_rows),
+        cmocka_unit_test(test_matmul_gemv_group),
         cmocka_unit_test(test_matmul_argmax),
         cmocka_unit_test(test_rms_norm),
         cmocka_unit_test(test_rope),

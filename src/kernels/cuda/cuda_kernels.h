@@ -55,9 +55,10 @@ void kiln_cuda_gemv_variant(int kind);
 /* True for the weight dtypes the gemv / embed kernels read. */
 int kiln_cuda_weight_dtype_ok(uint32_t dtype);
 
-/* gemv_t16.cu: the tensor-core gemv on T16 weights (kernels/cuda_t16.h; q4_0 / q8_0,
- * k % 128 == 0), passes of up to 8 tokens, batch invariant; plain rows go to
- * kiln_cuda_matmul_gemv_inv. Workspace: kiln_cuda_gemv_workspace. */
+/* gemv_t16.cu: the tensor-core gemv on T16 weights (kernels/cuda_t16.h; q4_0 / q8_0 /
+ * q4_K / q6_K), and on f16 rows as stored (16-byte aligned, k % 128 == 0: the same kernel
+ * structure, session 11), passes of up to 8 tokens, batch invariant; other plain rows go
+ * to kiln_cuda_matmul_gemv_inv. Workspace: kiln_cuda_gemv_workspace. */
 kiln_status kiln_cuda_matmul_t16(const kiln_kctx *c, const kiln_matmul_args *a);
 /* Benchmarks / tests: warps per CTA (4, 8, 16, 32) and superchunks per warp in flight (1, 2,
  * 4) of the T16 gemv; 0 = by shape (the default). Process-wide. */
@@ -82,6 +83,15 @@ int kiln_cuda_decode_pdl(void);
 /* Benchmarks: q4_K's T16 gemv at 2 CTAs of 16 warps per SM (64 registers, the default) or 1
  * (128; KILN_T16K_MB=1). */
 void kiln_cuda_t16k_occupancy(int mb);
+/* Benchmarks: the f16 rows' gemv at one token at 1 CTA of 16 warps per SM (no register cap,
+ * the default) or 2 (64 registers; KILN_F16R_MB=2); 0: by the environment again. */
+void kiln_cuda_f16r_occupancy(int mb);
+/* matmul.cu: a matmul group's members at one token that each run the tiled fma gemv (the
+ * dtypes without a tensor-core or T16 path: q4_1, q5_0, q5_1, plain K-quants, f32, bf16)
+ * in one launch per dtype (session 11); off with KILN_CUDA_GEMV_GROUP=0 or
+ * kiln_cuda_gemv_group_set(0) (-1: by the environment again), or with the decode fusion.
+ * Same values either way. Process-wide. */
+void kiln_cuda_gemv_group_set(int on);
 /* The T16 gemv's warps per CTA for (dtype, k) (its summation order; kiln_cuda_t16_config's
  * override included). */
 int kiln_cuda_t16_warps(uint32_t dtype, int64_t k);

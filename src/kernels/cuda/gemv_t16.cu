@@ -35,10 +35,12 @@
 
 /* x rows (T <= 8, stride xs) -> xf: per 32-block b, token t and lane column tig the 8 hi
  * halves then the 8 lo halves the lane's B fragments hold (elements 4 tig .. + 3 and
- * 16 + 4 tig .. + 3 of the block), 32 bytes at ((b * 8 + t) * 4 + tig) * 32; inv[b * 8 + t]
+ * 16 + 4 tig .. + 3 of the block; E8, the f16 rows' order: 8 tig .. 8 tig + 7), 32 bytes
+ * at ((b * 8 + t) * 4 + tig) * 32; inv[b * 8 + t]
  * the block's inverse scale. The arithmetic is xsplit_kernel's (matmul.cu). xsum (q4_K's
  * min term; NULL: not written): xsum[b * 8 + t] = the f32 sum of the block's 32 x, in an
  * order that depends on nothing but the block (batch invariant). */
+template <bool E8>
 __global__ void xsplit_t16_kernel(const float *__restrict__ x, int64_t xs, int64_t k, int T,
                                   __half *__restrict__ xf, float *__restrict__ inv,
                                   float *__restrict__ xsum) {
@@ -54,7 +56,8 @@ __global__ void xsplit_t16_kernel(const float *__restrict__ x, int64_t xs, int64
     __half2 h[2], l[2];
     const float sc = kc_split4(v, gmask, h, l);
     const int64_t b = j / 8;
-    const int q = (int)(j % 8), tg = q & 3, slot = (q >> 2) * 4;
+    /* E8 (f16 rows): lane tig holds elements 8 tig .. 8 tig + 7 of the block */
+    const int q = (int)(j % 8), tg = E8 ? q >> 1 : q & 3, slot = E8 ? (q & 1) * 4 : (q >> 2) * 4;
     __half *o = xf + ((b * 8 + t) * 4 + tg) * 16;
     *(uint2 *)(o + slot) = *(const uint2 *)h;
     *(uint2 *)(o + 8 + slot) = *(const uint2 *)l;
@@ -86,6 +89,7 @@ struct t16_job {
     float *y;
     const float *bias;
     int64_t n, ys;
+    int64_t rs; /* f16 rows (gemv_f16r_kernel): the row stride in bytes */
     unsigned tiles;
 };
 struct t16_jobs {
@@ -155,10 +159,12 @@ template <bool SUM> __device__ __forceinline__ t16_xs t16_xsplit(const float4 v,
     }
     return r;
 }
-/* 32-block q (0..3) of a t16_xsplit: the B fragments of lane tig */
+/* 32-block q (0..3) of a t16_xsplit: the B fragments of lane tig (elements 4 tig .. + 3 and
+ * 16 + 4 tig .. + 3 of the block; E8, the f16 rows' order: 8 tig .. 8 tig + 7) */
+template <bool E8 = false>
 __device__ __forceinline__ void t16_xfrag(const t16_xs &s, int q, int tig, uint32_t bh[4],
                                           uint32_t bl[4], float2 *iv) {
-    const int a = q * 8 + tig, b = a + 4;
+    const int a = q * 8 + (E8 ? 2 * tig : tig), b = a + (E8 ? 1 : 4);
     bh[0] = __shfl_sync(0xFFFFFFFFu, s.h0, a), bh[1] = __shfl_sync(0xFFFFFFFFu, s.h1, a);
     bh[2] = __shfl_sync(0xFFFFFFFFu, s.h0, b), bh[3] = __shfl_sync(0xFFFFFFFFu, s.h1, b);
     bl[0] = __shfl_sync(0xFFFFFFFFu, s.l0, a), bl[1] = __shfl_sync(0xFFFFFFFFu, s.l1, a);
@@ -254,7 +260,92 @@ __global__ void __launch_bounds__(SW * 32, FS &&SW <= 16 ? 1024 / (SW * 32) : 1)
                     const uint4 v = q[u][bb];
                     raw.q[0][0] = v.x, raw.q[0][1] = v.y, raw.q[1][0] = v.z, raw.q[1][1] = v.w;
                 }
+                /* all four sums also under FS: the token-0-only epilogue (ONE) measured
+                 * 2 % slower end to end on q4_0 / q8_0 (session 11 run 3) */
                 kc_mma_block(raw, bh, bl, iv, tot);
+            }
+        }
+    }
+    __shared__ float red[SW][32][4];
+    t16_store<SW>(J, red, tot, w, lane, T);
+}
+
+/* f16 weights (session 11) in their plain rows, with the kernel above's structure: one CTA
+ * per 16-row tile, its SW warps splitting the tile's k / 128 superchunks of 128 columns,
+ * the split of x fused for a pass of one token (FS), the groups' launches, PDL. No repack:
+ * an f16 row's 32-block is 64 bytes, so lane (g, tig) loads the 16 bytes at 16 tig of rows
+ * g and g + 8 (elements 8 tig .. 8 tig + 7: one mma's A words x, y and the next's z, w,
+ * kc_mq<F16>'s order) and the activations come in the same order (E8: t16_xfrag<true>,
+ * xsplit_t16_kernel<true>); a load instruction covers 64 contiguous bytes of 8 rows (two
+ * whole sectors each) and a warp's superchunk 256 contiguous bytes of each of its 16 rows.
+ * The weights stay what cuBLAS reads in prefill (a T16 repack would need a copy back for
+ * cuBLAS, or 2 bytes a weight written per prefill call). Rows past n (a partial last tile)
+ * read row n - 1 and are never stored. Numerics: the quantized kernels' with d = 1 (the
+ * weight is its own exact f16: two products per 32-block on the split-f16 x, f32
+ * accumulation per block, tot += inv acc); the order depends on (n, k) only. MB: CTAs per
+ * SM the registers must allow (FS: two of 16 warps by default, 64 registers, 40 bytes
+ * spilled; kiln_cuda_f16r_occupancy(1) / KILN_F16R_MB=1: one, no cap). */
+template <int SW, int U, bool FS, int MB>
+__global__ void __launch_bounds__(SW * 32, MB)
+    gemv_f16r_kernel(const t16_jobs J, int64_t k, const float *__restrict__ x,
+                     const uint4 *__restrict__ xf, const float *__restrict__ inv, int T) {
+    using MQ = kc_mq<KILN_DTYPE_F16>;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
+    const int64_t nsc = k / KILN_CUDA_T16_K;
+    int64_t tile;
+    const int m = t16_member(J, &tile);
+    const uint8_t *W = m == 0 ? J.m[0].W : m == 1 ? J.m[1].W : J.m[2].W;
+    const int64_t n = m == 0 ? J.m[0].n : m == 1 ? J.m[1].n : J.m[2].n;
+    const int64_t rs = m == 0 ? J.m[0].rs : m == 1 ? J.m[1].rs : J.m[2].rs;
+    const int64_t r0 = tile * 16;
+    kc_pdl_trigger(); /* t16_pdl_start, row by row: the first round's bytes of the 16 rows */
+    if (threadIdx.x < 16) {
+        const int64_t r = r0 + threadIdx.x < n ? r0 + threadIdx.x : n - 1;
+        kc_prefetch_l2(W + (size_t)r * (size_t)rs,
+                       (uint32_t)((nsc < SW * U ? nsc : SW * U) * KILN_CUDA_T16_K * 2));
+    }
+    kc_pdl_wait();
+    const uint8_t *pa = W + (size_t)(r0 + g < n ? r0 + g : n - 1) * (size_t)rs + 16 * tig;
+    const uint8_t *pb = W + (size_t)(r0 + g + 8 < n ? r0 + g + 8 : n - 1) * (size_t)rs + 16 * tig;
+    const bool live = g < T;
+    const uint4 *xp = xf + ((live ? g : 0) * 4 + tig) * 2; /* + 64 per block */
+    const float *ip = inv + 2 * tig;                       /* + 8 per block */
+    float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t s0 = w; s0 < nsc; s0 += (int64_t)SW * U) {
+        MQ raw[U][4];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t sc = s0 + (int64_t)u * SW;
+            const size_t off = (size_t)(sc < nsc ? sc : s0) * (KILN_CUDA_T16_K * 2);
+#pragma unroll
+            for (int bb = 0; bb < 4; bb++) { /* see gemv_t16_kernel for the reload past k */
+                raw[u][bb].v[0] = kc_ldw(pa + off + 64 * bb);
+                raw[u][bb].v[1] = kc_ldw(pb + off + 64 * bb);
+            }
+        }
+        float4 xv[U];
+        if constexpr (FS) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t sc = s0 + (int64_t)u * SW;
+                xv[u] = t16_xload(x + (sc < nsc ? sc : s0) * KILN_CUDA_T16_K, lane);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t sc = s0 + (int64_t)u * SW;
+            if (sc >= nsc) break;
+            t16_xs xs;
+            if constexpr (FS) xs = t16_xsplit<false>(xv[u], lane);
+#pragma unroll
+            for (int bb = 0; bb < 4; bb++) {
+                uint32_t bh[4] = {0u, 0u, 0u, 0u}, bl[4] = {0u, 0u, 0u, 0u};
+                float2 iv;
+                if constexpr (FS)
+                    t16_xfrag<true>(xs, bb, tig, bh, bl, &iv);
+                else
+                    t16_xprep(xp, ip, sc * 4 + bb, live, bh, bl, &iv);
+                kc_mma_block<MQ, FS>(raw[u][bb], bh, bl, iv, tot);
             }
         }
     }
@@ -283,6 +374,30 @@ template <> struct t16k_geom<KILN_DTYPE_Q6_K> {
 
 __device__ __forceinline__ uint32_t kc_word(const uint4 &v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+/* Byte i of w as a float without I2F (the conversion pipe is a sixteenth of the FMA one):
+ * 2^23 + byte read as a float, minus 2^23; signed: the byte offset by 128, minus 2^23 + 128.
+ * Exact (the same value as (float) of the byte). */
+__device__ __forceinline__ float kc_byte_f(uint32_t w, int i) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | (unsigned)i)) - 8388608.0f;
+}
+__device__ __forceinline__ float kc_sbyte_f(uint32_t w, int i) {
+    return __uint_as_float(__byte_perm(w ^ 0x80808080u, 0x4B000000u, 0x7540u | (unsigned)i)) -
+           8388736.0f;
+}
+/* q4_K's 6-bit scales and mins of a superchunk's 8 32-blocks as bytes, from a row's S, M, H
+ * words (s.y, s.z, s.w; cuda_t16.h): e[0] byte j = scale of 32-block 2 j, e[1] of 2 j + 1,
+ * e[2] / e[3] the same for the mins. S's nibble i is block i's low 4 bits, so S's bytes
+ * already pair blocks 2 j, 2 j + 1; H's 2-bit high parts are spread to one nibble a byte. */
+__device__ __forceinline__ void kc_q4k_sm(const uint4 &s, uint32_t e[4]) {
+    uint32_t hs = s.w & 0xFFFFu, hm = s.w >> 16;
+    hs = (hs | (hs << 8)) & 0x00FF00FFu, hm = (hm | (hm << 8)) & 0x00FF00FFu;
+    hs = (hs | (hs << 4)) & 0x0F0F0F0Fu, hm = (hm | (hm << 4)) & 0x0F0F0F0Fu;
+    e[0] = (s.y & 0x0F0F0F0Fu) | ((hs << 4) & 0x30303030u);
+    e[1] = ((s.y >> 4) & 0x0F0F0F0Fu) | ((hs << 2) & 0x30303030u);
+    e[2] = (s.z & 0x0F0F0F0Fu) | ((hm << 4) & 0x30303030u);
+    e[3] = ((s.z >> 4) & 0x0F0F0F0Fu) | ((hm << 2) & 0x30303030u);
 }
 
 /* A fragment words of one mma (16 columns) from 4 quant bytes of row g (u0) and g + 8 (u1) */
@@ -345,10 +460,12 @@ __global__ void __launch_bounds__(SW * 32, MB)
             if (sc >= nsc) break;
             t16_xs xs; /* FS: the half of 128 columns in use (split at bb = 0 and 4) */
             float dg, dg8, mg = 0.0f, mg8 = 0.0f;
+            uint32_t ea[4], eb[4]; /* q4_K: rows g, g + 8 (kc_q4k_sm) */
             if constexpr (Q4K) {
                 dg = kc_h2f((uint16_t)(sa[u].x & 0xFFFFu)), mg = kc_h2f((uint16_t)(sa[u].x >> 16));
                 dg8 = kc_h2f((uint16_t)(sb[u].x & 0xFFFFu)),
                 mg8 = kc_h2f((uint16_t)(sb[u].x >> 16));
+                kc_q4k_sm(sa[u], ea), kc_q4k_sm(sb[u], eb);
             } else {
                 dg = kc_h2f((uint16_t)(dq[u] & 0xFFFFu)), dg8 = kc_h2f((uint16_t)(dq[u] >> 16));
             }
@@ -381,25 +498,24 @@ __global__ void __launch_bounds__(SW * 32, MB)
                     kc_mma16816(acc, a1, bh[2], bh[3]);
                     kc_mma16816(acc, a0, bl[0], bl[1]);
                     kc_mma16816(acc, a1, bl[2], bl[3]);
-                    /* 6-bit scale and min of 32-block bb: S, M low nibbles, H high bits */
-                    const int scg =
-                        (int)(((sa[u].y >> (4 * bb)) & 15u) | (((sa[u].w >> (2 * bb)) & 3u) << 4));
-                    const int mng = (int)(((sa[u].z >> (4 * bb)) & 15u) |
-                                          (((sa[u].w >> (16 + 2 * bb)) & 3u) << 4));
-                    const int scg8 =
-                        (int)(((sb[u].y >> (4 * bb)) & 15u) | (((sb[u].w >> (2 * bb)) & 3u) << 4));
-                    const int mng8 = (int)(((sb[u].z >> (4 * bb)) & 15u) |
-                                           (((sb[u].w >> (16 + 2 * bb)) & 3u) << 4));
-                    const float d1 = dg * (float)scg, m1 = mg * (float)mng;
-                    const float d18 = dg8 * (float)scg8, m18 = mg8 * (float)mng8;
+                    /* 6-bit scale and min of 32-block bb (kc_q4k_sm), d sc and dmin m exact
+                     * in f32. FS: only token 0's columns (tot[0], tot[2]; kc_mma_block) */
+                    const int j = bb / 2, o = bb % 2;
+                    const float d1 = dg * kc_byte_f(ea[o], j), m1 = mg * kc_byte_f(ea[2 + o], j);
+                    const float d18 = dg8 * kc_byte_f(eb[o], j),
+                                m18 = mg8 * kc_byte_f(eb[2 + o], j);
                     tot[0] = fmaf(d1 * iv.x, acc[0], tot[0]);
                     tot[0] = fmaf(-m1, xsv.x, tot[0]);
-                    tot[1] = fmaf(d1 * iv.y, acc[1], tot[1]);
-                    tot[1] = fmaf(-m1, xsv.y, tot[1]);
+                    if constexpr (!FS) {
+                        tot[1] = fmaf(d1 * iv.y, acc[1], tot[1]);
+                        tot[1] = fmaf(-m1, xsv.y, tot[1]);
+                    }
                     tot[2] = fmaf(d18 * iv.x, acc[2], tot[2]);
                     tot[2] = fmaf(-m18, xsv.x, tot[2]);
-                    tot[3] = fmaf(d18 * iv.y, acc[3], tot[3]);
-                    tot[3] = fmaf(-m18, xsv.y, tot[3]);
+                    if constexpr (!FS) {
+                        tot[3] = fmaf(d18 * iv.y, acc[3], tot[3]);
+                        tot[3] = fmaf(-m18, xsv.y, tot[3]);
+                    }
                 } else {
                     /* low nibbles: word 2 (bb % 2) + h of piece bb / 2; high bits: word bb % 4
                      * of piece 4 + bb / 4 (row g bits 4-7, row g + 8 bits 0-3 of each byte) */
@@ -420,19 +536,22 @@ __global__ void __launch_bounds__(SW * 32, MB)
                     kc_mma16816(acc1, a1, bl[2], bl[3]);
                     /* int8 scales 2 bb, 2 bb + 1: bytes 2 (bb % 2), + 1 of word bb / 2 */
                     const uint32_t wg = kc_word(sa[u], bb / 2), wg8 = kc_word(sb[u], bb / 2);
-                    const int sh = 16 * (bb % 2);
-                    const float f0 = dg * (float)(int8_t)(wg >> sh),
-                                f1 = dg * (float)(int8_t)(wg >> (sh + 8));
-                    const float f08 = dg8 * (float)(int8_t)(wg8 >> sh),
-                                f18 = dg8 * (float)(int8_t)(wg8 >> (sh + 8));
+                    const int sb2 = 2 * (bb % 2);
+                    const float f0 = dg * kc_sbyte_f(wg, sb2), f1 = dg * kc_sbyte_f(wg, sb2 + 1);
+                    const float f08 = dg8 * kc_sbyte_f(wg8, sb2),
+                                f18 = dg8 * kc_sbyte_f(wg8, sb2 + 1);
                     tot[0] = fmaf(f0 * iv.x, acc0[0], tot[0]);
                     tot[0] = fmaf(f1 * iv.x, acc1[0], tot[0]);
-                    tot[1] = fmaf(f0 * iv.y, acc0[1], tot[1]);
-                    tot[1] = fmaf(f1 * iv.y, acc1[1], tot[1]);
+                    if constexpr (!FS) {
+                        tot[1] = fmaf(f0 * iv.y, acc0[1], tot[1]);
+                        tot[1] = fmaf(f1 * iv.y, acc1[1], tot[1]);
+                    }
                     tot[2] = fmaf(f08 * iv.x, acc0[2], tot[2]);
                     tot[2] = fmaf(f18 * iv.x, acc1[2], tot[2]);
-                    tot[3] = fmaf(f08 * iv.y, acc0[3], tot[3]);
-                    tot[3] = fmaf(f18 * iv.y, acc1[3], tot[3]);
+                    if constexpr (!FS) {
+                        tot[3] = fmaf(f08 * iv.y, acc0[3], tot[3]);
+                        tot[3] = fmaf(f18 * iv.y, acc1[3], tot[3]);
+                    }
                 }
             }
         }
@@ -461,16 +580,18 @@ extern "C" void kiln_cuda_t16_config(int sw, int u) {
  * 8B matmuls at t = 1, every setting): 16 warps x 2 in flight was the best for both
  * types (q4_0 3.30 ms, q8_0 4.12), 8 x 4 / 16 x 4 / 4 x any were 10-60 % slower. */
 static void t16_split(uint32_t dt, bool fs, int64_t k, int *sw, int *u) {
-    const int64_t nsc = k / kiln_cuda_t16_k(dt);
+    const int64_t nsc = k / (dt == KILN_DTYPE_F16 ? KILN_CUDA_T16_K : kiln_cuda_t16_k(dt));
     /* K-quants: one superchunk in flight by default (2304 / 3360 bytes a warp, about the
      * q4_0 / q8_0 kernel's 2 x 1152 / 2176; not measured yet); at most 2 (4 -> 2). The
      * fused split (fs): one for every type (session 9 run 2, 8B matmuls at t = 1, 16 warps:
      * q8_0 3.10 ms at 1 vs 4.26 at 2, whose 104 bytes of spills ptxas needed at 64
      * registers; q4_0 2.34 vs 2.39). The warps per CTA (the summation order) are those of
      * U = 2 either way: a function of (dtype, k) alone. */
-    const bool kq = dt == KILN_DTYPE_Q4_K || dt == KILN_DTYPE_Q6_K;
+    /* f16 rows (gemv_f16r_kernel): 4 KB a superchunk, one in flight by default (two need 64
+     * registers for the weights alone); the warps as q8_0's */
+    const bool kq = dt == KILN_DTYPE_Q4_K || dt == KILN_DTYPE_Q6_K, f16 = dt == KILN_DTYPE_F16;
     const int u2 = kq ? 1 : 2;
-    *u = kc_t16_u ? (kq && kc_t16_u > 2 ? 2 : kc_t16_u) : fs ? 1 : u2;
+    *u = kc_t16_u ? ((kq || f16) && kc_t16_u > 2 ? 2 : kc_t16_u) : fs || f16 ? 1 : u2;
     const int64_t need = (nsc + u2 - 1) / u2;
     *sw = need <= 4 ? 4 : need <= 8 ? 8 : 16;
     if (kc_t16_sw) *sw = kc_t16_sw;
@@ -598,6 +719,55 @@ static void launch_t16k(cudaStream_t s, const t16_jobs &J, unsigned grid, int64_
 #undef KC_T16K_MB
 }
 
+/* f16 rows at one token (FS): one CTA of 16 warps per SM (no register cap; the default) or
+ * two (64 registers, 40 bytes spilled: KILN_F16R_MB=2, kiln_cuda_f16r_occupancy(2)). Run 1
+ * of session 11 (bench_cuda, 8B matmuls in the engine's groups, one graph): 5.28 ms at one,
+ * 5.46 ms at two. */
+static int kc_f16r_mb2 = -1;
+extern "C" void kiln_cuda_f16r_occupancy(int mb) {
+    kc_f16r_mb2 = mb == 1 ? 0 : mb == 2 ? 1 : -1;
+}
+static int kc_f16r_mb(void) {
+    if (kc_f16r_mb2 < 0) {
+        const char *e = getenv("KILN_F16R_MB");
+        kc_f16r_mb2 = e && e[0] == '2' ? 1 : 0;
+    }
+    return kc_f16r_mb2 ? 2 : 1;
+}
+
+template <bool FS>
+static void launch_f16r(cudaStream_t s, const t16_jobs &J, unsigned grid, int64_t k, const float *x,
+                        const uint4 *xf, const float *inv, int T, bool pdl) {
+    int sw, u;
+    t16_split(KILN_DTYPE_F16, FS, k, &sw, &u);
+    const bool mb2 = FS && kc_f16r_mb() == 2;
+    /* one superchunk in flight (t16_split); two only by kiln_cuda_t16_config at one CTA per
+     * SM (at 64 registers two spilled 348 bytes under FS) */
+#define KC_F16R(SWV)                                                                               \
+    do {                                                                                           \
+        if (mb2 && SWV <= 16)                                                                      \
+            kc_launch_pdl(gemv_f16r_kernel<SWV, 1, FS, (FS && SWV <= 16 ? 1024 / (SWV * 32) : 1)>, \
+                          grid, SWV * 32, s, pdl, J, k, x, xf, inv, T);                            \
+        else if (u == 2)                                                                           \
+            kc_launch_pdl(gemv_f16r_kernel<SWV, 2, FS, 1>, grid, SWV * 32, s, pdl, J, k, x, xf,    \
+                          inv, T);                                                                 \
+        else                                                                                       \
+            kc_launch_pdl(gemv_f16r_kernel<SWV, 1, FS, 1>, grid, SWV * 32, s, pdl, J, k, x, xf,    \
+                          inv, T);                                                                 \
+    } while (0)
+#define KC_F16R_U(SWV) KC_F16R(SWV)
+    if (sw == 32)
+        KC_F16R_U(32);
+    else if (sw == 16)
+        KC_F16R_U(16);
+    else if (sw == 8)
+        KC_F16R_U(8);
+    else
+        KC_F16R_U(4);
+#undef KC_F16R_U
+#undef KC_F16R
+}
+
 /* One launch over the jobs (all of dtype dt) for a pass of T tokens: x (FS, T = 1) or the
  * pass's split activations xf / inv / xsum */
 template <bool FS>
@@ -605,7 +775,9 @@ static void launch_jobs(cudaStream_t s, uint32_t dt, const t16_jobs &J, int64_t 
                         const uint4 *xf, const float *inv, const float *xsum, int T) {
     const unsigned grid = J.m[0].tiles + J.m[1].tiles + J.m[2].tiles;
     const bool pdl = kiln_cuda_decode_pdl() != 0;
-    if (dt == KILN_DTYPE_Q4_K)
+    if (dt == KILN_DTYPE_F16)
+        launch_f16r<FS>(s, J, grid, k, x, xf, inv, T, pdl);
+    else if (dt == KILN_DTYPE_Q4_K)
         launch_t16k<KILN_DTYPE_Q4_K, FS>(s, J, grid, k, x, xf, inv, xsum, T, pdl);
     else if (dt == KILN_DTYPE_Q6_K)
         launch_t16k<KILN_DTYPE_Q6_K, FS>(s, J, grid, k, x, xf, inv, inv, T, pdl);
@@ -615,11 +787,19 @@ static void launch_jobs(cudaStream_t s, uint32_t dt, const t16_jobs &J, int64_t 
         launch_t16<KILN_DTYPE_Q8_0, FS>(s, J, grid, k, x, xf, inv, T, pdl);
 }
 
+/* f16 weights in plain rows that gemv_f16r_kernel reads: 16-byte aligned rows of k % 128 */
+static bool f16r_ok(const kiln_matmul_args *a) {
+    return a->w_layout == KILN_WLAYOUT_PLAIN && a->w_dtype == KILN_DTYPE_F16 && a->k > 0 &&
+           a->k % KILN_CUDA_T16_K == 0 && (a->w_row_bytes & 15) == 0 &&
+           a->w_row_bytes / 2 >= (size_t)a->k;
+}
+
 static bool t16_ok(const kiln_matmul_args *a) {
-    return a->w_layout == KILN_WLAYOUT_CUDA_T16 && kiln_cuda_t16_supports(a->w_dtype) && a->k > 0 &&
-           a->k % kiln_cuda_t16_k(a->w_dtype) == 0 && ((uintptr_t)a->w & 15) == 0 &&
-           ((uintptr_t)a->x & 15) == 0 && (a->x_stride & 3) == 0 && a->n > 0 &&
-           (a->n + 15) / 16 <= (int64_t)(INT32_MAX / 4);
+    const bool lay =
+        f16r_ok(a) || (a->w_layout == KILN_WLAYOUT_CUDA_T16 && kiln_cuda_t16_supports(a->w_dtype) &&
+                       a->k > 0 && a->k % kiln_cuda_t16_k(a->w_dtype) == 0);
+    return lay && ((uintptr_t)a->w & 15) == 0 && ((uintptr_t)a->x & 15) == 0 &&
+           (a->x_stride & 3) == 0 && a->n > 0 && (a->n + 15) / 16 <= (int64_t)(INT32_MAX / 4);
 }
 
 /* matmuls m[0..nm) of the same k, t, x and x_stride (checked by the callers), every one
@@ -641,14 +821,25 @@ static kiln_status t16_run(const kiln_kctx *c, const kiln_matmul_args *m, int nm
         const int T = (int)(t - t0 < KILN_CUDA_GEMV_MAX_T ? t - t0 : KILN_CUDA_GEMV_MAX_T);
         const bool fs = fused && T == 1;
         const float *x = m[0].x + t0 * m[0].x_stride;
-        if (!fs) {
-            const int64_t thr = (int64_t)T * (k / 4);
-            xsplit_t16_kernel<<<(unsigned)((thr + 255) / 256), 256, 0, s>>>(x, m[0].x_stride, k, T,
-                                                                            xf, inv, xsum);
-        }
+        /* the split's element order: f16 rows' (E8) or the T16 layouts'; a group mixing the
+         * two splits again before the members of the other order (stream order: the launch
+         * before has read xf) */
+        int prepped = -1;
         bool done[KILN_MATMUL_GROUP_MAX] = {false};
         for (int i = 0; i < nm; i++) {
             if (done[i]) continue;
+            const int e8 = m[i].w_dtype == KILN_DTYPE_F16;
+            if (!fs && prepped != e8) {
+                const int64_t thr = (int64_t)T * (k / 4);
+                const unsigned grid = (unsigned)((thr + 255) / 256);
+                if (e8)
+                    xsplit_t16_kernel<true>
+                        <<<grid, 256, 0, s>>>(x, m[0].x_stride, k, T, xf, inv, NULL);
+                else
+                    xsplit_t16_kernel<false>
+                        <<<grid, 256, 0, s>>>(x, m[0].x_stride, k, T, xf, inv, xsum);
+                prepped = e8;
+            }
             /* this dtype's members, T16_JOBS at a time (all of them when fused) */
             t16_jobs J;
             memset(&J, 0, sizeof J);
@@ -660,6 +851,7 @@ static kiln_status t16_run(const kiln_kctx *c, const kiln_matmul_args *m, int nm
                 J.m[nj].ys = m[j].y_stride;
                 J.m[nj].bias = m[j].bias;
                 J.m[nj].n = m[j].n;
+                J.m[nj].rs = (int64_t)m[j].w_row_bytes;
                 J.m[nj].tiles = (unsigned)((m[j].n + 15) / 16);
                 done[j] = true;
                 nj++;
@@ -673,11 +865,15 @@ static kiln_status t16_run(const kiln_kctx *c, const kiln_matmul_args *m, int nm
     return kc_launched();
 }
 
-/* The entry of cuda.gemv_t16.matmul / cuda.gemv_t16_any.matmul: T16 weights; plain rows
- * (a weight the binding kept plain) go to the batch-invariant tensor-core gemv. */
+/* The entry of cuda.gemv_t16.matmul / cuda.gemv_t16_any.matmul (T16 weights) and of
+ * cuda.gemv_f16.matmul / cuda.gemv_f16_any.matmul (f16 rows: gemv_f16r_kernel). Other plain
+ * rows (a weight the binding kept plain; f16 rows the f16 kernel cannot read) go to the
+ * batch-invariant tensor-core gemv: a function of the weight alone, so every token count
+ * of one weight still runs one arithmetic. */
 extern "C" kiln_status kiln_cuda_matmul_t16(const kiln_kctx *c, const kiln_matmul_args *a) {
     if (a->t <= 0 || a->n <= 0) return KILN_OK;
-    if (a->w_layout == KILN_WLAYOUT_PLAIN) return kiln_cuda_matmul_gemv_inv(c, a);
+    if (a->w_layout == KILN_WLAYOUT_PLAIN && !(f16r_ok(a) && ((uintptr_t)a->w & 15) == 0))
+        return kiln_cuda_matmul_gemv_inv(c, a);
     if (!t16_ok(a)) return KILN_ERR_INVALID_ARG;
     return t16_run(c, a, 1);
 }

@@ -78,16 +78,18 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 
 /* groups per tile: 32 PER (PER = 2: two groups per lane, both loads in flight before
  * either is used; only while the staged x fits in 48 KB of static shared memory) */
+/* blk: the block's index among its matmul's blocks (blockIdx.x, or its place in a group
+ * launch: gemv_tiled_group_kernel) */
 template <int DT, int T, int PER>
-__global__ void __launch_bounds__(TW * 32)
-    gemv_tiled_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t k,
-                      const float *__restrict__ x, int64_t xs, float *__restrict__ y, int64_t ys,
-                      const float *__restrict__ bias) {
+__device__ __forceinline__ void gemv_tiled_body(const uint8_t *__restrict__ W, size_t row_bytes,
+                                                int64_t n, int64_t k, const float *__restrict__ x,
+                                                int64_t xs, float *__restrict__ y, int64_t ys,
+                                                const float *__restrict__ bias, unsigned blk) {
     constexpr int G = 32 * PER;
     static_assert(T * G * 144 <= 48 * 1024, "staged x exceeds static shared memory");
     __shared__ float4 xsm[T][G][9];
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-    const int64_t r = (int64_t)blockIdx.x * TW + wi;
+    const int64_t r = (int64_t)blk * TW + wi;
     const bool live = r < n;
     const uint8_t *row = W + (size_t)(live ? r : 0) * row_bytes;
     const int64_t groups = k / 32;
@@ -139,6 +141,44 @@ __global__ void __launch_bounds__(TW * 32)
 #pragma unroll
         for (int t = 0; t < T; t++) y[t * ys + r] = acc[t] + b;
     }
+}
+
+template <int DT, int T, int PER>
+__global__ void __launch_bounds__(TW * 32)
+    gemv_tiled_kernel(const uint8_t *__restrict__ W, size_t row_bytes, int64_t n, int64_t k,
+                      const float *__restrict__ x, int64_t xs, float *__restrict__ y, int64_t ys,
+                      const float *__restrict__ bias) {
+    gemv_tiled_body<DT, T, PER>(W, row_bytes, n, k, x, xs, y, ys, bias, blockIdx.x);
+}
+
+/* A matmul group's members of one dtype sharing x at one token, each a tiled gemv, in one
+ * launch (session 11): member i owns the blocks [the blocks before it, + its blocks); each
+ * block runs the body a launch of its member alone would (the same bits). The small
+ * models' q / k / v and gate / up (Gemma 3 270M's q5_0, SmolLM2's q4_1: no T16 layout) were
+ * a launch each, ~4 us apiece at ~0.5 MB of weights. */
+#define GT_JOBS 3
+struct gt_job {
+    const uint8_t *W;
+    size_t rb;
+    int64_t n;
+    float *y;
+    const float *bias;
+    unsigned blocks;
+};
+struct gt_jobs {
+    gt_job m[GT_JOBS];
+};
+template <int DT>
+__global__ void __launch_bounds__(TW * 32)
+    gemv_tiled_group_kernel(const gt_jobs J, int64_t k, const float *__restrict__ x) {
+    unsigned b = blockIdx.x;
+    int m = 0;
+    if (b >= J.m[0].blocks) {
+        b -= J.m[0].blocks, m = 1;
+        if (b >= J.m[1].blocks) b -= J.m[1].blocks, m = 2;
+    }
+    const gt_job &o = m == 0 ? J.m[0] : m == 1 ? J.m[1] : J.m[2];
+    gemv_tiled_body<DT, 1, 1>(o.W, o.rb, o.n, k, x, 0, o.y, 0, o.bias, b);
 }
 
 /* ---- the tensor-core gemv (f16, q8_0, q4_0; kind 3, the default where it applies) ----
@@ -741,6 +781,60 @@ extern "C" kiln_status kiln_cuda_matmul_argmax(const kiln_kctx *c,
     return KILN_OK;
 }
 
+/* The grouped tiled gemv: on unless KILN_CUDA_GEMV_GROUP=0 or kiln_cuda_gemv_group_set(0)
+ * (A/B; the same values either way) or the decode fusion is off. */
+static int kc_gemv_group = -1;
+extern "C" void kiln_cuda_gemv_group_set(int on) {
+    kc_gemv_group = on < 0 ? -1 : on ? 1 : 0;
+}
+static bool kc_gemv_group_on(void) {
+    if (kc_gemv_group < 0) {
+        const char *e = getenv("KILN_CUDA_GEMV_GROUP");
+        kc_gemv_group = e && e[0] == '0' ? 0 : 1;
+    }
+    return kc_gemv_group && kiln_cuda_decode_fused();
+}
+
+#define GT_CASE(DT, s, J, grid, k, x) gemv_tiled_group_kernel<DT><<<grid, TW * 32, 0, s>>>(J, k, x)
+
+/* Members all on cuda.gemv.matmul's entry at one token that would each run the tiled fma
+ * gemv (gemv_entry: not the tensor-core one), sharing x and k: one launch per dtype, up to
+ * GT_JOBS members a launch. KILN_ERR_UNSUPPORTED: not such a group (run them one by one). */
+static kiln_status gemv_tiled_group(const kiln_kctx *c, const kiln_matmul_group_args *a) {
+    if (!kc_gemv_group_on() || (kc_gemv_kind != 3 && kc_gemv_kind != 1) || a->n < 2)
+        return KILN_ERR_UNSUPPORTED;
+    const kiln_matmul_args *m0 = &a->m[0];
+    for (int i = 0; i < a->n; i++) {
+        const kiln_matmul_args *m = &a->m[i];
+        const int be = kc_block_elems(m->w_dtype);
+        if (a->fn[i] != kiln_cuda_matmul_gemv || m->t != 1 || m->n <= 0 || m->x != m0->x ||
+            m->k != m0->k || m->w_layout != 0 || !be || m->k % be || m->k % 32 ||
+            ((uintptr_t)m->x & 15) || (m->n + TW - 1) / TW > (int64_t)(UINT32_MAX / 4))
+            return KILN_ERR_UNSUPPORTED;
+        if (kc_gemv_kind == 3 && kc_mma_ok(c, m) && kc_gemv1_mma(m->w_dtype))
+            return KILN_ERR_UNSUPPORTED; /* that member runs the tensor-core gemv */
+    }
+    cudaStream_t s = KC_STREAM(c);
+    bool done[KILN_MATMUL_GROUP_MAX] = {false};
+    for (int i = 0; i < a->n; i++) {
+        if (done[i]) continue;
+        gt_jobs J;
+        memset(&J, 0, sizeof J);
+        unsigned grid = 0;
+        for (int j = i, nj = 0; j < a->n && nj < GT_JOBS; j++) {
+            if (done[j] || a->m[j].w_dtype != a->m[i].w_dtype) continue;
+            const kiln_matmul_args *m = &a->m[j];
+            J.m[nj] = (gt_job){(const uint8_t *)m->w,           m->w_row_bytes, m->n, m->y, m->bias,
+                               (unsigned)((m->n + TW - 1) / TW)};
+            grid += J.m[nj].blocks;
+            done[j] = true;
+            nj++;
+        }
+        KC_DTYPE_SWITCH(a->m[i].w_dtype, GT_CASE, s, J, grid, m0->k, m0->x);
+    }
+    return kc_launched();
+}
+
 extern "C" kiln_status kiln_cuda_matmul_group(const kiln_kctx *c, const kiln_matmul_group_args *a) {
     if (a->n < 1 || a->n > KILN_MATMUL_GROUP_MAX) return KILN_ERR_INVALID_ARG;
     /* every member on the T16 GEMM's entry: its group entry; T16 gemv and GEMM members
@@ -756,7 +850,7 @@ extern "C" kiln_status kiln_cuda_matmul_group(const kiln_kctx *c, const kiln_mat
     kiln_status gs = all_g16    ? kiln_cuda_matmul_t16_gemm_group(c, a->m, a->n)
                      : all_t16  ? kiln_cuda_matmul_t16_group(c, a->m, a->n)
                      : all_blas ? kiln_cuda_matmul_cublas_group(c, a->m, a->n)
-                                : KILN_ERR_UNSUPPORTED;
+                                : gemv_tiled_group(c, a);
     if (gs != KILN_ERR_UNSUPPORTED) {
         if (gs) return gs;
     } else

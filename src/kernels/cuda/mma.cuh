@@ -98,8 +98,10 @@ template <> struct kc_mq<KILN_DTYPE_F16> {
 };
 
 /* One 32-block: four mma (A = the block's exact f16 integers, B = hi then lo) into fresh
- * accumulators, then tot += d_row * acc * inv_token. */
-template <typename MQ>
+ * accumulators, then tot += d_row * acc * inv_token. ONE (a pass of one token, whose
+ * column is 2 tig = 0: tot[1] and tot[3] hold tokens 2 tig + 1 >= 1, never stored): only
+ * tot[0] and tot[2], the same operations on them. */
+template <typename MQ, bool ONE = false>
 __device__ __forceinline__ void kc_mma_block(const MQ &raw, const uint32_t bh[4],
                                              const uint32_t bl[4], float2 iv, float tot[4]) {
     uint32_t a0[4], a1[4];
@@ -112,9 +114,9 @@ __device__ __forceinline__ void kc_mma_block(const MQ &raw, const uint32_t bh[4]
     kc_mma16816(acc, a1, bl[2], bl[3]);
     /* c0, c1: row g, tokens 2 tig, 2 tig + 1; c2, c3: row g + 8 */
     tot[0] = fmaf(dd[0] * iv.x, acc[0], tot[0]);
-    tot[1] = fmaf(dd[0] * iv.y, acc[1], tot[1]);
+    if constexpr (!ONE) tot[1] = fmaf(dd[0] * iv.y, acc[1], tot[1]);
     tot[2] = fmaf(dd[1] * iv.x, acc[2], tot[2]);
-    tot[3] = fmaf(dd[1] * iv.y, acc[3], tot[3]);
+    if constexpr (!ONE) tot[3] = fmaf(dd[1] * iv.y, acc[3], tot[3]);
 }
 
 /* The CTA's partial sums (one set per warp) -> y, summed in warp order. */

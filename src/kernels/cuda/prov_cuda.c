@@ -28,6 +28,11 @@
  * 76 vs 118 ms, session 10 run 2), so cuda.gemm_t16_any.matmul (32, every t, above
  * gemv_t16_any) serves only the batch-invariant policies there.
  * KILN_AVOID=cuda.gemm_t16.matmul,cuda.gemm_t16_any.matmul gives the previous selection.
+ * Session 11: f16 weights with k % 128 == 0 get cuda.gemv_f16.matmul (86, up to 64 tokens)
+ * and cuda.gemv_f16_any.matmul (31, every size, batch invariant): the T16 gemv's kernel
+ * structure on the plain rows (gemv_t16.cu, gemv_f16r_kernel; no repack, so prefill's
+ * cuBLAS keeps reading the stored weights); KILN_AVOID=cuda.gemv_f16.matmul,
+ * cuda.gemv_f16_any.matmul gives the previous selection (A/B).
  */
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/registry.h"
@@ -183,6 +188,33 @@ static const kiln_kernel_spec cuda_specs[] = {
      .w_layout = KILN_WLAYOUT_CUDA_T16,
      .fn.matmul = kiln_cuda_matmul_t16,
      .summary = "the T16 gemv in passes of 8 tokens (batch invariant at any size)"},
+    {.id = "cuda.gemv_f16.matmul",
+     .op = KILN_KOP_MATMUL,
+     CUDA_SPEC,
+     .w_dtypes = KILN_DT(KILN_DTYPE_F16),
+     .act_dtypes = F32,
+     .k_multiple = 128,
+     .max_tokens = 64,
+     .features = KILN_KFEAT_BIAS,
+     .props = ALL_PROPS,
+     .workspace = kiln_cuda_gemv_workspace,
+     .priority = 86,
+     .fn.matmul = kiln_cuda_matmul_t16,
+     .summary = "f16 rows as stored (16-byte aligned), the T16 gemv's structure: mma fragments "
+                "loaded 16 bytes a lane from global memory, split-f16 x fused at one token, one "
+                "launch per matmul group; passes of 8 tokens"},
+    {.id = "cuda.gemv_f16_any.matmul",
+     .op = KILN_KOP_MATMUL,
+     CUDA_SPEC,
+     .w_dtypes = KILN_DT(KILN_DTYPE_F16),
+     .act_dtypes = F32,
+     .k_multiple = 128,
+     .features = KILN_KFEAT_BIAS,
+     .props = ALL_PROPS,
+     .workspace = kiln_cuda_gemv_workspace,
+     .priority = 31,
+     .fn.matmul = kiln_cuda_matmul_t16,
+     .summary = "cuda.gemv_f16.matmul in passes of 8 tokens at every size (batch invariant)"},
     {.id = "cuda.embed",
      .op = KILN_KOP_EMBED,
      CUDA_SPEC,
