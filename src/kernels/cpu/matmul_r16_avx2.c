@@ -27,6 +27,12 @@
 #include <string.h>
 
 #define INLINE static inline __attribute__((always_inline))
+/* An empty asm that takes x in a register and gives it back: GCC may not reassociate a
+ * chain of adds across it. Without it GCC turns the accumulation chains of the decode
+ * loops into trees of all the unit's products at once, which spill to the stack. */
+#define KEEP(x) __asm__("" : "+x"(x))
+/* The same for a general-purpose value (a loop count GCC must not see as a constant). */
+#define OPAQUE(x) __asm__("" : "+r"(x))
 
 /* Unpacked unit: u[16][64] | s[4][16] floats | o[4][16] floats (1536 bytes). */
 #define UNIT_BYTES (24 * 64)
@@ -450,6 +456,72 @@ INLINE void unit_dots_both(uint32_t dt, const uint8_t *g, int64_t c, const int8_
     }
 }
 
+/* unit_dots() of both halves at once for q4_K / q5_K (d[hh][q]), one scale group after the
+ * other: each activation broadcast serves rows 0-7 and 8-15, and only 4 s16 accumulators
+ * are live (both groups of both halves at once are 8 plus the broadcasts: more than the 16
+ * ymm registers, and GCC spilled every maddubs result of the old per-half code to the
+ * stack). A quant vector is loaded once per scale group (its low nibbles for group 0, its
+ * high ones for group 1): a second L1 load is cheaper than two more broadcasts. The level
+ * sums are combined by vpmaddwd with 256 and 1 (256 madd(s, 1) exactly: no overflow), so
+ * d is the integer unit_dots() and unit_dot() compute. */
+/* One scale group of unit_dots_k45: the low (hi4 false) or high nibbles of the unit's
+ * quant vectors qs (q5_K: fifth bits from qh), against activations a1 / a2 of its 32
+ * elements; d[hh] for both halves. */
+INLINE void k45_group(bool five, int L, const uint8_t *qs, const uint8_t *qh, bool hi4,
+                      const int8_t *a1, const int8_t *a2, __m256i d[2]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i c256 = _mm256_set1_epi16(256);
+    __m256i s1[2], s2[2], p[2];
+#pragma GCC unroll 2
+    for (int hh = 0; hh < 2; hh++) s1[hh] = s2[hh] = p[hh] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        const __m256i b1 = bcast(a1 + 4 * i), b2 = bcast(a2 + 4 * i);
+#pragma GCC unroll 2
+        for (int hh = 0; hh < 2; hh++) {
+            __m256i v = ld(qs + 64 * i + 32 * hh);
+            __m256i u = _mm256_and_si256(hi4 ? _mm256_srli_epi16(v, 4) : v, m4);
+            if (five) u = _mm256_or_si256(u, hibits(qh + 8 * i, hh));
+            s1[hh] = _mm256_add_epi16(s1[hh], _mm256_maddubs_epi16(u, b1));
+            s2[hh] = _mm256_add_epi16(s2[hh], _mm256_maddubs_epi16(u, b2));
+            KEEP(s1[hh]);
+            KEEP(s2[hh]);
+            if ((i + 1) % L == 0) {
+                p[hh] = _mm256_add_epi32(p[hh], _mm256_add_epi32(_mm256_madd_epi16(s1[hh], c256),
+                                                                 _mm256_madd_epi16(s2[hh], ones)));
+                s1[hh] = s2[hh] = _mm256_setzero_si256();
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int hh = 0; hh < 2; hh++) d[hh] = p[hh];
+}
+
+/* unit_dots() of both halves at once for q4_K / q5_K (d[hh][q]), one scale group after the
+ * other: each activation broadcast serves rows 0-7 and 8-15, and only 4 s16 accumulators
+ * are live (both groups of both halves at once are 8 plus the broadcasts: more than the 16
+ * ymm registers; GCC spilled every maddubs result of the old per-half code to the stack).
+ * A quant vector is loaded once per scale group (its low nibbles for group 0, its high
+ * ones for group 1): a second L1 load is cheaper than the broadcasts it saves. The level
+ * sums are combined by vpmaddwd with 256 and 1 (256 madd(s, 1) exactly: no overflow), so
+ * d is the integer unit_dots() and unit_dot() compute. */
+INLINE void unit_dots_k45(uint32_t dt, const uint8_t *g, int64_t c, const int8_t *a1,
+                          const int8_t *a2, __m256i d[2][2]) {
+    const uint8_t *b = g + kiln_r16_unit_off(dt, c);
+    const int cc = (int)(c & 3);
+    const bool five = dt == KILN_DTYPE_Q5_K;
+    const uint8_t *qs = b + (five ? 832 : 320) + 512 * cc, *qh = b + 320 + 128 * cc;
+    __m256i d0[2], d1[2];
+    k45_group(five, lanes16(dt), qs, qh, false, a1, a2, d0);
+    /* the second pass reads the same vectors: without this GCC keeps them from the first
+     * pass (16 live ymm: spilled) instead of loading them again */
+    OPAQUE(qs);
+    OPAQUE(qh);
+    k45_group(five, lanes16(dt), qs, qh + 64, true, a1 + 32, a2 + 32, d1);
+#pragma GCC unroll 2
+    for (int hh = 0; hh < 2; hh++) d[hh][0] = d0[hh], d[hh][1] = d1[hh];
+}
+
 /* The float steps of unit_dot() for one unit-half, from the unit's raw scales (the same
  * expressions unpack() stores), in unit_dot's order. */
 INLINE __m256 unit_fsteps(uint32_t dt, const uint8_t *g, int64_t c, int hh, const __m256i *d,
@@ -518,6 +590,13 @@ INLINE void gemv_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *bu
             dt == KILN_DTYPE_Q5_1 || dt == KILN_DTYPE_Q8_0) {
             __m256i d2[2][2];
             unit_dots_both(dt, gp, c, aq + 64 * c, aq2 + 64 * c, d2);
+            lo = unit_fsteps(dt, gp, c, 0, d2[0], dl + 16 * c, gs + 4 * c, lo);
+            hi = unit_fsteps(dt, gp, c, 1, d2[1], dl + 16 * c, gs + 4 * c, hi);
+            continue;
+        }
+        if (dt == KILN_DTYPE_Q4_K || dt == KILN_DTYPE_Q5_K) {
+            __m256i d2[2][2];
+            unit_dots_k45(dt, gp, c, aq + 64 * c, aq2 + 64 * c, d2);
             lo = unit_fsteps(dt, gp, c, 0, d2[0], dl + 16 * c, gs + 4 * c, lo);
             hi = unit_fsteps(dt, gp, c, 1, d2[1], dl + 16 * c, gs + 4 * c, hi);
             continue;
