@@ -449,8 +449,11 @@ INLINE void unit_dots_k(uint32_t dt, const uint8_t *g, int64_t c, const int8_t *
     }
 }
 
-/* The float steps of unit_dot() for one unit-half, from the unit's raw scales (the same
- * expressions unpack() stores), in unit_dot's order. */
+/* The float steps of unit_dot() for one unit-half, from the unit's raw scales, in
+ * unit_dot's order. The offset step is unit_dot's fma(o, gsum, acc) with o = f * o' (f =
+ * -1, -8, -16, -32 or 0: o' is what unpack() scales by f) computed as fma(o', f * gsum,
+ * acc): the products are the same real number (scaling by a power of two or zero is exact
+ * and so is a sign), so the result is bitwise unit_dot's, one vector mul or sub cheaper. */
 INLINE __m256 unit_fsteps(uint32_t dt, const uint8_t *g, int64_t c, int hh, const __m256i *d,
                           const float *dl, const float *gs, __m256 acc) {
     const uint8_t *b = g + kiln_r16_unit_off(dt, c);
@@ -458,6 +461,7 @@ INLINE __m256 unit_fsteps(uint32_t dt, const uint8_t *g, int64_t c, int hh, cons
 #pragma GCC unroll 4
     for (int q = 0; q < G; q++) {
         __m256 s, o;
+        float f = 1.0f;
         switch (dt) {
         case KILN_DTYPE_Q4_0:
         case KILN_DTYPE_Q4_1:
@@ -465,9 +469,9 @@ INLINE __m256 unit_fsteps(uint32_t dt, const uint8_t *g, int64_t c, int hh, cons
         case KILN_DTYPE_Q5_1:
         case KILN_DTYPE_Q8_0: {
             const bool min = dt == KILN_DTYPE_Q4_1 || dt == KILN_DTYPE_Q5_1;
-            const float off = dt == KILN_DTYPE_Q4_0 ? -8.0f : dt == KILN_DTYPE_Q5_0 ? -16.0f : 0.0f;
             s = ld_h8(b + 32 * q + 16 * hh);
-            o = min ? ld_h8(b + 64 + 32 * q + 16 * hh) : _mm256_mul_ps(s, _mm256_set1_ps(off));
+            o = min ? ld_h8(b + 64 + 32 * q + 16 * hh) : s;
+            f = min ? 1.0f : dt == KILN_DTYPE_Q4_0 ? -8.0f : dt == KILN_DTYPE_Q5_0 ? -16.0f : 0.0f;
             break;
         }
         case KILN_DTYPE_Q4_K:
@@ -476,14 +480,15 @@ INLINE __m256 unit_fsteps(uint32_t dt, const uint8_t *g, int64_t c, int hh, cons
             __m256 dd = ld_h8(b + 16 * hh), dmin = ld_h8(b + 32 + 16 * hh);
             s = _mm256_mul_ps(ld_u8x8(b + 64 + 16 * (2 * cc + q) + 8 * hh), dd);
             o = _mm256_mul_ps(ld_u8x8(b + 192 + 16 * (2 * cc + q) + 8 * hh), dmin);
-            o = _mm256_sub_ps(_mm256_setzero_ps(), o);
+            f = -1.0f;
             break;
         }
         default: { /* q6_K */
             const int cc = (int)(c & 3);
             __m256 dd = _mm256_loadu_ps((const float *)b + 8 * hh);
             s = _mm256_mul_ps(ld_i8x8(b + 64 + 16 * (4 * cc + q) + 8 * hh), dd);
-            o = _mm256_mul_ps(s, _mm256_set1_ps(-32.0f));
+            o = s;
+            f = -32.0f;
             break;
         }
         }
@@ -491,7 +496,7 @@ INLINE __m256 unit_fsteps(uint32_t dt, const uint8_t *g, int64_t c, int hh, cons
         float gsum = per32(dt) ? gs[2 * q] + gs[2 * q + 1] : gs[q];
         __m256 sc = _mm256_mul_ps(s, _mm256_set1_ps(dl[8 * (sq >> 1)]));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[q]), sc, acc);
-        acc = _mm256_fmadd_ps(o, _mm256_set1_ps(gsum), acc);
+        acc = _mm256_fmadd_ps(o, _mm256_set1_ps(f * gsum), acc);
     }
     return acc;
 }
