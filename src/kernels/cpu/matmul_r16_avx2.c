@@ -31,7 +31,8 @@
  * chain of adds across it. Without it GCC turns the accumulation chains of the decode
  * loops into trees of all the unit's products at once, which spill to the stack. */
 #define KEEP(x) __asm__("" : "+x"(x))
-/* The same for a general-purpose value (a loop count GCC must not see as a constant). */
+/* The same for a general-purpose register value: a pointer whose loads GCC must not reuse
+ * from an earlier pass (see unit_dots_k). */
 #define OPAQUE(x) __asm__("" : "+r"(x))
 
 /* Unpacked unit: u[16][64] | s[4][16] floats | o[4][16] floats (1536 bytes). */
@@ -452,8 +453,9 @@ INLINE void unit_dots_k(uint32_t dt, const uint8_t *g, int64_t c, const int8_t *
 /* The float steps of unit_dot() for one unit-half, from the unit's raw scales, in
  * unit_dot's order. The offset step is unit_dot's fma(o, gsum, acc) with o = f * o' (f =
  * -1, -8, -16, -32 or 0: o' is what unpack() scales by f) computed as fma(o', f * gsum,
- * acc): the products are the same real number (scaling by a power of two or zero is exact
- * and so is a sign), so the result is bitwise unit_dot's, one vector mul or sub cheaper. */
+ * acc): the products are the same real number (scaling by a power of two, zero or -1 is
+ * exact barring an overflow of |gsum| > 2^122), so the result is bitwise unit_dot's, one
+ * vector mul or sub cheaper. */
 INLINE __m256 unit_fsteps(uint32_t dt, const uint8_t *g, int64_t c, int hh, const __m256i *d,
                           const float *dl, const float *gs, __m256 acc) {
     const uint8_t *b = g + kiln_r16_unit_off(dt, c);
