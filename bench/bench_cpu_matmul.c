@@ -3,7 +3,7 @@
  * machine's measured limits.
  *
  *   bench_cpu_matmul [-t THREADS] [-r REPS] [-i avx512|avx2] [-d DTYPE,...|none] [-m MB] [-H 0|1]
- *                    [-b 0|1] [-D 0|1] [-P 0|1]
+ *                    [-b 0|1] [-D 0|1] [-P 0|1] [-c CALLS]
  *
  * 1. Memory read bandwidth: THREADS threads sum disjoint halves of a 1 GiB buffer
  *    (AVX2 loads, 8 accumulators); best and median of REPS passes, with 4 KiB pages and
@@ -16,6 +16,8 @@
  *    5632x2048, 2048x5632) repeated until the set is MB megabytes (default 256, far
  *    above the 32 MiB L3), one pass = one matmul per matrix: weight GB/s and its
  *    fraction of the measured bandwidth.
+ *    -c N: instead, one 256x2048 matrix (L2 resident for every quantized type) called N
+ *    times per pass: the kernel's compute-bound decode rate, without the memory system.
  * 3. Prefill (GEMM, t = 128) on 2048x2048 (L3 resident weights): GFLOP/s; -P 0 skips it,
  *    -D 0 skips the decode test.
  * Numbers go to docs/PERF.md (CPU backend section) with the command and commit.
@@ -149,6 +151,7 @@ typedef struct mat {
 } mat;
 
 static bool do_decode = true, do_prefill = true;
+static int cache_calls = 0; /* -c: decode of one L2-resident matrix, called this many times */
 
 /* CPU seconds of the process (all threads): with -t 1 the kernels' compute rate, which a
  * loaded machine's descheduling does not inflate. */
@@ -166,9 +169,10 @@ static void bench_dtype(mm_fn fn, kiln_pool *pool, uint32_t dt, double bw, int r
     mat m[512];
     int nm = 0;
     size_t total = 0;
-    while (total < mb * 1000000 && nm < 512) {
+    while ((cache_calls ? nm < 1 : total < mb * 1000000) && nm < 512) {
         mat *x = &m[nm];
         x->n = shapes[nm % nshape][0], x->k = shapes[nm % nshape][1];
+        if (cache_calls) x->n = 256;
         if (kiln_dtype_row_bytes(dt, x->k, &x->row_bytes, NULL)) return;
         const bool r16 = layout == KILN_CPU_WLAYOUT_R16;
         x->w = buf_alloc(x->row_bytes * (size_t)x->n, huge && !r16);
@@ -200,24 +204,24 @@ static void bench_dtype(mm_fn fn, kiln_pool *pool, uint32_t dt, double bw, int r
     double best = 1e30;
     for (int r = 0; r < reps + 1 && do_decode; r++) {
         uint64_t t0 = kiln_now_ns();
-        for (int i = 0; i < nm; i++) {
-            kiln_matmul_args a = {.w = m[i].w,
+        for (int i = 0; i < (cache_calls ? cache_calls : nm); i++) {
+            kiln_matmul_args a = {.w = m[i % nm].w,
                                   .w_dtype = dt,
                                   .w_layout = layout,
-                                  .w_row_bytes = m[i].row_bytes,
-                                  .n = m[i].n,
-                                  .k = m[i].k,
+                                  .w_row_bytes = m[i % nm].row_bytes,
+                                  .n = m[i % nm].n,
+                                  .k = m[i % nm].k,
                                   .x = x,
-                                  .x_stride = m[i].k,
+                                  .x_stride = m[i % nm].k,
                                   .y = y,
-                                  .y_stride = m[i].n,
+                                  .y_stride = m[i % nm].n,
                                   .t = 1};
             fn(&ctx, &a);
         }
         double s = (double)(kiln_now_ns() - t0) * 1e-9;
         if (r > 0 && s < best) best = s;
     }
-    double gbs = (double)total / best * 1e-9;
+    double gbs = (double)total * (cache_calls ? cache_calls : 1) / best * 1e-9;
     /* prefill: 2048 x 2048, t = 128 */
     double pbest = 1e30, pcpu = 1e30;
     for (int r = 0; r < reps + 1 && do_prefill; r++) {
@@ -276,6 +280,8 @@ int main(int argc, char **argv) {
             do_prefill = atoi(argv[i + 1]) != 0;
         else if (!strcmp(argv[i], "-D"))
             do_decode = atoi(argv[i + 1]) != 0;
+        else if (!strcmp(argv[i], "-c"))
+            cache_calls = atoi(argv[i + 1]);
     }
     if (reps < 1) reps = 1;
     mm_fn fn = !strcmp(isa, "avx2") ? kiln_cpu_matmul_avx2 : kiln_cpu_matmul_avx512;

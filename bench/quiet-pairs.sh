@@ -8,6 +8,8 @@
 #   LLAMA_BENCH=/path/to/llama-bench bench/quiet-pairs.sh MODEL ROUNDS -t 2 -p 128 -n 0
 #
 # Prints one line per round: time, model, arguments, kiln t/s, llama.cpp t/s, quiet|BUSY.
+# KILN_B=/path/to/another/kiln: each round also runs that build right after $KILN (a
+# before/after of two kiln builds next to llama.cpp), printed as "kiln_b".
 set -uo pipefail
 : "${LLAMA_BENCH:?set LLAMA_BENCH to an already built llama-bench}"
 KILN=${KILN:-$(cd "$(dirname "$0")/.." && pwd)/build/kiln}
@@ -20,8 +22,12 @@ for _ in $(seq "$R"); do
   pkill -STOP -f "fuzz_.* -runs"
   sleep 1
   k=$("$KILN" bench -m "$M" "$@" -r 1 2>&1 | grep -E "\| (pp|tg)[0-9]" | awk -F'|' '{printf "%s", $6}')
+  kb=""
+  if [ -n "${KILN_B:-}" ]; then
+    kb=" kiln_b $("$KILN_B" bench -m "$M" "$@" -r 1 2>&1 | grep -E "\| (pp|tg)[0-9]" | awk -F'|' '{printf "%s", $6}')"
+  fi
   l=$("$LLAMA_BENCH" -m "$M" "$@" -r 1 2>&1 | grep -E "(pp|tg)[0-9]" | awk -F'|' '{printf "%s", $8}')
   b=$(busy && echo BUSY || echo quiet)
   pkill -CONT -f "fuzz_.* -runs"
-  echo "$(date +%H:%M:%S) $(basename "$M") $* kiln $k llama $l $b"
+  echo "$(date +%H:%M:%S) $(basename "$M") $* kiln $k$kb llama $l $b"
 done

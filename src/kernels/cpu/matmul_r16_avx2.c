@@ -14,7 +14,7 @@
  *    maddubs(|q|, sign(a, q)) (|q| <= 128: pair <= 32512, L = 1): q + 128 would saturate.
  *  - Prefill unpacks every unit into the kiln_r16 panel format (16 x 64 bytes u, 4 x 16
  *    floats s and o) once per group and streams the tokens over it. Decode computes
- *    straight from the layout in registers (unit_dots + unit_fsteps): the same integer
+ *    straight from the layout in registers (unit_dots_* + unit_fsteps): the same integer
  *    sums and the same float steps in the same order as the panel's unit_dot, so a
  *    token's row is bitwise the same in both (batch invariant like the AVX-512 kernel;
  *    tests/unit/test_cpu_matmul.c checks it).
@@ -27,6 +27,13 @@
 #include <string.h>
 
 #define INLINE static inline __attribute__((always_inline))
+/* An empty asm that takes x in a register and gives it back: GCC may not reassociate a
+ * chain of adds across it. Without it GCC turns the accumulation chains of the decode
+ * loops into trees of all the unit's products at once, which spill to the stack. */
+#define KEEP(x) __asm__("" : "+x"(x))
+/* The same for a general-purpose register value: a pointer whose loads GCC must not reuse
+ * from an earlier pass (see unit_dots_k). */
+#define OPAQUE(x) __asm__("" : "+r"(x))
 
 /* Unpacked unit: u[16][64] | s[4][16] floats | o[4][16] floats (1536 bytes). */
 #define UNIT_BYTES (24 * 64)
@@ -275,7 +282,7 @@ INLINE void store_rows(float *y, int64_t rows, __m256 lo, __m256 hi, const float
 #define PF 2048
 
 /* ---- decode, register resident ----
- * The int32 dots of one unit-half (rows 8hh..8hh+7) with the two activation levels, per
+ * The int32 dots of a unit's halves (rows 8hh..8hh+7) with the two activation levels, per
  * scale group q: d[q] = 256 * dot(u, a1) + dot(u, a2), computed straight from the layout
  * without the L1 round trip of unpack() (which costs a store and a reload of every
  * unpacked vector, and register spills). Integer sums are exact, so d[q] is the value
@@ -311,103 +318,12 @@ INLINE void acc_add_b(uint32_t dt, acc16 *A, int q, __m256i u, __m256i b1, __m25
     if (++A->n[q] == lanes16(dt)) acc_flush(A, q);
 }
 
-INLINE void acc_add(uint32_t dt, acc16 *A, int q, __m256i u, const int8_t *a1, const int8_t *a2,
-                    int j) {
-    acc_add_b(dt, A, q, u, bcast(a1 + 4 * j), bcast(a2 + 4 * j));
-}
-
 INLINE __m256i acc_dot(acc16 *A, int q) {
     if (A->n[q]) acc_flush(A, q);
     return _mm256_add_epi32(_mm256_slli_epi32(A->p1[q], 8), A->p2[q]);
 }
 
-/* d[G] of unit c (a whole unit: both 32-blocks present), half hh. */
-INLINE void unit_dots(uint32_t dt, const uint8_t *g, int64_t c, int hh, const int8_t *a1,
-                      const int8_t *a2, __m256i *d) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const uint8_t *b = g + kiln_r16_unit_off(dt, c);
-    switch (dt) {
-    case KILN_DTYPE_Q4_0:
-    case KILN_DTYPE_Q4_1:
-    case KILN_DTYPE_Q5_0:
-    case KILN_DTYPE_Q5_1:
-    case KILN_DTYPE_Q8_0: {
-        const size_t hdr = kiln_r16_hdr(dt), bl = kiln_r16_blk(dt);
-        const bool five = dt == KILN_DTYPE_Q5_0 || dt == KILN_DTYPE_Q5_1;
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *q = b + hdr + (size_t)h * bl;
-            acc16 A;
-            acc_init(&A);
-            if (dt == KILN_DTYPE_Q8_0) {
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++)
-                    acc_add(dt, &A, 0, ld(q + 64 * j + 32 * hh), a1, a2, 8 * h + j);
-            } else {
-                const uint8_t *qs = five ? q + 64 : q;
-#pragma GCC unroll 4
-                for (int i = 0; i < 4; i++) {
-                    __m256i lo, hi;
-                    split4(ld(qs + 64 * i + 32 * hh), five, q, i, hh, &lo, &hi);
-                    acc_add(dt, &A, 0, lo, a1, a2, 8 * h + i);
-                    acc_add(dt, &A, 0, hi, a1, a2, 8 * h + 4 + i);
-                }
-            }
-            d[h] = acc_dot(&A, 0);
-        }
-        break;
-    }
-    case KILN_DTYPE_Q4_K:
-    case KILN_DTYPE_Q5_K: {
-        const int cc = (int)(c & 3);
-        const bool five = dt == KILN_DTYPE_Q5_K;
-        const uint8_t *qs = b + (five ? 832 : 320) + 512 * cc, *qh = b + 320 + 128 * cc;
-        acc16 A;
-        acc_init(&A);
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-            __m256i v = ld(qs + 64 * i + 32 * hh);
-            __m256i lo = _mm256_and_si256(v, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (five) {
-                lo = _mm256_or_si256(lo, hibits(qh + 8 * i, hh));
-                hi = _mm256_or_si256(hi, hibits(qh + 64 + 8 * i, hh));
-            }
-            acc_add(dt, &A, 0, lo, a1, a2, i);
-            acc_add(dt, &A, 1, hi, a1, a2, 8 + i);
-        }
-        d[0] = acc_dot(&A, 0);
-        d[1] = acc_dot(&A, 1);
-        break;
-    }
-    default: { /* q6_K: scale groups of 16 (4 element groups); i < 4 -> 0, 2; i >= 4 -> 1, 3 */
-        const int cc = (int)(c & 3);
-        const __m256i m3 = _mm256_set1_epi8(0x30);
-#pragma GCC unroll 2
-        for (int half = 0; half < 2; half++) {
-            acc16 A;
-            acc_init(&A);
-#pragma GCC unroll 4
-            for (int i4 = 0; i4 < 4; i4++) {
-                const int i = 4 * half + i4;
-                __m256i hv = ld(b + 2368 + 64 * (4 * cc + i4) + 32 * hh);
-                __m256i v = ld(b + 320 + 64 * (8 * cc + i) + 32 * hh);
-                __m256i lo_a = _mm256_and_si256(v, m4);
-                __m256i lo_b = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                __m256i ha = half == 0 ? _mm256_slli_epi16(hv, 4) : _mm256_slli_epi16(hv, 2);
-                __m256i hb = half == 0 ? hv : _mm256_srli_epi16(hv, 2);
-                acc_add(dt, &A, 0, _mm256_or_si256(lo_a, _mm256_and_si256(ha, m3)), a1, a2, i);
-                acc_add(dt, &A, 1, _mm256_or_si256(lo_b, _mm256_and_si256(hb, m3)), a1, a2, 8 + i);
-            }
-            d[half] = acc_dot(&A, 0);     /* group 0 or 1 */
-            d[2 + half] = acc_dot(&A, 1); /* group 2 or 3 */
-        }
-        break;
-    }
-    }
-}
-
-/* unit_dots() of both halves at once for the 32-block types (d[hh][h]): one broadcast of
+/* The int32 dots of a unit for both halves at once, 32-block types (d[hh][h]): one broadcast of
  * each activation group serves rows 0-7 and 8-15 (the halves one after the other
  * broadcast it twice: ~1/8 of decode's vector instructions). The same integer sums. */
 INLINE void unit_dots_both(uint32_t dt, const uint8_t *g, int64_t c, const int8_t *a1,
@@ -450,8 +366,96 @@ INLINE void unit_dots_both(uint32_t dt, const uint8_t *g, int64_t c, const int8_
     }
 }
 
-/* The float steps of unit_dot() for one unit-half, from the unit's raw scales (the same
- * expressions unpack() stores), in unit_dot's order. */
+/* Element group i of scale group q of a K-quant unit, rows 8hh..8hh+7, as u8 (the values
+ * unpack() stores): q4_K / q5_K (q 0, 1): the low or high nibbles of quant vector i of lo,
+ * q5_K with the fifth bits of the masks at hv; q6_K (q 0..3): the low or high nibbles of
+ * lo vector 4 (q & 1) + i with the 2-bit highs of hv vector i (bits 2q). */
+INLINE __m256i k_u(uint32_t dt, int q, const uint8_t *lo, const uint8_t *hv, int i, int hh) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (dt == KILN_DTYPE_Q6_K) {
+        const __m256i m3 = _mm256_set1_epi8(0x30);
+        __m256i v = ld(lo + 64 * (4 * (q & 1) + i) + 32 * hh), h = ld(hv + 64 * i + 32 * hh);
+        __m256i l = _mm256_and_si256(q >= 2 ? _mm256_srli_epi16(v, 4) : v, m4);
+        h = q == 0   ? _mm256_slli_epi16(h, 4)
+            : q == 1 ? _mm256_slli_epi16(h, 2)
+            : q == 3 ? _mm256_srli_epi16(h, 2)
+                     : h;
+        return _mm256_or_si256(l, _mm256_and_si256(h, m3));
+    }
+    __m256i v = ld(lo + 64 * i + 32 * hh);
+    __m256i u = _mm256_and_si256(q ? _mm256_srli_epi16(v, 4) : v, m4);
+    if (dt == KILN_DTYPE_Q5_K) u = _mm256_or_si256(u, hibits(hv + 64 * q + 8 * i, hh));
+    return u;
+}
+
+/* The integer dots of scale group q of a K-quant unit for both halves (d[hh]): each
+ * activation broadcast serves rows 0-7 and 8-15, and only 4 s16 accumulators are live. */
+INLINE void k_group(uint32_t dt, int q, const uint8_t *lo, const uint8_t *hv, const int8_t *a1,
+                    const int8_t *a2, __m256i d[2]) {
+    const __m256i ones = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
+    const int n = dt == KILN_DTYPE_Q6_K ? 4 : 8, L = lanes16(dt);
+    __m256i s1[2], s2[2], p[2];
+#pragma GCC unroll 2
+    for (int hh = 0; hh < 2; hh++) s1[hh] = s2[hh] = p[hh] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int i = 0; i < n; i++) {
+        const __m256i b1 = bcast(a1 + 4 * i), b2 = bcast(a2 + 4 * i);
+#pragma GCC unroll 2
+        for (int hh = 0; hh < 2; hh++) {
+            const __m256i u = k_u(dt, q, lo, hv, i, hh);
+            s1[hh] = _mm256_add_epi16(s1[hh], _mm256_maddubs_epi16(u, b1));
+            s2[hh] = _mm256_add_epi16(s2[hh], _mm256_maddubs_epi16(u, b2));
+            KEEP(s1[hh]);
+            KEEP(s2[hh]);
+            if ((i + 1) % L == 0) {
+                p[hh] = _mm256_add_epi32(p[hh], _mm256_add_epi32(_mm256_madd_epi16(s1[hh], c256),
+                                                                 _mm256_madd_epi16(s2[hh], ones)));
+                KEEP(p[hh]);
+                s1[hh] = s2[hh] = _mm256_setzero_si256();
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int hh = 0; hh < 2; hh++) d[hh] = p[hh];
+}
+
+/* The int32 dots of a unit for both halves at once, K-quants (d[hh][q]), one scale group after
+ * the other. Why: the per-half code broadcast every activation word twice, and GCC, seeing
+ * both halves' code in one block, merged them and spilled every maddubs result (both
+ * groups of both halves at once are 8 s16 accumulators plus the broadcasts: more than the
+ * 16 ymm registers). A quant vector is loaded again for each scale group that reads it (an
+ * L1 load is cheaper than the broadcasts it saves). The level sums are combined by
+ * vpmaddwd with 256 and 1 (= 256 madd(s, 1) exactly: no overflow), so d is the integer
+ * unit_dot() computes: the float steps see the same values. */
+INLINE void unit_dots_k(uint32_t dt, const uint8_t *g, int64_t c, const int8_t *a1,
+                        const int8_t *a2, __m256i d[2][4]) {
+    const uint8_t *b = g + kiln_r16_unit_off(dt, c);
+    const int cc = (int)(c & 3);
+    const uint8_t *lo, *hv;
+    if (dt == KILN_DTYPE_Q6_K)
+        lo = b + 320 + 512 * cc, hv = b + 2368 + 256 * cc;
+    else
+        lo = b + (dt == KILN_DTYPE_Q5_K ? 832 : 320) + 512 * cc, hv = b + 320 + 128 * cc;
+    const int G = dt == KILN_DTYPE_Q6_K ? 4 : 2;
+#pragma GCC unroll 4
+    for (int q = 0; q < G; q++) {
+        const int j0 = dt == KILN_DTYPE_Q6_K ? 8 * (q >> 1) + 4 * (q & 1) : 8 * q;
+        __m256i dq[2];
+        k_group(dt, q, lo, hv, a1 + 4 * j0, a2 + 4 * j0, dq);
+        d[0][q] = dq[0], d[1][q] = dq[1];
+        /* the next group reads the same vectors: without this GCC keeps them from this
+         * pass (16 live ymm: spilled) instead of loading them again */
+        OPAQUE(lo);
+        OPAQUE(hv);
+    }
+}
+
+/* The float steps of unit_dot() for one unit-half, from the unit's raw scales, in
+ * unit_dot's order. The offset step is unit_dot's fma(o, gsum, acc) with o = f * o' (f =
+ * -1, -8, -16, -32 or 0: o' is what unpack() scales by f) computed as fma(o', f * gsum,
+ * acc): the products are the same real number (scaling by a power of two, zero or -1 is
+ * exact barring an overflow of |gsum| > 2^122), so the result is bitwise unit_dot's, one
+ * vector mul or sub cheaper. */
 INLINE __m256 unit_fsteps(uint32_t dt, const uint8_t *g, int64_t c, int hh, const __m256i *d,
                           const float *dl, const float *gs, __m256 acc) {
     const uint8_t *b = g + kiln_r16_unit_off(dt, c);
@@ -459,6 +463,7 @@ INLINE __m256 unit_fsteps(uint32_t dt, const uint8_t *g, int64_t c, int hh, cons
 #pragma GCC unroll 4
     for (int q = 0; q < G; q++) {
         __m256 s, o;
+        float f = 1.0f;
         switch (dt) {
         case KILN_DTYPE_Q4_0:
         case KILN_DTYPE_Q4_1:
@@ -466,9 +471,9 @@ INLINE __m256 unit_fsteps(uint32_t dt, const uint8_t *g, int64_t c, int hh, cons
         case KILN_DTYPE_Q5_1:
         case KILN_DTYPE_Q8_0: {
             const bool min = dt == KILN_DTYPE_Q4_1 || dt == KILN_DTYPE_Q5_1;
-            const float off = dt == KILN_DTYPE_Q4_0 ? -8.0f : dt == KILN_DTYPE_Q5_0 ? -16.0f : 0.0f;
             s = ld_h8(b + 32 * q + 16 * hh);
-            o = min ? ld_h8(b + 64 + 32 * q + 16 * hh) : _mm256_mul_ps(s, _mm256_set1_ps(off));
+            o = min ? ld_h8(b + 64 + 32 * q + 16 * hh) : s;
+            f = min ? 1.0f : dt == KILN_DTYPE_Q4_0 ? -8.0f : dt == KILN_DTYPE_Q5_0 ? -16.0f : 0.0f;
             break;
         }
         case KILN_DTYPE_Q4_K:
@@ -477,14 +482,15 @@ INLINE __m256 unit_fsteps(uint32_t dt, const uint8_t *g, int64_t c, int hh, cons
             __m256 dd = ld_h8(b + 16 * hh), dmin = ld_h8(b + 32 + 16 * hh);
             s = _mm256_mul_ps(ld_u8x8(b + 64 + 16 * (2 * cc + q) + 8 * hh), dd);
             o = _mm256_mul_ps(ld_u8x8(b + 192 + 16 * (2 * cc + q) + 8 * hh), dmin);
-            o = _mm256_sub_ps(_mm256_setzero_ps(), o);
+            f = -1.0f;
             break;
         }
         default: { /* q6_K */
             const int cc = (int)(c & 3);
             __m256 dd = _mm256_loadu_ps((const float *)b + 8 * hh);
             s = _mm256_mul_ps(ld_i8x8(b + 64 + 16 * (4 * cc + q) + 8 * hh), dd);
-            o = _mm256_mul_ps(s, _mm256_set1_ps(-32.0f));
+            o = s;
+            f = -32.0f;
             break;
         }
         }
@@ -492,7 +498,7 @@ INLINE __m256 unit_fsteps(uint32_t dt, const uint8_t *g, int64_t c, int hh, cons
         float gsum = per32(dt) ? gs[2 * q] + gs[2 * q + 1] : gs[q];
         __m256 sc = _mm256_mul_ps(s, _mm256_set1_ps(dl[8 * (sq >> 1)]));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[q]), sc, acc);
-        acc = _mm256_fmadd_ps(o, _mm256_set1_ps(gsum), acc);
+        acc = _mm256_fmadd_ps(o, _mm256_set1_ps(f * gsum), acc);
     }
     return acc;
 }
@@ -522,11 +528,10 @@ INLINE void gemv_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *bu
             hi = unit_fsteps(dt, gp, c, 1, d2[1], dl + 16 * c, gs + 4 * c, hi);
             continue;
         }
-        __m256i d[4];
-        unit_dots(dt, gp, c, 0, aq + 64 * c, aq2 + 64 * c, d);
-        lo = unit_fsteps(dt, gp, c, 0, d, dl + 16 * c, gs + 4 * c, lo);
-        unit_dots(dt, gp, c, 1, aq + 64 * c, aq2 + 64 * c, d);
-        hi = unit_fsteps(dt, gp, c, 1, d, dl + 16 * c, gs + 4 * c, hi);
+        __m256i d[2][4]; /* the K-quants */
+        unit_dots_k(dt, gp, c, aq + 64 * c, aq2 + 64 * c, d);
+        lo = unit_fsteps(dt, gp, c, 0, d[0], dl + 16 * c, gs + 4 * c, lo);
+        hi = unit_fsteps(dt, gp, c, 1, d[1], dl + 16 * c, gs + 4 * c, hi);
     }
     if (odd) { /* the last half unit (32-block types, k % 64 == 32): unpacked as before */
         const int64_t c = kc - 1;
@@ -567,7 +572,7 @@ INLINE void gemm_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *pa
  * unit's s and o floats as in the u8 panel), and the activations are the q8 row's a16 =
  * 256 q1 + q2 (qblocks.h). One vpmaddwd then does 16 multiply-adds of both levels at
  * once: u * (256 q1 + q2) summed in int32 is exactly 256 dot(u, q1) + dot(u, q2), the
- * integer unit_dot() and unit_dots() compute (|u| <= 255, 32 elements: < 2^28), and the
+ * integer unit_dot() and unit_dots_*() compute (|u| <= 255, 32 elements: < 2^28), and the
  * float steps are unit_dot()'s in its order, so rows stay bitwise equal to decode.
  * Why int16 and not vpmaddubsw: a maddubs does 32 products of one level and needs its
  * own 16-bit add (plus the flushes, and q8_0's sign trick at L = 1), a maddwd 16 of both
