@@ -11,13 +11,20 @@
  * row (no workspace). Next to it, what the host path costs for the same rows: the copy of the
  * logits to the host (pinned) and kiln_sample_batch on one thread (medians of 20).
  */
+#include <stdio.h>
+
+#ifndef KILN_HAVE_CUDA
+int main(void) {
+    printf("bench_cuda_sample: kiln was built without CUDA\n");
+    return 0;
+}
+#else
 #include "base/timer.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "sample/sample.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -189,3 +196,4 @@ int main(int argc, char **argv) {
     }
     return 0;
 }
+#endif /* KILN_HAVE_CUDA */
