@@ -166,6 +166,54 @@ __device__ __forceinline__ double s_walk(int m, E e, double target, bool ge, int
     return cum;
 }
 
+/* One counting pass of the block: thr[j] = lo + (hi - lo) j / NTHR, cnt[j] = count(key >=
+ * thr[j]) over every key src gives (16 compares a key, in registers; one shared atomic per
+ * warp and threshold). Starts and ends with a barrier (cnt is the block's). */
+template <typename SRC>
+__device__ __forceinline__ void s_pass(uint32_t lo, uint64_t hi, uint32_t thr[NTHR], uint32_t *cnt,
+                                       SRC src) {
+    uint32_t c[NTHR];
+#pragma unroll
+    for (int j = 0; j < NTHR; j++) {
+        thr[j] = (uint32_t)(lo + (hi - lo) * (uint64_t)j / NTHR);
+        c[j] = 0;
+    }
+    __syncthreads(); /* the previous pass's readers of cnt are done */
+    if (threadIdx.x < NTHR) cnt[threadIdx.x] = 0;
+    __syncthreads();
+    src([&](uint32_t key, int32_t) {
+        if (key < lo) return;
+#pragma unroll
+        for (int j = 0; j < NTHR; j++) c[j] += key >= thr[j];
+    });
+#pragma unroll
+    for (int j = 0; j < NTHR; j++) {
+        const uint32_t sum = __reduce_add_sync(0xffffffffu, c[j]);
+        if ((threadIdx.x & 31) == 0 && sum) atomicAdd(&cnt[j], sum);
+    }
+    __syncthreads();
+}
+
+/* The highest threshold of a pass that keeps count >= K. */
+__device__ __forceinline__ int s_pick(const uint32_t *cnt, uint32_t K) {
+    int j = 0;
+    while (j + 1 < NTHR && cnt[j + 1] >= K) j++;
+    return j;
+}
+
+/* The block's smallest and largest of kmin / kmax (every thread gets them; s_lo, s_hi:
+ * shared scratch). */
+__device__ __forceinline__ void s_minmax(uint32_t *kmin, uint32_t *kmax, uint32_t *s_lo,
+                                         uint32_t *s_hi) {
+    if (threadIdx.x == 0) *s_lo = 0xffffffffu, *s_hi = 0;
+    __syncthreads();
+    const uint32_t a = __reduce_min_sync(0xffffffffu, *kmin);
+    const uint32_t b = __reduce_max_sync(0xffffffffu, *kmax);
+    if ((threadIdx.x & 31) == 0) atomicMin(s_lo, a), atomicMax(s_hi, b);
+    __syncthreads();
+    *kmin = *s_lo, *kmax = *s_hi;
+}
+
 /* The chain for row r of one block of SNT threads. src(f) calls f(key, id) for every
  * candidate the search may consider (the whole row, or a list holding every key >= the
  * row's K-th best), every thread the same number of times; stop: the search ends once
@@ -203,37 +251,18 @@ s_chain(const float *__restrict__ row, int64_t n, bool vec, float cap,
     uint64_t hi = hi0;
     for (bool first = true;; first = false) {
         if (!first && (cnt_lo <= stop || hi - lo <= 1)) break;
-        uint32_t thr[NTHR], c[NTHR];
-#pragma unroll
-        for (int j = 0; j < NTHR; j++) {
-            thr[j] = (uint32_t)(lo + (hi - lo) * (uint64_t)j / NTHR);
-            c[j] = 0;
-        }
-        if (threadIdx.x < NTHR) cnt[threadIdx.x] = 0;
-        __syncthreads();
-        src([&](uint32_t key, int32_t) {
-            if (key < lo) return;
-#pragma unroll
-            for (int j = 0; j < NTHR; j++) c[j] += key >= thr[j];
-        });
-#pragma unroll
-        for (int j = 0; j < NTHR; j++) {
-            const uint32_t s = __reduce_add_sync(0xffffffffu, c[j]);
-            if ((threadIdx.x & 31) == 0 && s) atomicAdd(&cnt[j], s);
-        }
-        __syncthreads();
+        uint32_t thr[NTHR];
+        s_pass(lo, hi, thr, cnt, src);
         if (first && cnt[0] <= K) { /* every alive logit is a candidate */
             cnt_lo = cnt[0];
             break;
         }
-        int j = 0;
-        while (j + 1 < NTHR && cnt[j + 1] >= K) j++;
-        const uint32_t new_lo = thr[j];
+        const int j = s_pick(cnt, K);
         cnt_lo = cnt[j];
         if (j + 1 < NTHR) hi = thr[j + 1];
-        lo = new_lo;
-        __syncthreads(); /* cnt is reset by the next pass */
+        lo = thr[j];
     }
+    __syncthreads(); /* cnt's last readers */
 
     /* gather the K best raw candidates into buf */
     if (threadIdx.x == 0) s_n = 0;
@@ -440,47 +469,27 @@ __global__ void __launch_bounds__(CH_T)
         kmin = key[e] ? min(kmin, key[e]) : kmin;
         kmax = max(kmax, key[e]);
     }
-    if (threadIdx.x == 0) s_lo = 0xffffffffu, s_hi = 0;
-    __syncthreads();
-    kmin = __reduce_min_sync(0xffffffffu, kmin);
-    kmax = __reduce_max_sync(0xffffffffu, kmax);
-    if ((threadIdx.x & 31) == 0) atomicMin(&s_lo, kmin), atomicMax(&s_hi, kmax);
-    __syncthreads();
-    if (s_hi == 0) { /* no live key in the chunk */
+    s_minmax(&kmin, &kmax, &s_lo, &s_hi);
+    if (kmax == 0) { /* no live key in the chunk */
         if (threadIdx.x == 0) bound[blockIdx.x] = 1;
         return;
     }
-    uint32_t lo = s_lo;
-    uint64_t hi = (uint64_t)s_hi + 1;
+    uint32_t lo = kmin;
+    uint64_t hi = (uint64_t)kmax + 1;
     for (int pass = 0; pass < 9; pass++) {
-        uint32_t thr[NTHR], c[NTHR];
+        uint32_t thr[NTHR];
+        s_pass(lo, hi, thr, cnt, [&](auto f) {
 #pragma unroll
-        for (int j = 0; j < NTHR; j++) {
-            thr[j] = (uint32_t)(lo + (hi - lo) * (uint64_t)j / NTHR);
-            c[j] = 0;
-        }
-        if (threadIdx.x < NTHR) cnt[threadIdx.x] = 0;
-        __syncthreads();
-#pragma unroll
-        for (int e = 0; e < CH_E; e++)
-#pragma unroll
-            for (int j = 0; j < NTHR; j++) c[j] += key[e] >= thr[j];
-#pragma unroll
-        for (int j = 0; j < NTHR; j++) {
-            const uint32_t s = __reduce_add_sync(0xffffffffu, c[j]);
-            if ((threadIdx.x & 31) == 0 && s) atomicAdd(&cnt[j], s);
-        }
-        __syncthreads();
+            for (int e = 0; e < CH_E; e++) f(key[e], 0);
+        });
         if (pass == 0 && cnt[0] < K) { /* fewer than K live keys: no bound */
             lo = 1;
             break;
         }
-        int j = 0;
-        while (j + 1 < NTHR && cnt[j + 1] >= K) j++;
+        const int j = s_pick(cnt, K);
         const uint32_t cl = cnt[j];
         lo = thr[j];
         if (j + 1 < NTHR) hi = thr[j + 1];
-        __syncthreads(); /* cnt is reset by the next pass */
         if (cl <= 2 * K || hi - lo <= 1) break;
     }
     if (threadIdx.x == 0) bound[blockIdx.x] = lo;
@@ -546,14 +555,9 @@ __global__ void __launch_bounds__(SNT)
             kmin = min(kmin, key);
             kmax = max(kmax, key);
         }
-        if (threadIdx.x == 0) s_lo = 0xffffffffu, s_hi = 0;
-        __syncthreads();
-        kmin = __reduce_min_sync(0xffffffffu, kmin);
-        kmax = __reduce_max_sync(0xffffffffu, kmax);
-        if ((threadIdx.x & 31) == 0) atomicMin(&s_lo, kmin), atomicMax(&s_hi, kmax);
-        __syncthreads();
-        const uint32_t lo0 = s_hi ? s_lo : 1u;
-        const uint64_t hi0 = s_hi ? (uint64_t)s_hi + 1 : 1ull << 32;
+        s_minmax(&kmin, &kmax, &s_lo, &s_hi);
+        const uint32_t lo0 = kmax ? kmin : 1u;
+        const uint64_t hi0 = kmax ? (uint64_t)kmax + 1 : 1ull << 32;
         s_chain(
             row, n, vec, cap, rows[r], ov_id, ov_bias, ov_count, ids, r,
             [&](auto f) {
