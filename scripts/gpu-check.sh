@@ -72,6 +72,10 @@ if [ $SAN = 1 ] && command -v compute-sanitizer >/dev/null && [ -x "$TESTS/test_
     "$TESTS/test_cuda_kernels"
   step racecheck timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$TESTS/test_cuda_kernels"
+  step memcheck-attention timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$TESTS/test_cuda_attention"
+  step racecheck-attention timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$TESTS/test_cuda_attention"
 fi
 [ $BENCH = 1 ] && step bench_cuda timeout 300 bench_cuda
 for s in ${KILN_GPU_STEPS:-}; do

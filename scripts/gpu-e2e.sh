@@ -10,7 +10,7 @@
 #   2. `kiln run --backend cuda` (default sampling) and `kiln bench --backend cuda` on
 #      Llama-3-8B-shaped models (q4_0, q8_0, f16; generated there), bench_cuda's device
 #      read bandwidth for the decode bound;
-#   3. test_cuda_kernels (kernels vs ref), compute-sanitizer memcheck on one model's e2e.
+#   3. test_cuda_kernels and test_cuda_attention (kernels vs ref), compute-sanitizer memcheck on one model's e2e.
 # Most important first: a call that runs out of time still returns the first steps.
 # Logs go to $OUT (else /tmp/kiln-gpu-out); a short table is printed last.
 set -uo pipefail
@@ -23,11 +23,11 @@ if [ "$mode" = pack ]; then
     cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_CUDA_ARCHITECTURES=90 \
       -DKILN_OPENBLAS=OFF -DKILN_ONEDNN=OFF >/dev/null || exit 1
     cmake --build $B -j2 --target kiln-bin kiln-gen test_cuda_e2e test_cuda_kernels \
-      test_cuda_backend bench_cuda bench_sched >/dev/null || exit 1
+      test_cuda_attention test_cuda_backend bench_cuda bench_sched >/dev/null || exit 1
   fi
   rm -rf "$D"
   scripts/gpu-pack.sh --bins "$D" $B/kiln $B/kiln-gen $B/tests/test_cuda_e2e $B/tests/test_cuda_kernels \
-    $B/tests/test_cuda_backend $B/bench/bench_cuda $B/bench/bench_sched || exit 1
+    $B/tests/test_cuda_attention $B/tests/test_cuda_backend $B/bench/bench_cuda $B/bench/bench_sched || exit 1
   cp scripts/gpu-e2e.sh "$D/"
   du -sh "$D"
   exit 0
@@ -91,6 +91,7 @@ for t in ${KILN_8B_TYPES:-q4_0 q8_0 f16}; do
   rm -f $B8/llama3-8b-$t.gguf
 done
 step test_cuda_kernels 150 test_cuda_kernels
+step test_cuda_attention 150 test_cuda_attention
 step memcheck_e2e 150 env KILN_E2E_TOKENS=64 compute-sanitizer --tool memcheck --error-exitcode 9 \
   test_cuda_e2e $M/tiny-gemma3-q4_K.gguf
 echo

@@ -46,7 +46,7 @@ source scripts/gpu-env.sh >/dev/null
 B=build-gpu
 step configure 300 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON \
   -DKILN_CUDA_ARCHITECTURES=90 -DKILN_OPENBLAS=OFF -DKILN_ONEDNN=OFF "${KILN_CMAKE_ARGS[@]}"
-step build 400 cmake --build $B -j"$(nproc)" --target kiln-bin kiln-gen test_cuda_kernels \
+step build 400 cmake --build $B -j"$(nproc)" --target kiln-bin kiln-gen test_cuda_kernels test_cuda_attention \
   test_cuda_e2e bench_cuda bench_sched || { grep -E "error" "$LOG/build.log" | head -30; exit 1; }
 export PATH=$PWD/$B:$PWD/$B/bench:$PWD/$B/tests:$PATH
 M=/tmp/models
@@ -59,7 +59,7 @@ if has kern && ! step kern-gemm 200 env KILN_TEST_FILTER=test_matmul_gemm_t16 te
   export KILN_G16_V=1 # version 1 passed in run 1: the benchmarks run it
   echo "kern-gemm failed: KILN_G16_V=1 for the rest" | tee "$LOG/fallback.txt"
 fi
-if has kern && ! step kern-attn 200 env KILN_TEST_FILTER=test_attention test_cuda_kernels; then
+if has kern && ! step kern-attn 200 env KILN_TEST_FILTER=test_attention test_cuda_attention; then
   export KILN_CUDA_OLD_ATTN=1
   echo "kern-attn failed: KILN_CUDA_OLD_ATTN=1 for the rest" | tee -a "$LOG/fallback.txt"
 fi

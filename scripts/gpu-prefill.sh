@@ -2,7 +2,7 @@
 # gpu-prefill.sh — session 11's device call for the prefill path (issue 17): build kiln on
 # the lent GPU machine from a copy of the tree, the kernel tests of the coalesced T16
 # dequantization (test_cuda_prefill: bitwise vs the old kernel and the host) and of the
-# flash attention (test_cuda_kernels test_attention_flash, and test_attention), then
+# flash attention (test_cuda_attention test_attention_flash, and test_attention), then
 # `kiln bench -p 512 -n 128 -r 3` on the 8B q4_0 / q8_0 / f16 with the new path and the old
 # one in the same call (old: KILN_CUDA_OLD_DQ=1 KILN_CUDA_FLASH=0), nsys per-kernel stats of
 # one pp512 (q4_0), the e2e test last. A failing flash test turns the flash kernel off for
@@ -49,7 +49,7 @@ source scripts/gpu-env.sh >/dev/null
 B=build-gpu
 step configure 300 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON \
   -DKILN_CUDA_ARCHITECTURES=90 -DKILN_OPENBLAS=OFF -DKILN_ONEDNN=OFF "${KILN_CMAKE_ARGS[@]}"
-step build 400 cmake --build $B -j"$(nproc)" --target kiln-bin kiln-gen test_cuda_kernels \
+step build 400 cmake --build $B -j"$(nproc)" --target kiln-bin kiln-gen test_cuda_kernels test_cuda_attention \
   test_cuda_prefill test_cuda_e2e || { grep -E "error" "$LOG/build.log" | head -30; exit 1; }
 export PATH=$PWD/$B:$PWD/$B/bench:$PWD/$B/tests:$PATH
 M=/tmp/models
@@ -58,7 +58,7 @@ TYPES=${KILN_8B_TYPES:-q4_0 q8_0 f16}
 GEN=$!
 if has kern; then
   step kern-dequant 120 test_cuda_prefill
-  if ! step kern-flash 200 env KILN_TEST_FILTER=test_attention_flash test_cuda_kernels; then
+  if ! step kern-flash 200 env KILN_TEST_FILTER=test_attention_flash test_cuda_attention; then
     if grep -q "ldmatrix)\?: rel err\|ldmatrix: a second" "$LOG/kern-flash.log"; then
       export KILN_CUDA_FA_LDSM=0
       echo "kern-flash failed (ldmatrix): KILN_CUDA_FA_LDSM=0 for the rest" | tee "$LOG/fallback.txt"
@@ -67,7 +67,7 @@ if has kern; then
       echo "kern-flash failed: KILN_CUDA_FLASH=0 for the rest" | tee "$LOG/fallback.txt"
     fi
   fi
-  step kern-attn 200 env KILN_TEST_FILTER=test_attention test_cuda_kernels
+  step kern-attn 200 env KILN_TEST_FILTER=test_attention test_cuda_attention
 fi
 wait $GEN
 OLD="KILN_CUDA_OLD_DQ=1 KILN_CUDA_FLASH=0"
@@ -119,8 +119,8 @@ fi
 if has sanitize; then
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   step racecheck-flash 150 env KILN_TEST_FILTER=test_attention_flash "$CS" --tool racecheck \
-    test_cuda_kernels
+    test_cuda_attention
   step memcheck-flash 150 env KILN_TEST_FILTER=test_attention_flash "$CS" --tool memcheck \
-    test_cuda_kernels
+    test_cuda_attention
   step memcheck-dequant 150 "$CS" --tool memcheck test_cuda_prefill
 fi

@@ -7,7 +7,7 @@
 #   bash scripts/gpu-round.sh STEP...        (device run with carry [".carry"])
 #
 # Steps:
-#   kernels   test_cuda_kernels (every CUDA kernel vs ref) and bench_cuda (decode matmuls
+#   kernels   test_cuda_kernels and test_cuda_attention (every CUDA kernel vs ref) and bench_cuda (decode matmuls
 #             of an 8B shape vs the bandwidth bound, each gemv variant)
 #   bench     bench_cuda alone ($BENCH_TYPES, default q4_0,q8_0,q4_k,q4_k_m): the 8B-shaped
 #             decode matmuls, plain and T16 tables (with verify: no second test_cuda_kernels)
@@ -53,7 +53,8 @@
 #             sample kernel), the one-block-per-row kernel (KILN_CUDA_OLD_SAMPLE=1), --temp
 #             0, host sampling; $RUNS rounds alternating; real files when present, kiln-gen
 #             gemma3-270m q4_K_M and llama3-8b q4_0 (sampledrun.log)
-#   sanitize  compute-sanitizer memcheck and racecheck on test_cuda_kernels, memcheck on
+#   sanitize  compute-sanitizer memcheck and racecheck on test_cuda_kernels and
+#             test_cuda_attention, memcheck on
 #             test_cuda_sample
 #   (side8b and real also run `kiln bench` once more per assignment in $SIDE_AB, e.g.
 #   SIDE_AB="KILN_ADD_NORM=0 KILN_CUDA_OLD_GEMM=1": same-call A/B of a switch; batched
@@ -62,7 +63,7 @@
 #             q4_K_M and smollm2-135m q4_1 (the real files' shapes and types): kiln bench
 #             --backend cuda -p 0 -n 128 -r 3, then ncu's time of every kernel over 8 decode
 #             steps (scripts/ncu-step.py: per kernel name, launches and us per step)
-#   verify    test_cuda_kernels, and test_cuda_e2e on tiny models of every family x type
+#   verify    test_cuda_kernels, test_cuda_attention, and test_cuda_e2e on tiny models of every family x type
 #             (every model through the upload lane, cuda vs ref teacher-forced)
 #   profile   ncu on the single-token gemv of one layer ($PROFILE_TYPES, default q4_0 q8_0;
 #             kernel names matching $PROFILE_RE, default gemv):
@@ -98,18 +99,18 @@ B=build-gpu
 TG="kiln-bin kiln-gen"
 for s in "$@"; do
   case $s in
-    kernels) TG="$TG test_cuda_kernels bench_cuda" ;;
+    kernels) TG="$TG test_cuda_kernels test_cuda_attention bench_cuda" ;;
     bench) TG="$TG bench_cuda" ;;
-    e2e) TG="$TG test_cuda_e2e test_cuda_kernels test_cuda_backend bench_cuda bench_sched" ;;
+    e2e) TG="$TG test_cuda_e2e test_cuda_kernels test_cuda_attention test_cuda_backend bench_cuda bench_sched" ;;
     batched) TG="$TG bench_sched" ;;
     tp) TG="$TG test_tp_nccl" ;;
     tp70b | ttft) TG="$TG bench_sched" ;;
     fault) TG="$TG test_cuda_fault" ;;
-    verify) TG="$TG test_cuda_kernels test_cuda_e2e" ;;
+    verify) TG="$TG test_cuda_kernels test_cuda_attention test_cuda_e2e" ;;
     real) TG="$TG" ;;
     sample) TG="$TG test_cuda_sample bench_cuda_sample" ;;
     sampledrun|depth) TG="$TG" ;;
-    sanitize) TG="$TG test_cuda_kernels test_cuda_sample" ;;
+    sanitize) TG="$TG test_cuda_kernels test_cuda_attention test_cuda_sample" ;;
     profile) TG="$TG bench_cuda" ;;
     smalldec) TG="$TG" ;;
     load) TG="$TG bench_load test_load" ;;
@@ -135,12 +136,14 @@ for s in "$@"; do
   case $s in
     kernels)
       step test_cuda_kernels 600 test_cuda_kernels
+      step test_cuda_attention 300 test_cuda_attention
       step bench_cuda 420 bench_cuda --dtypes f16,q8_0,q4_0,q4_k,q4_k_m ;;
     bench)
       step bench_cuda 420 bench_cuda --dtypes "${BENCH_TYPES:-q4_0,q8_0,q4_k,q4_k_m}" ;;
     e2e)
       D=/tmp/kd; rm -rf $D; mkdir -p $D/bin $D/lib
-      for b in kiln kiln-gen test_cuda_e2e test_cuda_kernels test_cuda_backend bench_cuda \
+      for b in kiln kiln-gen test_cuda_e2e test_cuda_kernels test_cuda_attention test_cuda_backend \
+        bench_cuda \
         bench_sched; do ln -sf "$(command -v $b)" $D/bin/$b; done
       cp scripts/gpu-e2e.sh $D/
       step e2e 900 env OUT=$LOG/e2e bash $D/gpu-e2e.sh run . ;;
@@ -264,6 +267,8 @@ for s in "$@"; do
       if [ -z "$CS" ]; then echo "sanitize: no compute-sanitizer" | tee "$LOG/sanitize.log"; else
         step memcheck-kernels 420 "$CS" --tool memcheck --error-exitcode 1 test_cuda_kernels
         step racecheck-kernels 420 "$CS" --tool racecheck --error-exitcode 1 test_cuda_kernels
+        step memcheck-attention 300 "$CS" --tool memcheck --error-exitcode 1 test_cuda_attention
+        step racecheck-attention 300 "$CS" --tool racecheck --error-exitcode 1 test_cuda_attention
         step memcheck-sample 300 env KILN_BINARY_DIR=$PWD/$B "$CS" --tool memcheck \
           --error-exitcode 1 test_cuda_sample
       fi ;;
@@ -277,6 +282,7 @@ for s in "$@"; do
         done
       done | xargs -P 8 -L 1 kiln-gen -q --threads 2 >"$LOG/gen.log" 2>&1
       step test_cuda_kernels 420 test_cuda_kernels
+      step test_cuda_attention 300 test_cuda_attention
       step test_cuda_e2e 300 env KILN_E2E_DIR=$E test_cuda_e2e ;;
     profile)
       NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

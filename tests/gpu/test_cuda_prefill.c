@@ -22,24 +22,13 @@ int main(void) {
 }
 #else
 #include "format/dtype.h"
-#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda_t16.h"
 #include "kernels/kernel.h"
 #include "kernels/spec.h"
 
-#include <cuda_runtime_api.h>
-#include <stdlib.h>
-#include <string.h>
+#include "cuda_test.h"
 
-static kt_rng rng;
-static kiln_kctx kc;
 #define SCRATCH_BYTES ((size_t)256 << 20)
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(e_));                  \
-    } while (0)
 
 typedef struct dq_case {
     int64_t n, k;
@@ -263,27 +252,13 @@ static void test_cublas_group(void **state) {
 }
 
 int main(void) {
-    char why[256] = "";
-    int sm = 0;
-    if (kiln_cuda_probe(&sm, why, sizeof why) <= 0) {
-        printf("SKIP: %s\n", why);
-        return 77;
-    }
-    printf("device sm_%d\n", sm);
-    kt_rng_seed(&rng, 0x707265666c6c31ull);
-    if (cudaMalloc(&kc.scratch, SCRATCH_BYTES) != cudaSuccess) {
-        printf("SKIP: cudaMalloc of the scratch failed\n");
-        return 77;
-    }
-    kc.scratch_size = SCRATCH_BYTES;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_t16_dequant_bits),
         cmocka_unit_test(test_cublas_t16_variants),
         cmocka_unit_test(test_cublas_group),
     };
-    int r = cmocka_run_group_tests(tests, NULL, NULL);
-    cudaFree(kc.scratch);
-    return r;
+    return kt_cuda_main("test_cuda_prefill", tests, sizeof tests / sizeof tests[0],
+                        0x707265666c6c31ull, SCRATCH_BYTES);
 }
 
 #endif /* KILN_HAVE_CUDA */
