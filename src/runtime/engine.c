@@ -442,6 +442,7 @@ bool kiln_engine_device_sampling(kiln_engine *e) {
                 if (k->spec.backends && !(k->spec.backends & KILN_BACKEND_BIT(b))) continue;
                 e->sample_fn = k->spec.fn.sample;
                 e->sample_ws_fn = k->spec.workspace;
+                e->sample_backend = b;
                 e->sample_state = 1;
                 break;
             }
@@ -523,17 +524,14 @@ static kiln_status run_sample(kiln_engine *e, const kiln_prepared *pp, const kil
     kc.scratch_size = 0;
     if (e->sample_ws_fn) { /* its own buffer: the step graphs hold e->scratch's address */
         kiln_sel_ctx sc;
-        kiln_backend_id bid;
-        if (kiln_backend_from_name(e->dev.be->name, &bid)) {
-            kiln_sel_ctx_init(&sc, KILN_KOP_SAMPLE, bid);
-            sc.tokens_max = pp->n_logits;
-            sc.n = lim;
-            const size_t need = e->sample_ws_fn(&sc);
-            if (need) {
-                KILN_TRY(kiln_engine_grow_buf(e, &e->sample_ws, KILN_MEM_DEVICE, need, err));
-                kc.scratch = e->sample_ws.ptr;
-                kc.scratch_size = e->sample_ws.size;
-            }
+        kiln_sel_ctx_init(&sc, KILN_KOP_SAMPLE, e->sample_backend);
+        sc.tokens_max = pp->n_logits;
+        sc.n = lim;
+        const size_t need = e->sample_ws_fn(&sc);
+        if (need) {
+            KILN_TRY(kiln_engine_grow_buf(e, &e->sample_ws, KILN_MEM_DEVICE, need, err));
+            kc.scratch = e->sample_ws.ptr;
+            kc.scratch_size = e->sample_ws.size;
         }
     }
     kiln_status st = e->sample_fn(&kc, &a);

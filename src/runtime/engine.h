@@ -110,6 +110,7 @@ struct kiln_engine {
     int sample_state;
     kiln_sample_fn sample_fn;
     kiln_workspace_fn sample_ws_fn; /* its spec's workspace (NULL: none)         */
+    kiln_backend_id sample_backend; /* the backend it was found for              */
     kiln_buf sample_ws;             /* that workspace, grown to the step's rows  */
     float sample_softcap;           /* the LM head's final softcap (set with sample_fn)      */
     bool out_caller;                /* the last run wrote into caller memory (no accessor output) */
