@@ -53,6 +53,9 @@
 #             sample kernel), the one-block-per-row kernel (KILN_CUDA_OLD_SAMPLE=1), --temp
 #             0, host sampling; $RUNS rounds alternating; real files when present, kiln-gen
 #             gemma3-270m q4_K_M and llama3-8b q4_0 (sampledrun.log)
+#   tune      `kiln tune --backend cuda` on 8B q4_0 (matmul, attention, norms; 1 / 16 / 64 /
+#             512 tokens) into a fresh PerfDB, `kiln explain --backend cuda` with those
+#             timings, then kiln bench with the tuned PerfDB and without (tune.log)
 #   sanitize  compute-sanitizer memcheck and racecheck on test_cuda_kernels and
 #             test_cuda_attention, memcheck on
 #             test_cuda_sample
@@ -109,7 +112,7 @@ for s in "$@"; do
     verify) TG="$TG test_cuda_kernels test_cuda_attention test_cuda_e2e" ;;
     real) TG="$TG" ;;
     sample) TG="$TG test_cuda_sample bench_cuda_sample" ;;
-    sampledrun|depth) TG="$TG" ;;
+    sampledrun|depth|tune) TG="$TG" ;;
     sanitize) TG="$TG test_cuda_kernels test_cuda_attention test_cuda_sample" ;;
     profile) TG="$TG bench_cuda" ;;
     smalldec) TG="$TG" ;;
@@ -234,6 +237,22 @@ for s in "$@"; do
           -p 512 -n 128 -d "$d" -r 3
         llama llama-bench && step "depth$d-llama" 300 "$LB/llama-bench" -m "$F" -ngl 99 -fa 1 \
           -p 512 -n 128 -d "$d" -r 3
+      done ;;
+    tune)
+      # kiln tune on the GPU: timings keyed by host + GPU model, read back by selection
+      F=$(gen llama3-8b q4_0)
+      TD=$(mktemp -d)
+      step tune-run 400 env XDG_CACHE_HOME="$TD" kiln tune -m "$F" --backend cuda \
+        --ops matmul,attention,rms_norm,glu --tokens 1,16,64,512 --reps 5
+      for n in 1 64 512; do
+        step "tune-explain$n" 60 env XDG_CACHE_HOME="$TD" kiln explain -m "$F" --backend cuda \
+          --tokens $n --site 'blk.0.*'
+      done
+      for r in 1 2; do
+        step "tune-bench-tuned$r" 300 env XDG_CACHE_HOME="$TD" kiln bench -m "$F" \
+          --backend cuda -p 512 -n 128 -r 3
+        step "tune-bench-untuned$r" 300 env XDG_CACHE_HOME="$TD/none" kiln bench -m "$F" \
+          --backend cuda -p 512 -n 128 -r 3
       done ;;
     sampledrun)
       # kiln run --backend cuda -n 256 --ignore-eos: default sampling (the device samples,

@@ -162,8 +162,12 @@ int kiln_cmd_explain(int argc, char **argv) {
             json_array_append_new(jsites, o);
             continue;
         }
-        printf("\n%s [%s; %s] (plan insn %d: %s)\n", names, kiln_kop_name(c.op), what, site->instr,
-               env.sites[i].opcode);
+        if (site->instr < 0) /* not a plan instruction's: the engine's sampled step */
+            printf("\n%s [%s; %s] (sampled steps: the device samples)\n", names,
+                   kiln_kop_name(c.op), what);
+        else
+            printf("\n%s [%s; %s] (plan insn %d: %s)\n", names, kiln_kop_name(c.op), what,
+                   site->instr, env.sites[i].opcode);
         if (st) {
             printf("  ERROR: %s\n", e2.msg);
             status = 1;

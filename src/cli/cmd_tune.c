@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/kernel_sites.h"
 #include "kernels/tune.h"
+#include "runtime/kselect.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,50 @@ static bool parse_tokens(const char *s, uint32_t *buckets) {
     return true;
 }
 
+/* kiln_tune_device over the env's device (runtime/backend.h's buffer interface). The
+ * tuner's allocations of one kernel run are few (< 16) and freed before the next run. */
+typedef struct tune_dev {
+    kiln_device *dev;
+    kiln_buf bufs[16];
+} tune_dev;
+
+static kiln_buf *td_find(tune_dev *t, const void *p) {
+    for (int i = 0; i < 16; i++) {
+        const char *base = t->bufs[i].ptr;
+        if (base && (const char *)p >= base && (const char *)p < base + t->bufs[i].size)
+            return &t->bufs[i];
+    }
+    return NULL;
+}
+
+static kiln_status td_alloc(void *ctx, size_t bytes, void **ptr, kiln_err *err) {
+    tune_dev *t = ctx;
+    for (int i = 0; i < 16; i++) {
+        if (t->bufs[i].ptr) continue;
+        KILN_TRY(kiln_buf_alloc(t->dev, KILN_MEM_DEVICE, bytes, &t->bufs[i], err));
+        *ptr = t->bufs[i].ptr;
+        return KILN_OK;
+    }
+    return kiln_err_set(err, KILN_ERR_CAPACITY, "tune: more than 16 device buffers");
+}
+
+static void td_free(void *ctx, void *ptr) {
+    tune_dev *t = ctx;
+    kiln_buf *b = td_find(t, ptr);
+    if (b) kiln_buf_free(t->dev, b);
+}
+
+static kiln_status td_upload(void *ctx, void *dst, const void *src, size_t bytes, kiln_err *err) {
+    tune_dev *t = ctx;
+    kiln_buf *b = td_find(t, dst);
+    if (!b) return kiln_err_set(err, KILN_ERR_INTERNAL, "tune: upload to an unknown buffer");
+    return kiln_buf_h2d(t->dev, b, (size_t)((char *)dst - (char *)b->ptr), src, bytes, err);
+}
+
+static kiln_status td_sync(void *ctx, kiln_err *err) {
+    return kiln_device_sync(((tune_dev *)ctx)->dev, err);
+}
+
 int kiln_cmd_tune(int argc, char **argv) {
     static const kiln_cmd_usage u = {
         "kiln tune -m MODEL [--ops OPS] [--tokens LIST] [options]",
@@ -74,9 +119,10 @@ int kiln_cmd_tune(int argc, char **argv) {
         return 2;
     }
     /* default: every op with a standalone benchmark; the fused ops (matmul_group,
-     * rope_kv, matmul_argmax) run their members' kernels, which are tuned as such */
+     * rope_kv, matmul_argmax) run their members' kernels, which are tuned as such; the
+     * sample chain has no benchmark here (bench_cuda_sample measures it) */
     uint32_t ops = ~((1u << KILN_KOP_MATMUL_GROUP) | (1u << KILN_KOP_ROPE_KV) |
-                     (1u << KILN_KOP_MATMUL_ARGMAX)),
+                     (1u << KILN_KOP_MATMUL_ARGMAX) | (1u << KILN_KOP_SAMPLE)),
              buckets = 0xf;
     if (opts[1].seen && !parse_ops(opts[1].value, &ops)) return 2;
     if (opts[2].seen && !parse_tokens(opts[2].value, &buckets)) return 2;
@@ -101,10 +147,15 @@ int kiln_cmd_tune(int argc, char **argv) {
         goto fail;
     if (kiln_perfdb_open(dbpath, &db, &err)) goto fail;
     if (kiln_pool_create((int)threads, &pool, &err)) goto fail;
-    char dev[300];
-    kiln_perfdb_host_device(dev, sizeof dev);
-    printf("tuning %s on %s, %d threads -> %s\n", env.model->path, dev, kiln_pool_size(pool),
-           dbpath);
+    /* records are keyed as the device's selector reads them (a GPU: host + GPU model) */
+    char dev[512];
+    kiln_device_perf_key(&env.dev, dev, sizeof dev);
+    tune_dev td = {.dev = &env.dev};
+    const kiln_tune_device tdev = {&td,     env.dev.queue, env.dev.impl, td_alloc,
+                                   td_free, td_upload,     td_sync};
+    const bool on_device = !env.be->host_memory;
+    printf("tuning %s on %s, %d threads -> %s\n", env.model->path, on_device ? env.dev.name : dev,
+           kiln_pool_size(pool), dbpath);
     printf("%-28s %-9s %-7s %-30s %10s %10s %7s\n", "site", "op", "tokens", "kernel", "median us",
            "p95 us", "samples");
     const kiln_registry *reg = kiln_selector_registry(env.sel);
@@ -126,8 +177,11 @@ int kiln_cmd_tune(int argc, char **argv) {
             for (int ki = 0; ki < reg->n_by_op[c.op]; ki++) {
                 const kiln_reg_kernel *k = &reg->kernels[reg->by_op[c.op][ki]];
                 if (kiln_select_check(env.sel, k, &c) & KILN_REASONS_HARD) continue;
-                kiln_tune_opts to = {
-                    .warmup = 2, .reps = (int)reps, .max_seconds = max_s, .pool = pool};
+                kiln_tune_opts to = {.warmup = 2,
+                                     .reps = (int)reps,
+                                     .max_seconds = max_s,
+                                     .pool = pool,
+                                     .device = on_device ? &tdev : NULL};
                 /* the loaded weight when it is in the layout this kernel reads (the
                  * engine's load plan); else the tuner's own random weights — never a
                  * read of the file behind the plan */

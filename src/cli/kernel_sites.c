@@ -58,7 +58,7 @@ kiln_status kiln_kernel_env_open(kiln_kernel_env *env, const char *model_arg, co
     env->bound = true;
     int n = 0;
     for (int32_t i = 0; i < env->bp.plan.n_insns; i++) n += env->bp.bi[i].n_sites;
-    env->sites = kiln_calloc((size_t)(n > 0 ? n : 1), sizeof *env->sites);
+    env->sites = kiln_calloc((size_t)n + 1, sizeof *env->sites);
     if (!env->sites) {
         st = kiln_err_set(err, KILN_ERR_NOMEM, "call sites: out of memory");
         goto fail;
@@ -80,6 +80,18 @@ kiln_status kiln_kernel_env_open(kiln_kernel_env *env, const char *model_arg, co
             ms->site.ctx.tokens_max = 0;
             ms->site.ctx.seq_max = 0;
         }
+    }
+    if (!env->be->host_memory) { /* the engine samples on the device (engine.c) */
+        kiln_callsite *cs = &env->sample_cs;
+        *cs = (kiln_callsite){.op = KILN_KOP_SAMPLE, .w_dtype = KILN_DTYPE_F32};
+        snprintf(cs->name, sizeof cs->name, "%s", KILN_SAMPLE_SITE);
+        kiln_model_site *ms = &env->sites[env->n_sites++];
+        ms->cs = cs;
+        ms->layer = -1;
+        ms->opcode = "sample";
+        snprintf(ms->site.name, sizeof ms->site.name, "%s", cs->name);
+        ms->site.instr = -1;
+        kiln_callsite_ctx(env->be, cs, &ms->site.ctx);
     }
     return KILN_OK;
 fail:

@@ -31,7 +31,9 @@ typedef struct kiln_kernel_env {
     bool bound;
     kiln_model_site *sites;
     int n_sites;
-    kiln_selector *sel; /* dev's selector (borrowed) */
+    kiln_selector *sel;      /* dev's selector (borrowed) */
+    kiln_callsite sample_cs; /* a device backend's sampled step (KILN_SAMPLE_SITE): the
+                                last site, not a plan instruction's (instr -1) */
     char perf_path[512];
 } kiln_kernel_env;
 

@@ -6,6 +6,8 @@
 #include "base/mem.h"
 #include "base/timer.h"
 #include "format/dtype.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda_t16.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,9 +21,13 @@ int64_t kiln_tune_tokens(const kiln_sel_ctx *c) {
     return t < 1 ? 1 : t;
 }
 
-/* everything one run needs; freed together (and its random stream) */
+#define TUNE_BUFS 12
+
+/* everything one run needs; freed together (and its random stream). A device run mirrors
+ * each host buffer into a device allocation (d[i], same size) before timing. */
 typedef struct bufs {
-    void *p[12];
+    void *p[TUNE_BUFS], *d[TUNE_BUFS];
+    size_t sz[TUNE_BUFS];
     int n;
     uint64_t rng;
 } bufs;
@@ -35,15 +41,92 @@ static float frand_(bufs *b) {
 #define frand() frand_(b)
 
 static void *balloc(bufs *b, size_t bytes, kiln_err *err) {
-    if (b->n >= 12) return NULL;
-    void *p = kiln_calloc_aligned(bytes ? bytes : 64);
+    if (b->n >= TUNE_BUFS) {
+        kiln_err_set(err, KILN_ERR_INTERNAL, "tune: more than %d buffers", TUNE_BUFS);
+        return NULL;
+    }
+    if (!bytes) bytes = 64;
+    void *p = kiln_calloc_aligned(bytes);
     if (!p) {
         kiln_err_set(err, KILN_ERR_NOMEM, "tune: cannot allocate %zu bytes", bytes);
         return NULL;
     }
+    b->sz[b->n] = bytes;
     b->p[b->n++] = p;
     return p;
 }
+
+/* Copies every host buffer into a device allocation of the same size. */
+static kiln_status mirror(bufs *b, const kiln_tune_device *d, kiln_err *err) {
+    for (int i = 0; i < b->n; i++) {
+        KILN_TRY(d->alloc(d->ctx, b->sz[i], &b->d[i], err));
+        KILN_TRY(d->upload(d->ctx, b->d[i], b->p[i], b->sz[i], err));
+    }
+    return d->sync(d->ctx, err);
+}
+
+/* The device address of host address h inside one of b's buffers (h itself when it is in
+ * none of them: a caller's device pointer, or NULL). */
+static void *dev_addr(const bufs *b, const void *h) {
+    const char *c = h;
+    for (int i = 0; c && i < b->n; i++) {
+        const char *base = b->p[i];
+        if (c >= base && c < base + b->sz[i]) return (char *)b->d[i] + (c - base);
+    }
+    return (void *)h;
+}
+#define DEV(field) ((field) = dev_addr(b, (field)))
+
+/* The pointers of the op's arguments -> their device mirrors. */
+static void to_device(const bufs *b, kiln_kop op, void *args) {
+    switch (op) {
+    case KILN_KOP_MATMUL: {
+        kiln_matmul_args *a = args;
+        DEV(a->w), DEV(a->x), DEV(a->y), DEV(a->bias);
+        break;
+    }
+    case KILN_KOP_RMS_NORM: {
+        kiln_rms_norm_args *a = args;
+        DEV(a->x), DEV(a->y), DEV(a->w), DEV(a->r);
+        break;
+    }
+    case KILN_KOP_ADD: {
+        kiln_add_args *a = args;
+        DEV(a->a), DEV(a->b), DEV(a->y);
+        break;
+    }
+    case KILN_KOP_GLU: {
+        kiln_glu_args *a = args;
+        DEV(a->gate), DEV(a->up), DEV(a->y);
+        break;
+    }
+    case KILN_KOP_EMBED: {
+        kiln_embed_args *a = args;
+        DEV(a->w), DEV(a->ids), DEV(a->y);
+        break;
+    }
+    case KILN_KOP_ROPE: {
+        kiln_rope_args *a = args;
+        DEV(a->x), DEV(a->pos);
+        break;
+    }
+    case KILN_KOP_KV_WRITE: {
+        kiln_kv_write_args *a = args;
+        DEV(a->kv.k), DEV(a->kv.v), DEV(a->k), DEV(a->v), DEV(a->tok_seq), DEV(a->tok_pos);
+        DEV(a->blocks.table), DEV(a->blocks.seq_len);
+        break;
+    }
+    case KILN_KOP_ATTENTION: {
+        kiln_attention_args *a = args;
+        DEV(a->kv.k), DEV(a->kv.v), DEV(a->q), DEV(a->out), DEV(a->tok_seq), DEV(a->tok_pos);
+        DEV(a->blocks.table), DEV(a->blocks.seq_len);
+        break;
+    }
+    default:
+        break;
+    }
+}
+#undef DEV
 
 static float *frandom(bufs *b, size_t n, kiln_err *err) {
     float *x = balloc(b, n * sizeof(float), err);
@@ -72,9 +155,69 @@ static const void *random_weights(bufs *b, uint32_t dtype, int64_t rows, int64_t
     return w;
 }
 
+/* Plain rows w (row_bytes apart) of an n x k weight -> the layout the kernel reads, as the
+ * loader makes it (bind.c's layouts). */
+static const void *in_layout(bufs *b, uint32_t layout, uint32_t dtype, const void *w, int64_t n,
+                             int64_t k, size_t *row_bytes, kiln_err *err) {
+    size_t total;
+    void *out;
+    switch (layout) {
+    case KILN_WLAYOUT_PLAIN:
+        return w;
+    case KILN_WLAYOUT_CPU_R16:
+        if (!kiln_cpu_r16_supports(dtype)) break;
+        if (kiln_cpu_r16_size(dtype, n, k, &total, err) || !(out = balloc(b, total, err)) ||
+            kiln_cpu_r16_repack(dtype, w, *row_bytes, n, k, out, err))
+            return NULL;
+        *row_bytes = kiln_cpu_r16_group_bytes(dtype, k) / 16;
+        return out;
+    case KILN_WLAYOUT_CUDA_T16: {
+        if (!kiln_cuda_t16_supports(dtype) || k % kiln_cuda_t16_k(dtype)) break;
+        size_t rows = (size_t)((n + 15) / 16 * 16); /* the last tile padded */
+        if (!kiln_size_mul(rows, *row_bytes, &total)) {
+            kiln_err_set(err, KILN_ERR_OVERFLOW, "tune: T16 weight size overflows");
+            return NULL;
+        }
+        if (!(out = balloc(b, total, err)) ||
+            kiln_cuda_t16_repack(dtype, w, *row_bytes, n, k, out, err))
+            return NULL;
+        return out; /* a tile holds 16 plain rows' bytes: the row stride is unchanged */
+    }
+    default:
+        break;
+    }
+    kiln_err_set(err, KILN_ERR_UNSUPPORTED, "tune: cannot make weight layout %u for %s, k %lld",
+                 layout, kiln_dtype_name(dtype), (long long)k);
+    return NULL;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* One call of the kernel on the arguments of its op (a: the union in kiln_tune_kernel). */
+static kiln_status run_once(const kiln_reg_kernel *k, kiln_kop op, kiln_kctx *kc, void *a) {
+    switch (op) {
+    case KILN_KOP_MATMUL:
+        return k->spec.fn.matmul(kc, a);
+    case KILN_KOP_RMS_NORM:
+        return k->spec.fn.rms_norm(kc, a);
+    case KILN_KOP_ADD:
+        return k->spec.fn.add(kc, a);
+    case KILN_KOP_GLU:
+        return k->spec.fn.glu(kc, a);
+    case KILN_KOP_EMBED:
+        return k->spec.fn.embed(kc, a);
+    case KILN_KOP_ROPE:
+        return k->spec.fn.rope(kc, a);
+    case KILN_KOP_KV_WRITE:
+        return k->spec.fn.kv_write(kc, a);
+    case KILN_KOP_ATTENTION:
+        return k->spec.fn.attention(kc, a);
+    default:
+        return KILN_ERR_UNSUPPORTED;
+    }
 }
 
 kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
@@ -88,14 +231,20 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
     kiln_perf_ctx_shape(c, rec->shape, sizeof rec->shape);
     if (!k->spec.fn.any)
         return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: not built", k->spec.id);
-    if (k->spec.platform != KILN_PLATFORM_HOST)
-        return kiln_err_set(err, KILN_ERR_UNSUPPORTED, "%s: tune measures host kernels only",
-                            k->spec.id);
+    const kiln_tune_device *dv = k->spec.platform != KILN_PLATFORM_HOST ? o->device : NULL;
+    if (k->spec.platform != KILN_PLATFORM_HOST && !dv)
+        return kiln_err_set(err, KILN_ERR_UNSUPPORTED,
+                            "%s: a device kernel, and no device to measure it on", k->spec.id);
     int64_t t = kiln_tune_tokens(c);
     bufs bb_ = {.rng = 0x9e3779b97f4a7c15ull}, *b = &bb_;
     kiln_status st = KILN_OK;
     size_t ws = k->spec.workspace ? k->spec.workspace(c) : 0;
-    kiln_kctx kc = {.pool = o->pool, .scratch = NULL, .scratch_size = ws};
+    kiln_kctx kc = {.pool = o->pool,
+                    .scratch = NULL,
+                    .scratch_size = ws,
+                    .stream = dv ? dv->stream : NULL,
+                    .dev = dv ? dv->impl : NULL,
+                    .err = err};
     if (ws && !(kc.scratch = balloc(b, ws, err))) {
         st = err ? err->code : KILN_ERR_NOMEM;
         goto done;
@@ -113,7 +262,6 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
     memset(&a, 0, sizeof a);
     int32_t *ints = NULL;
     kiln_kv_blocks seq = {0};
-    int32_t seq_len = 0;
     int64_t n = c->n > 0 ? c->n : 1;
 #define NEED(ptr)                                                                                  \
     do {                                                                                           \
@@ -134,6 +282,9 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
             a.mm.w_row_bytes = o->w_row_bytes;
         } else {
             a.mm.w = random_weights(b, c->w_dtype, n, c->k, &a.mm.w_row_bytes, err);
+            NEED(a.mm.w);
+            a.mm.w =
+                in_layout(b, a.mm.w_layout, c->w_dtype, a.mm.w, n, c->k, &a.mm.w_row_bytes, err);
             NEED(a.mm.w);
         }
         float *x = frandom(b, (size_t)(t * c->k), err);
@@ -232,12 +383,12 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
         kiln_kv_layer kv = {.dtype = kvdt, .n_kv_head = nkv, .head_dim = hd, .block_bytes = bb};
         NEED(kv.k = balloc(b, bb * (size_t)nblk, err));
         NEED(kv.v = balloc(b, bb * (size_t)nblk, err));
-        NEED(ints = balloc(b, (size_t)(nblk + 2 * t) * sizeof(int32_t), err));
+        NEED(ints = balloc(b, (size_t)(nblk + 2 * t + 1) * sizeof(int32_t), err));
         for (int32_t i = 0; i < nblk; i++) ints[i] = i;
-        int32_t *tok_seq = ints + nblk, *tok_pos = tok_seq + t;
+        int32_t *tok_seq = ints + nblk, *tok_pos = tok_seq + t, *seq_len = tok_pos + t;
         for (int64_t i = 0; i < t; i++) tok_seq[i] = 0, tok_pos[i] = (int32_t)(ctxlen - t + i);
-        seq_len = (int32_t)ctxlen;
-        seq = (kiln_kv_blocks){.table = ints, .seq_len = &seq_len, .n_seqs = 1, .stride = nblk};
+        *seq_len = (int32_t)ctxlen;
+        seq = (kiln_kv_blocks){.table = ints, .seq_len = seq_len, .n_seqs = 1, .stride = nblk};
         float *q = frandom(b, (size_t)(t * nh * hd), err);
         NEED(q);
         if (c->op == KILN_KOP_KV_WRITE) {
@@ -274,6 +425,12 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
         goto done;
     }
 #undef NEED
+    if (dv) {
+        st = mirror(b, dv, err);
+        if (st) goto done;
+        kc.scratch = dev_addr(b, kc.scratch);
+        to_device(b, c->op, &a);
+    }
     int warm = o->warmup < 1 ? 1 : o->warmup, reps = o->reps < 3 ? 3 : o->reps;
     double *times = kiln_calloc((size_t)reps, sizeof *times);
     if (!times) {
@@ -283,40 +440,19 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
     int done_reps = 0;
     uint64_t start = kiln_now_ns();
     for (int i = 0; i < warm + reps; i++) {
+        /* a device sample: a batch of calls back to back, then one wait */
+        int calls = dv && i > 0 ? KILN_TUNE_DEVICE_BATCH : 1;
         uint64_t t0 = kiln_now_ns();
-        switch (c->op) {
-        case KILN_KOP_MATMUL:
-            st = k->spec.fn.matmul(&kc, &a.mm);
-            break;
-        case KILN_KOP_RMS_NORM:
-            st = k->spec.fn.rms_norm(&kc, &a.rn);
-            break;
-        case KILN_KOP_ADD:
-            st = k->spec.fn.add(&kc, &a.add);
-            break;
-        case KILN_KOP_GLU:
-            st = k->spec.fn.glu(&kc, &a.glu);
-            break;
-        case KILN_KOP_EMBED:
-            st = k->spec.fn.embed(&kc, &a.emb);
-            break;
-        case KILN_KOP_ROPE:
-            st = k->spec.fn.rope(&kc, &a.rope);
-            break;
-        case KILN_KOP_KV_WRITE:
-            st = k->spec.fn.kv_write(&kc, &a.kvw);
-            break;
-        case KILN_KOP_ATTENTION:
-            st = k->spec.fn.attention(&kc, &a.at);
-            break;
-        default:
-            break;
-        }
-        double us = (double)(kiln_now_ns() - t0) / 1e3;
+        for (int j = 0; j < calls && !st; j++) st = run_once(k, c->op, &kc, &a);
+        if (!st && dv) st = dv->sync(dv->ctx, err);
+        double us = (double)(kiln_now_ns() - t0) / 1e3 / calls;
         if (st) {
+            char why[KILN_ERR_MSG_MAX] = "";
+            if (err) memcpy(why, err->msg, sizeof why);
+            why[sizeof why - 1] = 0;
             kiln_free(times);
-            st = kiln_err_set(err, st, "%s failed while tuning (%s)", k->spec.id,
-                              kiln_status_name(st));
+            st = kiln_err_set(err, st, "%s failed while tuning (%s%s%s)", k->spec.id,
+                              kiln_status_name(st), why[0] ? ": " : "", why);
             goto done;
         }
         if (i == 0) rec->warmup_ms = us / 1e3;
@@ -338,6 +474,9 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
     rec->samples = done_reps;
     kiln_free(times);
 done:
-    for (int i = 0; i < b->n; i++) kiln_free_aligned(b->p[i]);
+    for (int i = 0; i < b->n; i++) {
+        if (b->d[i] && dv) dv->free(dv->ctx, b->d[i]);
+        kiln_free_aligned(b->p[i]);
+    }
     return st;
 }

@@ -174,7 +174,7 @@ kiln_status kiln_device_open(const kiln_backend *be, int32_t ordinal, kiln_devic
     dev->be = be;
     dev->ordinal = ordinal;
     KILN_TRY(be->open(dev, err));
-    kiln_status st = kiln_kselect_new(&dev->ks, err);
+    kiln_status st = kiln_kselect_new(&dev->ks, dev, err);
     if (st) {
         be->close(dev);
         memset(dev, 0, sizeof(*dev));

@@ -434,17 +434,21 @@ bool kiln_engine_device_sampling(kiln_engine *e) {
                 e->sample_softcap = e->bp.bi[i].prm.lm_head.softcap;
         kiln_backend_id b;
         if (!e->tp && !e->dev.be->host_memory && kiln_backend_from_name(e->dev.be->name, &b)) {
-            const kiln_registry *r = kiln_registry_default();
-            const kiln_platform pf = kiln_backend_platform(b);
-            for (int i = 0; i < r->n_by_op[KILN_KOP_SAMPLE]; i++) {
-                const kiln_reg_kernel *k = &r->kernels[r->by_op[KILN_KOP_SAMPLE][i]];
-                if (k->spec.platform != pf || !kiln_registry_kernel_available(r, k)) continue;
-                if (k->spec.backends && !(k->spec.backends & KILN_BACKEND_BIT(b))) continue;
-                e->sample_fn = k->spec.fn.sample;
+            /* chosen like any call site ("output.sample": policy, PerfDB, the breaker's
+             * marks); a host kernel (the reference, when the device's are avoided or
+             * unhealthy) means the host samples */
+            kiln_callsite cs = {.op = KILN_KOP_SAMPLE, .w_dtype = KILN_DTYPE_F32};
+            snprintf(cs.name, sizeof cs.name, "%s", KILN_SAMPLE_SITE);
+            kiln_kernel_fn fn;
+            const kiln_reg_kernel *k = NULL;
+            kiln_err se;
+            kiln_err_clear(&se);
+            if (!kiln_select_callsite(&e->dev, &cs, &fn, NULL, &k, &se) && k &&
+                k->spec.platform == kiln_backend_platform(b) && fn.sample) {
+                e->sample_fn = fn.sample;
                 e->sample_ws_fn = k->spec.workspace;
                 e->sample_backend = b;
                 e->sample_state = 1;
-                break;
             }
         }
     }
@@ -535,6 +539,14 @@ static kiln_status run_sample(kiln_engine *e, const kiln_prepared *pp, const kil
         }
     }
     kiln_status st = e->sample_fn(&kc, &a);
+    if (st && kiln_status_is_fault(st)) {
+        /* the circuit breaker: the kernel is marked unhealthy on this device and the next
+         * sampled step selects again (another device kernel, or the host samples) */
+        kiln_kernel_fn fn = {.sample = e->sample_fn};
+        kiln_err be;
+        kiln_err_clear(&be);
+        if (!kiln_kernel_failed(&e->dev, fn, err, &be)) e->sample_state = 0;
+    }
     return st ? kiln_err_wrap(err, st, "sampled step") : KILN_OK;
 }
 

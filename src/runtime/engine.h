@@ -106,7 +106,9 @@ struct kiln_engine {
     kiln_buf out_logits, out_ids, out_logits_host, out_ids_host;
     int32_t n_out;
     bool out_greedy; /* token ids (greedy or sampled steps) */
-    /* the sample kernel (sampled steps): looked up at the first one; -1 none, 0 unknown */
+    /* the sample kernel (sampled steps): selected at the first one as call site
+     * KILN_SAMPLE_SITE; -1 none (the host samples), 0 not yet (or again after the breaker
+     * marked it) */
     int sample_state;
     kiln_sample_fn sample_fn;
     kiln_workspace_fn sample_ws_fn; /* its spec's workspace (NULL: none)         */

@@ -28,6 +28,7 @@ static struct {
 
 struct kiln_kselect {
     char policy_path[512], perfdb_path[512], dispatch_path[512];
+    char perf_key[512]; /* whose timings: kiln_device_perf_key */
     kiln_policy policy;
     kiln_perf_table *perf;
     kiln_selector *sel;
@@ -64,9 +65,7 @@ static kiln_status kselect_build(kiln_kselect *ks, kiln_err *err) {
         kiln_perfdb *db;
         kiln_err e2;
         if (!kiln_perfdb_open(path, &db, &e2)) {
-            char dev[300];
-            kiln_perfdb_host_device(dev, sizeof dev);
-            if (kiln_perfdb_load_table(db, dev, &ks->perf, &e2))
+            if (kiln_perfdb_load_table(db, ks->perf_key, &ks->perf, &e2))
                 KILN_WARN("PerfDB %s: %s (selecting without timings)", path, e2.msg);
             kiln_perfdb_close(db);
         } else {
@@ -76,10 +75,24 @@ static kiln_status kselect_build(kiln_kselect *ks, kiln_err *err) {
     return kiln_selector_new(reg, &ks->policy, ks->perf, &ks->sel, err);
 }
 
-kiln_status kiln_kselect_new(kiln_kselect **out, kiln_err *err) {
+void kiln_device_perf_key(const kiln_device *dev, char *out, size_t n) {
+    char host[300];
+    kiln_perfdb_host_device(host, sizeof host);
+    if (!dev || !dev->be || dev->be->host_memory) {
+        snprintf(out, n, "%s", host);
+        return;
+    }
+    /* "cuda:1 NVIDIA H100 ..." -> "cuda:NVIDIA H100 ...": one key for every ordinal of
+     * one model of GPU (a tensor-parallel group's devices share their timings) */
+    const char *model = strchr(dev->name, ' ');
+    snprintf(out, n, "%s|%s:%s", host, dev->be->name, model ? model + 1 : dev->name);
+}
+
+kiln_status kiln_kselect_new(kiln_kselect **out, const kiln_device *dev, kiln_err *err) {
     *out = NULL;
     kiln_kselect *ks = kiln_calloc(1, sizeof(*ks));
     if (!ks) return kiln_err_set(err, KILN_ERR_NOMEM, "kernel selector: out of memory");
+    kiln_device_perf_key(dev, ks->perf_key, sizeof ks->perf_key);
     pthread_mutex_lock(&runtime_config.mu);
     memcpy(ks->policy_path, runtime_config.policy_path, sizeof ks->policy_path);
     memcpy(ks->perfdb_path, runtime_config.perfdb_path, sizeof ks->perfdb_path);
@@ -112,7 +125,7 @@ kiln_status kiln_runtime_selector_configure(const char *policy_path, const char 
     pthread_mutex_unlock(&runtime_config.mu);
     /* check the configuration by building a selector from it */
     kiln_kselect *ks;
-    KILN_TRY(kiln_kselect_new(&ks, err));
+    KILN_TRY(kiln_kselect_new(&ks, NULL, err));
     kiln_kselect_free(ks);
     return KILN_OK;
 }

@@ -35,11 +35,20 @@
 kiln_status kiln_runtime_selector_configure(const char *policy_path, const char *perfdb_path,
                                             const char *dispatch_path, kiln_err *err);
 
-/* A device's selector, built from the process configuration. */
+/* A device's selector, built from the process configuration; dev (NULL: the host) names
+ * whose PerfDB timings it reads (kiln_device_perf_key). */
 typedef struct kiln_kselect kiln_kselect;
-kiln_status kiln_kselect_new(kiln_kselect **out, kiln_err *err);
+kiln_status kiln_kselect_new(kiln_kselect **out, const kiln_device *dev, kiln_err *err);
 void kiln_kselect_free(kiln_kselect *ks);
+/* The PerfDB device key of dev: the host's (kiln_perfdb_host_device) for host backends
+ * and NULL; for a GPU the host's followed by "|cuda:" and the GPU's model name (not its
+ * ordinal), so timings of one GPU model are never read for another. */
+void kiln_device_perf_key(const kiln_device *dev, char *out, size_t n);
 kiln_selector *kiln_kselect_selector(kiln_kselect *ks);
+
+/* The sampled step's call site (the engine selects its sample kernel under this name;
+ * `kiln explain` shows it for backends that sample on the device). */
+#define KILN_SAMPLE_SITE "output.sample"
 
 /* The selection context of call site cs (bucket cs->bucket) on backend be. */
 void kiln_callsite_ctx(const kiln_backend *be, const kiln_callsite *cs, kiln_sel_ctx *c);
