@@ -101,8 +101,8 @@ static void test_t16_dequant_bits(void **state) {
                     const size_t i = (size_t)(rr * k + c);
                     const uint16_t dh = h1[i], dl = h1[(size_t)(n * k) + i];
                     if (dh == hi && dl == lo) continue;
-                    const double vd = (double)kiln_fp16_to_f32(dh) +
-                                      (double)kiln_fp16_to_f32(dl) / 2048.0;
+                    const double vd =
+                        (double)kiln_fp16_to_f32(dh) + (double)kiln_fp16_to_f32(dl) / 2048.0;
                     ndiff++;
                     if (!fma_k || !(fabs(vd - (double)row[c]) <= 0x1p-21 * (double)amax))
                         fail_msg("%s: row %lld column %lld: %04x / %04x, host %04x / %04x", what,

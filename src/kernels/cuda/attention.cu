@@ -110,12 +110,11 @@ template <int E, bool F16> __device__ __forceinline__ void load_row(const uint8_
  * batch invariant. G > 1 where the blocks fill the GPU (att_gqa_group); KILN_CUDA_OLD_ATTN=1:
  * never. */
 template <int E, bool F16, int G>
-__device__ __forceinline__ void attn_body(kiln_kv_layer kv, const float *__restrict__ q, int64_t qs,
-                                          float *out, int64_t os, int n_head,
-                                          const int32_t *__restrict__ tok_seq,
-                                          const int32_t *__restrict__ tok_pos, kiln_kv_blocks bl,
-                                          float scale, float softcap, int window,
-                                          float *__restrict__ part, int64_t t0, float *smem) {
+__device__ __forceinline__ void
+attn_body(kiln_kv_layer kv, const float *__restrict__ q, int64_t qs, float *out, int64_t os,
+          int n_head, const int32_t *__restrict__ tok_seq, const int32_t *__restrict__ tok_pos,
+          kiln_kv_blocks bl, float scale, float softcap, int window, float *__restrict__ part,
+          int64_t t0, float *smem) {
     constexpr int HD = 32 * E;
     const int h0 = blockIdx.x * G, kvh = h0 / (n_head / kv.n_kv_head);
     const int64_t t = t0 + blockIdx.y;
@@ -263,6 +262,25 @@ __global__ void __launch_bounds__(32)
     for (int e = 0; e < E; e++) o[e] = r[e] * inv;
 }
 
+/* One butterfly step of attn_split_kernel's reduction at distance D over the first N
+ * values of a lane (N > 1: keep a half, add the partner's copy of it; N <= 1: add the
+ * partner's value). The halves are chosen by masks, not by a select the compiler may turn
+ * into an indexed (local-memory) load. */
+template <int N, int D> __device__ __forceinline__ void att_bfly(float *v, int lane) {
+    if constexpr (N > 1) {
+        const int um = (lane & D) ? -1 : 0;
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) {
+            const int lo = __float_as_int(v[i]), hi = __float_as_int(v[i + N / 2]);
+            const float keep = __int_as_float((lo & ~um) | (hi & um));
+            const float send = __int_as_float((hi & ~um) | (lo & um));
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, D);
+        }
+    } else {
+        v[0] += __shfl_xor_sync(0xffffffffu, v[0], D);
+    }
+}
+
 /* Split ranges, session 12 (attn_split_kernel): a block per (G query heads, token, range)
  * of a token attending to len > ATT_SPLIT_LEN positions, att2_ranges(len) ranges of 256
  * positions (up to 64 ranges; longer ones past 16384), so one decode token of the 8B fills
@@ -360,20 +378,11 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
             }
             /* butterfly: at distance 16, 8, ... a lane keeps half its values (the upper half
              * where its distance bit is set) and adds its partner's copy of them */
-#pragma unroll
-            for (int st = 0; st < 5; st++) {
-                const int dist = 16 >> st, n = NL >> st;
-                if (n > 1) {
-                    const bool up = lane & dist;
-#pragma unroll
-                    for (int i = 0; i < n / 2; i++) {
-                        const float keep = up ? v[i + n / 2] : v[i], send = up ? v[i] : v[i + n / 2];
-                        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, dist);
-                    }
-                } else {
-                    v[0] += __shfl_xor_sync(0xffffffffu, v[0], dist);
-                }
-            }
+            att_bfly<NL, 16>(v, lane);
+            att_bfly<(NL >> 1), 8>(v, lane);
+            att_bfly<(NL >> 2), 4>(v, lane);
+            att_bfly<(NL >> 3), 2>(v, lane);
+            att_bfly<(NL >> 4), 1>(v, lane);
             const int i = 32 * r + (lane >> SH), j = i % P;
             float s = v[0] * scale;
             if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
@@ -668,8 +677,10 @@ extern "C" size_t kiln_cuda_attention_ws_bytes(int64_t t, int32_t n_head, int32_
     if (t <= 0 || n_head <= 0 || head_dim <= 0 || att_splits(max_len) == 1) return 0;
     /* session 11's ranges (KILN_CUDA_OLD_SPLITK) and session 12's: the larger */
     const int64_t tc = t < ATT_TCHUNK ? t : ATT_TCHUNK, tc2 = t < ATT2_TCHUNK ? t : ATT2_TCHUNK;
-    const size_t b1 = (size_t)tc * (size_t)n_head * ATT_ZMAX * ((size_t)head_dim + 2) * sizeof(float);
-    const size_t b2 = (size_t)tc2 * (size_t)n_head * ATT2_ZMAX * ((size_t)head_dim + 4) * sizeof(float);
+    const size_t b1 =
+        (size_t)tc * (size_t)n_head * ATT_ZMAX * ((size_t)head_dim + 2) * sizeof(float);
+    const size_t b2 =
+        (size_t)tc2 * (size_t)n_head * ATT2_ZMAX * ((size_t)head_dim + 4) * sizeof(float);
     return b1 > b2 ? b1 : b2;
 }
 
@@ -708,7 +719,8 @@ extern "C" kiln_status kiln_cuda_attention(const kiln_kctx *c, const kiln_attent
         const size_t need = kiln_cuda_attention_ws_bytes(a->t, a->n_head, hd, maxlen);
         if (!c->scratch || c->scratch_size < need) return KILN_ERR_INVALID_ARG; /* spec'd */
         const int g = a->n_head / a->kv.n_kv_head;
-        const int g2 = !kc_old_attn && (hd == 64 || hd == 128) && (g == 2 || g == 4 || g == 8) ? g : 0;
+        const int g2 =
+            !kc_old_attn && (hd == 64 || hd == 128) && (g == 2 || g == 4 || g == 8) ? g : 0;
         for (int64_t t0 = 0; t0 < a->t; t0 += ATT2_TCHUNK) {
             const int64_t tc = a->t - t0 < ATT2_TCHUNK ? a->t - t0 : ATT2_TCHUNK;
             const kiln_status st =

@@ -1136,7 +1136,8 @@ __global__ void __launch_bounds__(DQC_WARPS * 32)
                 const uint8_t *lw = c + 512 * (bb / 2) + 16 * (4 * g + tg) + 4 * (2 * h);
                 const uint32_t u = *(const uint32_t *)(lw + 4 * (p / 2));
 #pragma unroll
-                for (int e = 0; e < 4; e++) v[4 * tt + e] = d1 * (float)((u >> (8 * e + sh)) & 15u) - m1;
+                for (int e = 0; e < 4; e++)
+                    v[4 * tt + e] = d1 * (float)((u >> (8 * e + sh)) & 15u) - m1;
             }
         } else {
             const int8_t *scs = (const int8_t *)(c + 3072 + 16 * (2 * g + h));
@@ -1257,14 +1258,18 @@ extern "C" kiln_status kiln_cuda_t16_dequant_f16(void *stream, const void *w, ui
         __half *ob = (__half *)out;
         if (dtype == KILN_DTYPE_Q4_K) {
             if (cs)
-                dequant_t16kc_kernel<KILN_DTYPE_Q4_K, true><<<(unsigned)gc, DQC_WARPS * 32, 0, s>>>(wb, n, k, ob);
+                dequant_t16kc_kernel<KILN_DTYPE_Q4_K, true>
+                    <<<(unsigned)gc, DQC_WARPS * 32, 0, s>>>(wb, n, k, ob);
             else
-                dequant_t16kc_kernel<KILN_DTYPE_Q4_K, false><<<(unsigned)gc, DQC_WARPS * 32, 0, s>>>(wb, n, k, ob);
+                dequant_t16kc_kernel<KILN_DTYPE_Q4_K, false>
+                    <<<(unsigned)gc, DQC_WARPS * 32, 0, s>>>(wb, n, k, ob);
         } else {
             if (cs)
-                dequant_t16kc_kernel<KILN_DTYPE_Q6_K, true><<<(unsigned)gc, DQC_WARPS * 32, 0, s>>>(wb, n, k, ob);
+                dequant_t16kc_kernel<KILN_DTYPE_Q6_K, true>
+                    <<<(unsigned)gc, DQC_WARPS * 32, 0, s>>>(wb, n, k, ob);
             else
-                dequant_t16kc_kernel<KILN_DTYPE_Q6_K, false><<<(unsigned)gc, DQC_WARPS * 32, 0, s>>>(wb, n, k, ob);
+                dequant_t16kc_kernel<KILN_DTYPE_Q6_K, false>
+                    <<<(unsigned)gc, DQC_WARPS * 32, 0, s>>>(wb, n, k, ob);
         }
         return kc_launched();
     }
