@@ -43,18 +43,19 @@ __host__ __device__ __forceinline__ int32_t att_chunk(int32_t len, int ns) {
     return (c + ATT_WARPS - 1) / ATT_WARPS * ATT_WARPS;
 }
 
-/* Session 12's ranges (attn_split_kernel): ATT2_POS positions a range, at most ATT2_ZMAX
+/* Session 12's ranges (attn_split_kernel): per (default ATT2_POS; KILN_CUDA_ATT2_POS=N, a
+ * multiple of 64 in [64, 4096], read once: A/B runs) positions a range, at most ATT2_ZMAX
  * ranges (then longer ones), a range a multiple of 64 positions; the number of non-empty
  * ranges, and their length in *chunk. 1: the token is not split (len <= ATT_SPLIT_LEN). */
 #define ATT2_POS    256
 #define ATT2_ZMAX   64
 #define ATT2_TCHUNK 16 /* tokens a launch: ATT2_TCHUNK x ATT2_ZMAX = ATT_TCHUNK x ATT_ZMAX */
-__host__ __device__ __forceinline__ int att2_ranges(int64_t len, int32_t *chunk) {
+__host__ __device__ __forceinline__ int att2_ranges(int64_t len, int per, int32_t *chunk) {
     if (len <= ATT_SPLIT_LEN) {
         *chunk = (int32_t)len;
         return 1;
     }
-    int64_t ns = (len + ATT2_POS - 1) / ATT2_POS;
+    int64_t ns = (len + per - 1) / per;
     if (ns > ATT2_ZMAX) ns = ATT2_ZMAX;
     int64_t c = (len + ns - 1) / ns;
     c = (c + 63) / 64 * 64;
@@ -114,15 +115,15 @@ __device__ __forceinline__ void
 attn_body(kiln_kv_layer kv, const float *__restrict__ q, int64_t qs, float *out, int64_t os,
           int n_head, const int32_t *__restrict__ tok_seq, const int32_t *__restrict__ tok_pos,
           kiln_kv_blocks bl, float scale, float softcap, int window, float *__restrict__ part,
-          int64_t t0, float *smem) {
+          int64_t t0, float *smem, int h0, int sp, bool zw) {
     constexpr int HD = 32 * E;
-    const int h0 = blockIdx.x * G, kvh = h0 / (n_head / kv.n_kv_head);
+    const int kvh = h0 / (n_head / kv.n_kv_head);
     const int64_t t = t0 + blockIdx.y;
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
     const int32_t pos = tok_pos[t], row = tok_seq[t];
     if (row < 0 || row >= bl.n_seqs || pos < 0 || pos >= bl.seq_len[row] ||
         pos / KILN_KV_BLOCK >= bl.stride) { /* validated by the engine */
-        if (wi == 0 && blockIdx.z == 0)
+        if (wi == 0 && zw)
 #pragma unroll
             for (int g = 0; g < G; g++)
 #pragma unroll
@@ -132,7 +133,7 @@ attn_body(kiln_kv_layer kv, const float *__restrict__ q, int64_t qs, float *out,
     }
     const int32_t *table = bl.table + (int64_t)row * bl.stride;
     const int32_t p0 = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
-    const int ns = part ? att_splits(pos + 1 - p0) : 1, sp = blockIdx.z; /* part NULL: no split */
+    const int ns = part ? att_splits(pos + 1 - p0) : 1; /* part NULL: no split */
     if (sp >= ns) return;
     int32_t pa = p0, pb = pos + 1; /* this block's positions [pa, pb) */
     if (ns > 1) {
@@ -223,7 +224,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     kc_pdl_trigger(); /* the next kernel (a T16 gemv) may start: kc_pdl_wait */
     __shared__ __align__(16) float smem[G * ATT_WARPS * (32 * E + 2)];
     attn_body<E, F16, G>(kv, q, qs, out, os, n_head, tok_seq, tok_pos, bl, scale, softcap, window,
-                         part, t0, smem);
+                         part, t0, smem, blockIdx.x * G, blockIdx.z, blockIdx.z == 0);
 }
 
 /* The ranges of a split token merged in order (the warps' merge, over ranges): one warp
@@ -306,7 +307,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     attn_split_kernel(kiln_kv_layer kv, const float *__restrict__ q, int64_t qs, float *out,
                       int64_t os, int n_head, const int32_t *__restrict__ tok_seq,
                       const int32_t *__restrict__ tok_pos, kiln_kv_blocks bl, float scale,
-                      float softcap, int window, float *__restrict__ part, int64_t t0) {
+                      float softcap, int window, float *__restrict__ part, int64_t t0, int ug,
+                      int per) {
     kc_pdl_trigger();
     constexpr int HD = 32 * E, P = E <= 4 ? 8 : 4, NV = G * P;
     constexpr int NL = NV > 32 ? 32 : NV, R = NV / NL; /* values a round, rounds */
@@ -321,11 +323,16 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     const bool ok = !(row < 0 || row >= bl.n_seqs || pos < 0 || pos >= bl.seq_len[row] ||
                       pos / KILN_KV_BLOCK >= bl.stride);
     const int32_t p0 = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
-    if (ok) ns = att2_ranges(pos + 1 - p0, &ch);
+    if (ok) ns = att2_ranges(pos + 1 - p0, per, &ch);
     if (ns == 1) { /* not split (or invalid: zeros): attn_kernel's arithmetic, one range */
-        if (blockIdx.z == 0)
-            attn_body<E, F16, G>(kv, q, qs, out, os, n_head, tok_seq, tok_pos, bl, scale, softcap,
-                                 window, NULL, t0, smem);
+        if (ug) {  /* many blocks: the G heads in block z = 0 */
+            if (blockIdx.z == 0)
+                attn_body<E, F16, G>(kv, q, qs, out, os, n_head, tok_seq, tok_pos, bl, scale,
+                                     softcap, window, NULL, t0, smem, blockIdx.x * G, 0, true);
+        } else if (blockIdx.z < G) { /* few (one decode token): a head per block, z < G */
+            attn_body<E, F16, 1>(kv, q, qs, out, os, n_head, tok_seq, tok_pos, bl, scale, softcap,
+                                 window, NULL, t0, smem, blockIdx.x * G + blockIdx.z, 0, true);
+        }
         return;
     }
     const int sp = blockIdx.z;
@@ -467,7 +474,7 @@ template <int E>
 __global__ void __launch_bounds__(32)
     attn_combine2(float *out, int64_t os, int n_head, const int32_t *__restrict__ tok_seq,
                   const int32_t *__restrict__ tok_pos, kiln_kv_blocks bl, int window,
-                  const float *__restrict__ part, int64_t t0) {
+                  const float *__restrict__ part, int64_t t0, int per) {
     constexpr int HD = 32 * E, ST = HD + 4;
     const int h = blockIdx.x, lane = threadIdx.x;
     const int64_t t = t0 + blockIdx.y;
@@ -477,7 +484,7 @@ __global__ void __launch_bounds__(32)
         return; /* attn_split_kernel wrote zeros */
     const int32_t p0 = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
     int32_t ch;
-    const int ns = att2_ranges(pos + 1 - p0, &ch);
+    const int ns = att2_ranges(pos + 1 - p0, per, &ch);
     if (ns == 1) return;
     const float *w = part + ((int64_t)blockIdx.y * n_head + h) * ATT2_ZMAX * ST;
     float ms[2], ls[2];
@@ -517,7 +524,7 @@ __global__ void __launch_bounds__(32)
 /* The GQA kernel for this call: head_dim 64 or 128, 2 / 4 / 8 query heads per KV head,
  * and (KV heads x tokens) blocks enough to fill the GPU twice (fewer: G = 1's G times as many
  * blocks are faster, e.g. one decode sequence). 0: G = 1. */
-static int kc_old_attn = -1, kc_old_splitk = -1;
+static int kc_old_attn = -1, kc_old_splitk = -1, kc_att2_pos = -1;
 extern "C" void kiln_cuda_attention_gqa(int on) {
     kc_old_attn = on ? 0 : 1;
 }
@@ -606,18 +613,18 @@ static kiln_status att_launch(const kiln_attention_args *a, bool f16, int gq, in
 
 #define ATT2_SPLIT(EE, GG)                                                                         \
     do {                                                                                           \
-        dim3 gg((unsigned)(a->n_head / GG), (unsigned)tc, (unsigned)zmax);                         \
+        dim3 gg((unsigned)(a->n_head / GG), (unsigned)tc, (unsigned)(zmax > GG ? zmax : GG));      \
         if (f16)                                                                                   \
             attn_split_kernel<EE, true, GG><<<gg, ATT_WARPS * 32, 0, s>>>(                         \
                 a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->tok_seq,            \
-                a->tok_pos, a->blocks, a->scale, a->softcap, a->window, part, t0);                 \
+                a->tok_pos, a->blocks, a->scale, a->softcap, a->window, part, t0, ug, per);        \
         else                                                                                       \
             attn_split_kernel<EE, false, GG><<<gg, ATT_WARPS * 32, 0, s>>>(                        \
                 a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->tok_seq,            \
-                a->tok_pos, a->blocks, a->scale, a->softcap, a->window, part, t0);                 \
+                a->tok_pos, a->blocks, a->scale, a->softcap, a->window, part, t0, ug, per);        \
         attn_combine2<EE><<<dim3((unsigned)a->n_head, (unsigned)tc), 32, 0, s>>>(                  \
             a->out, a->out_stride, a->n_head, a->tok_seq, a->tok_pos, a->blocks, a->window, part,  \
-            t0);                                                                                   \
+            t0, per);                                                                              \
     } while (0)
 
 #define ATT2_CASE(EE)                                                                              \
@@ -626,11 +633,13 @@ static kiln_status att_launch(const kiln_attention_args *a, bool f16, int gq, in
         break
 
 /* One launch of session 12's split path over tokens [t0, t0 + tc): attn_split_kernel (up to
- * zmax ranges a token; tokens that are not split run attn_body there) and attn_combine2. G:
- * the query heads of a KV head where attn_kernel groups them (batch-independent here: a
- * single decode token needs the grouping most), 1 with KILN_CUDA_OLD_ATTN=1. */
-static kiln_status att2_launch(const kiln_attention_args *a, bool f16, int gq, int zmax,
-                               float *part, int64_t t0, int64_t tc, cudaStream_t s) {
+ * zmax ranges a token; tokens that are not split run attn_body there: with ug, as
+ * attn_kernel's G > 1 would (a block for the G heads), else a head per block in z < G, as
+ * its G = 1: the same bits) and attn_combine2. G: the query heads of a KV head where
+ * attn_kernel may group them (batch-independent here: a single decode token needs the
+ * grouping most), 1 with KILN_CUDA_OLD_ATTN=1. */
+static kiln_status att2_launch(const kiln_attention_args *a, bool f16, int gq, int ug, int zmax,
+                               float *part, int64_t t0, int64_t tc, int per, cudaStream_t s) {
     const int hd = a->kv.head_dim;
     if (gq && hd == 64) {
         if (gq == 2)
@@ -667,8 +676,8 @@ static kiln_status att2_launch(const kiln_attention_args *a, bool f16, int gq, i
 
 /* the most ranges of any token attending to <= max_len positions (att2_ranges grows with
  * the length up to ATT2_ZMAX) */
-static int att2_zmax(int64_t max_len) {
-    const int64_t z = (max_len + ATT2_POS - 1) / ATT2_POS;
+static int att2_zmax(int64_t max_len, int per) {
+    const int64_t z = (max_len + per - 1) / per;
     return z > ATT2_ZMAX ? ATT2_ZMAX : (int)z;
 }
 
@@ -719,12 +728,18 @@ extern "C" kiln_status kiln_cuda_attention(const kiln_kctx *c, const kiln_attent
         const size_t need = kiln_cuda_attention_ws_bytes(a->t, a->n_head, hd, maxlen);
         if (!c->scratch || c->scratch_size < need) return KILN_ERR_INVALID_ARG; /* spec'd */
         const int g = a->n_head / a->kv.n_kv_head;
+        if (kc_att2_pos < 0) {
+            const char *e = getenv("KILN_CUDA_ATT2_POS");
+            const long v = e ? strtol(e, NULL, 10) : 0;
+            kc_att2_pos = v >= 64 && v <= 4096 && v % 64 == 0 ? (int)v : ATT2_POS;
+        }
+        const int per = kc_att2_pos;
         const int g2 =
             !kc_old_attn && (hd == 64 || hd == 128) && (g == 2 || g == 4 || g == 8) ? g : 0;
         for (int64_t t0 = 0; t0 < a->t; t0 += ATT2_TCHUNK) {
             const int64_t tc = a->t - t0 < ATT2_TCHUNK ? a->t - t0 : ATT2_TCHUNK;
-            const kiln_status st =
-                att2_launch(a, f16, g2, att2_zmax(maxlen), (float *)c->scratch, t0, tc, s);
+            const kiln_status st = att2_launch(a, f16, g2, gq != 0, att2_zmax(maxlen, per),
+                                               (float *)c->scratch, t0, tc, per, s);
             if (st) return st;
         }
         return kc_launched();
