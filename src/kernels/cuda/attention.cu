@@ -263,6 +263,48 @@ __global__ void __launch_bounds__(32)
     for (int e = 0; e < E; e++) o[e] = r[e] * inv;
 }
 
+/* A lane's E columns of a K or V row as loaded: f16 with E even as E / 2 half2 words
+ * (converted when used: registers for a second group in flight), else as floats. */
+template <int E, bool F16> struct att_row {
+    static constexpr bool PK = F16 && E % 2 == 0;
+    uint32_t w[PK ? E / 2 : E];
+    __device__ __forceinline__ void load(const uint8_t *p) {
+        if constexpr (PK && E % 8 == 0) {
+#pragma unroll
+            for (int i = 0; i < E / 8; i++) {
+                const uint4 u = ((const uint4 *)p)[i];
+                w[4 * i] = u.x, w[4 * i + 1] = u.y, w[4 * i + 2] = u.z, w[4 * i + 3] = u.w;
+            }
+        } else if constexpr (PK && E % 4 == 0) {
+#pragma unroll
+            for (int i = 0; i < E / 4; i++) {
+                const uint2 u = ((const uint2 *)p)[i];
+                w[2 * i] = u.x, w[2 * i + 1] = u.y;
+            }
+        } else if constexpr (PK) {
+#pragma unroll
+            for (int i = 0; i < E / 2; i++) w[i] = ((const uint32_t *)p)[i];
+        } else {
+            float f[E];
+            load_row<E, F16>(p, f);
+#pragma unroll
+            for (int e = 0; e < E; e++) w[e] = __float_as_uint(f[e]);
+        }
+    }
+    __device__ __forceinline__ void zero() {
+#pragma unroll
+        for (int i = 0; i < (PK ? E / 2 : E); i++) w[i] = 0u;
+    }
+    __device__ __forceinline__ float get(int e) const {
+        if constexpr (PK) {
+            const float2 f = __half22float2(*(const __half2 *)&w[e / 2]);
+            return e % 2 ? f.y : f.x;
+        } else {
+            return __uint_as_float(w[e]);
+        }
+    }
+};
+
 /* One butterfly step of attn_split_kernel's reduction at distance D over the first N
  * values of a lane (N > 1: keep a half, add the partner's copy of it; N <= 1: add the
  * partner's value). The halves are chosen by masks, not by a select the compiler may turn
@@ -302,8 +344,8 @@ template <int N, int D> __device__ __forceinline__ void att_bfly(float *v, int l
  * token that is not split runs attn_body here (the same bits as attn_kernel's). The split
  * depends on the token's own attended length only: batch invariant.
  * KILN_CUDA_OLD_SPLITK=1: session 11's ranges (attn_kernel, G = 1 for one token). */
-template <int E, bool F16, int G>
-__global__ void __launch_bounds__(ATT_WARPS * 32)
+template <int E, bool F16, int G, bool PF>
+__global__ void __launch_bounds__(ATT_WARPS * 32, PF &&G *E <= 16 ? 2 : 1) /* PF: 2 blocks / SM */
     attn_split_kernel(kiln_kv_layer kv, const float *__restrict__ q, int64_t qs, float *out,
                       int64_t os, int n_head, const int32_t *__restrict__ tok_seq,
                       const int32_t *__restrict__ tok_pos, kiln_kv_blocks bl, float scale,
@@ -355,22 +397,26 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
 #pragma unroll
     for (int r = 0; r < R; r++) mo[r] = -INFINITY;
-    for (int32_t gp = pa + wi * P; gp < pb; gp += ATT_WARPS * P) {
-        float kr[P][E], vr[P][E];
+    using RowT = att_row<E, F16>;
+    constexpr int WP = ATT_WARPS * P; /* positions a pass of the warps */
+    /* the K and V rows of positions [g0, g0 + P) (zeros past pb) */
+    auto load = [&](RowT(&kr)[P], RowT(&vr)[P], int32_t g0) {
 #pragma unroll
         for (int j = 0; j < P; j++) {
-            const int32_t p = gp + j;
+            const int32_t p = g0 + j;
             if (p < pb) {
                 const int32_t b = table[p / KILN_KV_BLOCK];
                 const size_t off = (size_t)b * kv.block_bytes +
                                    (size_t)(p % KILN_KV_BLOCK) * slot_bytes + head_off;
-                load_row<E, F16>((const uint8_t *)kv.k + off, kr[j]);
-                load_row<E, F16>((const uint8_t *)kv.v + off, vr[j]);
+                kr[j].load((const uint8_t *)kv.k + off);
+                vr[j].load((const uint8_t *)kv.v + off);
             } else {
-#pragma unroll
-                for (int e = 0; e < E; e++) kr[j][e] = 0.0f, vr[j][e] = 0.0f;
+                kr[j].zero(), vr[j].zero();
             }
         }
+    };
+    /* one group of P positions from gp: scores, softmax update, accumulators */
+    auto step = [&](const RowT(&kr)[P], const RowT(&vr)[P], int32_t gp) {
         float sc[R];
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -380,7 +426,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
                 const int gi = (32 * r + i) / P, j = (32 * r + i) % P;
                 float d = 0.0f;
 #pragma unroll
-                for (int e = 0; e < E; e++) d = fmaf(qv[gi][e], kr[j][e], d);
+                for (int e = 0; e < E; e++) d = fmaf(qv[gi][e], kr[j].get(e), d);
                 v[i] = d;
             }
             /* butterfly: at distance 16, 8, ... a lane keeps half its values (the upper half
@@ -427,11 +473,31 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
             for (int e = 0; e < E; e++) {
                 float a = acc[g][e] * c;
 #pragma unroll
-                for (int j = 0; j < P; j++) a = fmaf(pj[j], vr[j][e], a);
+                for (int j = 0; j < P; j++) a = fmaf(pj[j], vr[j].get(e), a);
                 acc[g][e] = a;
             }
         }
         __syncwarp();
+    };
+    RowT ka[P], va[P];
+    int32_t gp = pa + wi * P;
+    if constexpr (PF) { /* the next group's loads in flight while this one is computed */
+        RowT kb[P], vb[P];
+        if (gp < pb) load(ka, va, gp);
+        while (gp < pb) {
+            if (gp + WP < pb) load(kb, vb, gp + WP);
+            step(ka, va, gp);
+            gp += WP;
+            if (gp >= pb) break;
+            if (gp + WP < pb) load(ka, va, gp + WP);
+            step(kb, vb, gp);
+            gp += WP;
+        }
+    } else {
+        for (; gp < pb; gp += WP) {
+            load(ka, va, gp);
+            step(ka, va, gp);
+        }
     }
     /* the warps' states merged as attn_body merges them (m per head from its lanes) */
     float(*sm)[ATT_WARPS] = (float(*)[ATT_WARPS])smem;
@@ -524,12 +590,15 @@ __global__ void __launch_bounds__(32)
 /* The GQA kernel for this call: head_dim 64 or 128, 2 / 4 / 8 query heads per KV head,
  * and (KV heads x tokens) blocks enough to fill the GPU twice (fewer: G = 1's G times as many
  * blocks are faster, e.g. one decode sequence). 0: G = 1. */
-static int kc_old_attn = -1, kc_old_splitk = -1, kc_att2_pos = -1;
+static int kc_old_attn = -1, kc_old_splitk = -1, kc_att2_pos = -1, kc_att2_pf = -1;
 extern "C" void kiln_cuda_attention_gqa(int on) {
     kc_old_attn = on ? 0 : 1;
 }
 extern "C" void kiln_cuda_attention_old_splitk(int on) {
     kc_old_splitk = on ? 1 : 0;
+}
+extern "C" void kiln_cuda_attention_split_prefetch(int on) {
+    kc_att2_pf = on ? 1 : 0;
 }
 static int att_gqa_group(const kiln_attention_args *a) {
     if (kc_old_attn < 0) {
@@ -614,12 +683,16 @@ static kiln_status att_launch(const kiln_attention_args *a, bool f16, int gq, in
 #define ATT2_SPLIT(EE, GG)                                                                         \
     do {                                                                                           \
         dim3 gg((unsigned)(a->n_head / GG), (unsigned)tc, (unsigned)(zmax > GG ? zmax : GG));      \
-        if (f16)                                                                                   \
-            attn_split_kernel<EE, true, GG><<<gg, ATT_WARPS * 32, 0, s>>>(                         \
+        if (f16 && pf)                                                                             \
+            attn_split_kernel<EE, true, GG, true><<<gg, ATT_WARPS * 32, 0, s>>>(                   \
                 a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->tok_seq,            \
                 a->tok_pos, a->blocks, a->scale, a->softcap, a->window, part, t0, ug, per);        \
-        else                                                                                       \
-            attn_split_kernel<EE, false, GG><<<gg, ATT_WARPS * 32, 0, s>>>(                        \
+        else if (f16)                                                                              \
+            attn_split_kernel<EE, true, GG, false><<<gg, ATT_WARPS * 32, 0, s>>>(                  \
+                a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->tok_seq,            \
+                a->tok_pos, a->blocks, a->scale, a->softcap, a->window, part, t0, ug, per);        \
+        else /* f32 cache (tests, debugging): no second group (its rows spill) */                  \
+            attn_split_kernel<EE, false, GG, false><<<gg, ATT_WARPS * 32, 0, s>>>(                 \
                 a->kv, a->q, a->q_stride, a->out, a->out_stride, a->n_head, a->tok_seq,            \
                 a->tok_pos, a->blocks, a->scale, a->softcap, a->window, part, t0, ug, per);        \
         attn_combine2<EE><<<dim3((unsigned)a->n_head, (unsigned)tc), 32, 0, s>>>(                  \
@@ -639,7 +712,8 @@ static kiln_status att_launch(const kiln_attention_args *a, bool f16, int gq, in
  * attn_kernel may group them (batch-independent here: a single decode token needs the
  * grouping most), 1 with KILN_CUDA_OLD_ATTN=1. */
 static kiln_status att2_launch(const kiln_attention_args *a, bool f16, int gq, int ug, int zmax,
-                               float *part, int64_t t0, int64_t tc, int per, cudaStream_t s) {
+                               float *part, int64_t t0, int64_t tc, int per, bool pf,
+                               cudaStream_t s) {
     const int hd = a->kv.head_dim;
     if (gq && hd == 64) {
         if (gq == 2)
@@ -734,12 +808,17 @@ extern "C" kiln_status kiln_cuda_attention(const kiln_kctx *c, const kiln_attent
             kc_att2_pos = v >= 64 && v <= 4096 && v % 64 == 0 ? (int)v : ATT2_POS;
         }
         const int per = kc_att2_pos;
+        if (kc_att2_pf < 0) { /* KILN_CUDA_ATT2_PF=0: no second group in flight (A/B) */
+            const char *e = getenv("KILN_CUDA_ATT2_PF");
+            kc_att2_pf = e && e[0] == '0' ? 0 : 1;
+        }
         const int g2 =
             !kc_old_attn && (hd == 64 || hd == 128) && (g == 2 || g == 4 || g == 8) ? g : 0;
         for (int64_t t0 = 0; t0 < a->t; t0 += ATT2_TCHUNK) {
             const int64_t tc = a->t - t0 < ATT2_TCHUNK ? a->t - t0 : ATT2_TCHUNK;
-            const kiln_status st = att2_launch(a, f16, g2, gq != 0, att2_zmax(maxlen, per),
-                                               (float *)c->scratch, t0, tc, per, s);
+            const kiln_status st =
+                att2_launch(a, f16, g2, gq != 0, att2_zmax(maxlen, per), (float *)c->scratch, t0,
+                            tc, per, kc_att2_pf != 0, s);
             if (st) return st;
         }
         return kc_launched();
