@@ -9,7 +9,8 @@
 #   tests    test_cuda_attention and test_cuda_prefill (the kernels vs ref / the old kernels)
 #   kernels  test_cuda_kernels (the T16 cuBLAS path runs the dequantization)
 #   e2e      test_cuda_e2e on tiny models of every family x type (cuda vs ref)
-#   depth    8B q4_0: kiln bench -p 512 -n 128 -r 3 at -d 0 and -d $DEPTH (default 8192),
+#   depth    8B q4_0: kiln bench -p 512 -n 128 -r 3 at -d $DEPTHS (default "0 $DEPTH", DEPTH
+#            default 8192),
 #            session 12's split (default) and session 11's (KILN_CUDA_OLD_SPLITK=1),
 #            alternating; -d $DEPTH also once per assignment in $DEPTH_AB (e.g.
 #            "KILN_CUDA_ATT2_POS=128 KILN_CUDA_ATT2_POS=512") and without split-K when NOSPLIT=1
@@ -68,7 +69,7 @@ for s in "$@"; do
       step test_cuda_attention 300 test_cuda_attention
       step test_cuda_prefill 200 test_cuda_prefill ;;
     kernels)
-      step test_cuda_kernels 420 test_cuda_kernels ;;
+      step test_cuda_kernels ${KTIME:-420} test_cuda_kernels ;;
     e2e)
       E=/tmp/kiln-e2e
       mkdir -p $E
@@ -81,7 +82,7 @@ for s in "$@"; do
     depth)
       F=$(gen llama3-8b q4_0)
       for r in 1 2; do
-        for d in 0 $D; do
+        for d in ${DEPTHS:-0 $D}; do
           step "q4_0-d$d-new-$r" 200 kiln bench -m "$F" --backend cuda -p 512 -n 128 -d $d -r 3
           step "q4_0-d$d-old-$r" 200 env KILN_CUDA_OLD_SPLITK=1 kiln bench -m "$F" \
             --backend cuda -p 512 -n 128 -d $d -r 3
