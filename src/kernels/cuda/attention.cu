@@ -19,6 +19,12 @@
  * before: deterministic and batch invariant as the unsplit kernel. Calls are cut into
  * launches of ATT_TCHUNK tokens when some token may split (the workspace holds that many).
  * KILN_CUDA_NO_SPLITK=1 turns it off (A/B; other bits for the split tokens).
+ *
+ * Session 12 (attn_split_kernel, attn_combine2; the default when a token may split): ranges
+ * of 256 positions (up to 64 a token), the KV head's query heads in one block, several
+ * positions per warp step with one butterfly reduction of their dots. 8B q4_0 tg128 at
+ * depth 8192: 197.8 -> 294.0 tok/s (session 12 run 2). KILN_CUDA_OLD_SPLITK=1: session 11's
+ * ranges above (A/B).
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/select.h"
@@ -342,7 +348,11 @@ template <int N, int D> __device__ __forceinline__ void att_bfly(float *v, int l
  * (test_attention: G > 1 vs G = 1). The warps merge in shared memory (attn_body's merge),
  * the range's state goes to the workspace, attn_combine2 merges the ranges in order. A
  * token that is not split runs attn_body here (the same bits as attn_kernel's). The split
- * depends on the token's own attended length only: batch invariant.
+ * depends on the token's own attended length only: batch invariant. PF (KILN_CUDA_ATT2_PF=1,
+ * f16 cache): the next group's K / V loads issued before this group is computed (same
+ * bits; at 128 registers with spills for the 8B's shape, slower there: 282.5 vs 294.0
+ * tok/s at depth 8192, run 2). Ranges of 128 / 512 positions measured slower than 256 (run
+ * 1: 235.9 / 242.5 vs 260.2, before the rows were kept as half2 words).
  * KILN_CUDA_OLD_SPLITK=1: session 11's ranges (attn_kernel, G = 1 for one token). */
 template <int E, bool F16, int G, bool PF>
 __global__ void __launch_bounds__(ATT_WARPS * 32, PF &&G *E <= 16 ? 2 : 1) /* PF: 2 blocks / SM */
@@ -808,9 +818,9 @@ extern "C" kiln_status kiln_cuda_attention(const kiln_kctx *c, const kiln_attent
             kc_att2_pos = v >= 64 && v <= 4096 && v % 64 == 0 ? (int)v : ATT2_POS;
         }
         const int per = kc_att2_pos;
-        if (kc_att2_pf < 0) { /* KILN_CUDA_ATT2_PF=0: no second group in flight (A/B) */
+        if (kc_att2_pf < 0) { /* KILN_CUDA_ATT2_PF=1: a second group in flight (A/B) */
             const char *e = getenv("KILN_CUDA_ATT2_PF");
-            kc_att2_pf = e && e[0] == '0' ? 0 : 1;
+            kc_att2_pf = e && e[0] == '1' ? 1 : 0;
         }
         const int g2 =
             !kc_old_attn && (hd == 64 || hd == 128) && (g == 2 || g == 4 || g == 8) ? g : 0;
