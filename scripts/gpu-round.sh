@@ -48,7 +48,8 @@
 #   sample    test_cuda_sample (cuda.sample vs ref.sample and the CPU chain; generation with
 #             device sampling == host sampling) and bench_cuda_sample (the chain per step)
 #   depth     8B q4_0 at depths $DEPTHS (default 8192): kiln bench -d N, split-K attention on
-#             and off (KILN_CUDA_NO_SPLITK=1), llama-bench -d N when in $LLAMA_BIN
+#             and off (KILN_CUDA_NO_SPLITK=1) and session 11's ranges (KILN_CUDA_OLD_SPLITK=1),
+#             llama-bench -d N when in $LLAMA_BIN
 #   sampledrun  kiln run --backend cuda -n 256: default sampling on the device (split
 #             sample kernel), the one-block-per-row kernel (KILN_CUDA_OLD_SAMPLE=1), --temp
 #             0, host sampling; $RUNS rounds alternating; real files when present, kiln-gen
@@ -234,6 +235,8 @@ for s in "$@"; do
       for d in ${DEPTHS:-8192}; do
         step "depth$d-kiln" 300 kiln bench -m "$F" --backend cuda -p 512 -n 128 -d "$d" -r 3
         step "depth$d-nosplit" 300 env KILN_CUDA_NO_SPLITK=1 kiln bench -m "$F" --backend cuda \
+          -p 512 -n 128 -d "$d" -r 3
+        step "depth$d-oldsplit" 300 env KILN_CUDA_OLD_SPLITK=1 kiln bench -m "$F" --backend cuda \
           -p 512 -n 128 -d "$d" -r 3
         llama llama-bench && step "depth$d-llama" 300 "$LB/llama-bench" -m "$F" -ngl 99 -fa 1 \
           -p 512 -n 128 -d "$d" -r 3

@@ -3,8 +3,9 @@
  * the ref kernels on random data, label gpu: kv_write and the fused rope + KV write (f32
  * cache 2e-6, f16 cache 1e-3: one f16 rounding of the same value), attention (2e-5; GQA
  * 1-8, head dims 32-256, windows, softcap, f16 / f32 KV, several sequences in one flat token
- * list over shuffled block tables, split-K past 1024 positions up to 20,000; G > 1 against
- * G = 1 and each call's first / last token alone, bitwise) and the tensor-core flash
+ * list over shuffled block tables, split-K past 1024 positions up to 20,000 in session 12's
+ * ranges and session 11's; G > 1 against G = 1 and each call's first / last token alone,
+ * bitwise) and the tensor-core flash
  * attention (2e-5, both fragment paths, deterministic). Outputs poisoned before every call.
  * Split from test_cuda_kernels.c (which holds the other kernels and the tolerance notes).
  *
@@ -414,6 +415,20 @@ static void test_attention(void **state) {
         {1, 4, 1, 256, {2500}, {2}, 1500, 30.0f, KILN_DTYPE_F16, 1.0f, false},
         {3, 16, 2, 64, {1500, 1030, 700}, {70, 2, 1}, 0, 0, KILN_DTYPE_F32, 1.0f, false},
         {2, 32, 8, 128, {1100, 2000}, {40, 1}, 0, 0, KILN_DTYPE_F16, 1.0f, false},
+        /* session 12's ranges (attn_split_kernel): the 8B's decode at 8192 (G = 4), 8 heads
+         * a KV head with softcap, GQA 3 and head_dim 160 / 256 (G = 1; 4 positions a warp
+         * step past 128), ranges longer than 256 (past 16384), a window of 4000 in 17000
+         * on an f32 cache, head_dim 32, and a call mixing split and unsplit tokens (positions
+         * 1010-1039) over two launches of 16 tokens */
+        {1, 32, 8, 128, {8192}, {1}, 0, 0, KILN_DTYPE_F16, 1.0f, false},
+        {1, 16, 2, 128, {9000}, {2}, 0, 30.0f, KILN_DTYPE_F16, 1.0f, false},
+        {2, 6, 2, 96, {1025, 4000}, {1, 2}, 0, 0, KILN_DTYPE_F32, 1.0f, false},
+        {1, 4, 2, 160, {3000}, {1}, 0, 0, KILN_DTYPE_F16, 1.0f, false},
+        {2, 8, 1, 256, {17000, 1088}, {1, 1}, 0, 0, KILN_DTYPE_F16, 1.0f, false},
+        {1, 8, 2, 64, {17000}, {1}, 4000, 0, KILN_DTYPE_F32, 1.0f, false},
+        {2, 2, 2, 32, {2000, 1100}, {1, 5}, 0, 0, KILN_DTYPE_F32, 1.0f, false},
+        {1, 32, 8, 128, {1040}, {30}, 0, 0, KILN_DTYPE_F16, 1.0f, true},
+        {1, 32, 8, 128, {6000}, {1}, 0, 0, KILN_DTYPE_F16, 40.0f, false},
     };
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
         const attn_case *c = &cs[ci];
@@ -428,6 +443,30 @@ static void test_attention(void **state) {
         snprintf(what, sizeof what, "attention case %zu (gqa %d, hd %d, window %d)", ci,
                  c->n_head / c->n_kv_head, c->head_dim, c->window);
         CHECK_ERR(what, relerr(oo, o, t, qd, qd, qd), 2e-5);
+        /* session 11's ranges (KILN_CUDA_OLD_SPLITK=1): other bits for split tokens, the
+         * ref's values */
+        CK(cudaMemset(a.out, 0xFF, sizeof(float) * (size_t)(t * qd)));
+        kiln_cuda_attention_old_splitk(1);
+        assert_int_equal(kiln_cuda_attention(&kc, &a), KILN_OK);
+        kiln_cuda_attention_old_splitk(0);
+        float *os = malloc(sizeof(float) * (size_t)(t * qd));
+        assert_non_null(os);
+        get(os, a.out, sizeof(float) * (size_t)(t * qd));
+        snprintf(what, sizeof what, "attention case %zu old split (gqa %d, hd %d, window %d)", ci,
+                 c->n_head / c->n_kv_head, c->head_dim, c->window);
+        CHECK_ERR(what, relerr(os, o, t, qd, qd, qd), 2e-5);
+        free(os);
+        snprintf(what, sizeof what, "attention case %zu (gqa %d, hd %d, window %d)", ci,
+                 c->n_head / c->n_kv_head, c->head_dim, c->window);
+        /* session 12's split kernel with the next group in flight (KILN_CUDA_ATT2_PF=1): the
+         * same bits */
+        CK(cudaMemset(a.out, 0xFF, sizeof(float) * (size_t)(t * qd)));
+        kiln_cuda_attention_split_prefetch(1);
+        assert_int_equal(kiln_cuda_attention(&kc, &a), KILN_OK);
+        kiln_cuda_attention_split_prefetch(0);
+        get(o, a.out, sizeof(float) * (size_t)(t * qd));
+        if (memcmp(o, oo, sizeof(float) * (size_t)(t * qd)) != 0)
+            fail_msg("%s: the split kernel with prefetch differs from the default", what);
         /* the per-head kernel (KILN_CUDA_OLD_ATTN=1) on the same call: the same bits */
         CK(cudaMemset(a.out, 0xFF, sizeof(float) * (size_t)(t * qd)));
         kiln_cuda_attention_gqa(0);

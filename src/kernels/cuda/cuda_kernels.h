@@ -119,11 +119,13 @@ void kiln_cuda_gemm_t16_variant(int v);
  * (the cuBLAS path's split-f16 weights), on the stream. */
 kiln_status kiln_cuda_t16_dequant_f16(void *stream, const void *w, uint32_t dtype, int64_t n,
                                       int64_t k, void *out);
-/* Tests / A-B runs: which q4_0 / q8_0 dequantization runs: 0 the thread-per-32-block
- * kernel (KILN_CUDA_OLD_DQ=1 at start; the split of x in blas.cu then runs one element per
+/* Tests / A-B runs: which T16 dequantization runs: 0 the thread-per-32-block
+ * kernels (KILN_CUDA_OLD_DQ=1 at start; the split of x in blas.cu then runs one element per
  * thread and a matmul group splits x per member), 1 the coalesced one (a warp per
  * superchunk), 2 with 2 superchunks per warp, 3 (default) 1 with evict-first stores, 4 2
- * with evict-first stores (KILN_CUDA_DQ_V=N at start). The same bits in every variant.
+ * with evict-first stores (KILN_CUDA_DQ_V=N at start); q4_K / q6_K: the coalesced kernel
+ * (one superchunk a warp) in 1-4, evict-first in 3-4, the old one in 0 or with
+ * KILN_CUDA_OLD_DQK=1 at start. The same bits in every variant.
  * Process-wide. kiln_cuda_t16_dequant_coalesced: the variant is not 0. */
 void kiln_cuda_t16_dequant_variant(int v);
 int kiln_cuda_t16_dequant_coalesced(void);
@@ -152,7 +154,7 @@ kiln_status kiln_cuda_add(const kiln_kctx *c, const kiln_add_args *a);
 /* attention.cu: paged attention (block tables read in the kernel). head_dim a multiple
  * of 32 up to 256. */
 kiln_status kiln_cuda_attention(const kiln_kctx *c, const kiln_attention_args *a);
-/* Its workspace: a token attending to more than 1024 positions is split over up to 16
+/* Its workspace: a token attending to more than 1024 positions is split over up to 64
  * blocks (split-K), their partial states in kctx->scratch (kiln_cuda_attention_ws_bytes for
  * t tokens of n_head heads, longest attended length max_len; 0 when no token can split).
  * Too small a scratch is KILN_ERR_INVALID_ARG. */
@@ -162,6 +164,15 @@ size_t kiln_cuda_attention_workspace(const struct kiln_sel_ctx *ctx);
  * 2 / 4 / 8 heads per KV head, when KV heads x tokens >= 264) on (default) or off
  * (KILN_CUDA_OLD_ATTN=1). Process-wide. */
 void kiln_cuda_attention_gqa(int on);
+/* Session 11's split ranges (attn_kernel, up to 16 ranges, G = 1 for a decode token) instead
+ * of session 12's (attn_split_kernel: 256-position ranges up to 64, the KV head's query
+ * heads in one block): on, or off (default; KILN_CUDA_OLD_SPLITK=1 at start: on).
+ * Process-wide. */
+void kiln_cuda_attention_old_splitk(int on);
+/* attn_split_kernel with the next group's K / V loads in flight (f16 cache; KILN_CUDA_ATT2_PF=1
+ * at start) or not (default: faster on the H100, 294.0 vs 282.5 tok/s at depth 8192, session
+ * 12 run 2): the same bits. Process-wide. */
+void kiln_cuda_attention_split_prefetch(int on);
 /* flash_attn.cu: the tensor-core attention for steps of many query tokens per sequence
  * (t >= 16 x the step's sequences; head_dim 64 / 128 / 256, f16 or f32 cache); other steps
  * and shapes go to kiln_cuda_attention. Same op and contract, split-f16 exact (2e-5 of the

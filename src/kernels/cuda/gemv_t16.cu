@@ -1090,12 +1090,115 @@ __global__ void dequant_t16k_kernel(const uint8_t *__restrict__ W, int64_t n, in
     t16_store_split(w, out, n, k, r, b);
 }
 
-/* Which dequantization of q4_0 / q8_0 runs: 0 the thread-per-32-block kernel
+/* The K-quants' values, coalesced (session 12): dequant_t16c_kernel's design for a q4_K /
+ * q6_K superchunk (16 rows x 256 columns, SCB = 2304 / 3360 contiguous bytes): one warp per
+ * superchunk, staged in shared memory by 16-byte loads, then 16 rounds of 16-byte stores;
+ * round i writes row i, lanes 0-15 its columns 0-127 and lanes 16-31 columns 128-255 (512
+ * contiguous bytes of hi, the same of lo). Lane j of a half-warp writes 8 columns of
+ * 32-block bb = 4 (lane / 16) + j / 4, piece p = j % 4: elements 4 tg + e + 16 (p / 2) for
+ * tg = 2 (p % 2) + {0, 1}, as in dequant_t16c_kernel. Per value the arithmetic of
+ * dequant_t16k_kernel, expression for expression (the same bits; test_cuda_prefill). CS:
+ * evict-first stores. */
+template <int DT, bool CS>
+__global__ void __launch_bounds__(DQC_WARPS * 32)
+    dequant_t16kc_kernel(const uint8_t *__restrict__ W, int64_t n, int64_t k,
+                         __half *__restrict__ out) {
+    constexpr int SCB = t16k_geom<DT>::SCB, NU = SCB / 16;
+    __shared__ uint4 sm[DQC_WARPS][NU];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t nsc = k / 256, tot = (n + 15) / 16 * nsc;
+    const int64_t sc0 = (int64_t)blockIdx.x * DQC_WARPS + w;
+    if (sc0 >= tot) return;
+    const uint4 *src = (const uint4 *)(W + (size_t)sc0 * SCB);
+    for (int i = lane; i < NU; i += 32) sm[w][i] = src[i];
+    __syncwarp();
+    const uint8_t *c = (const uint8_t *)sm[w];
+    const int64_t tile = sc0 / nsc, s = sc0 % nsc;
+    const int j = lane & 15, bb = 4 * (lane >> 4) + (j >> 2), p = j & 3;
+#pragma unroll 2
+    for (int ri = 0; ri < 16; ri++) {
+        const int64_t r = tile * 16 + ri;
+        if (r >= n) break; /* the last tile's zero padding */
+        const int g = ri % 8, h = ri / 8;
+        float v[8];
+        if constexpr (DT == KILN_DTYPE_Q4_K) {
+            const uint8_t *sp = c + 2048 + 16 * (2 * g + h);
+            const uint32_t dm = *(const uint32_t *)sp, S = *(const uint32_t *)(sp + 4),
+                           M = *(const uint32_t *)(sp + 8), H = *(const uint32_t *)(sp + 12);
+            const float d = kc_h2f((uint16_t)(dm & 0xffff)), dmin = kc_h2f((uint16_t)(dm >> 16));
+            const int sc = (int)(((S >> (4 * bb)) & 15u) | (((H >> (2 * bb)) & 3u) << 4));
+            const int mn = (int)(((M >> (4 * bb)) & 15u) | (((H >> (16 + 2 * bb)) & 3u) << 4));
+            const float d1 = d * (float)sc, m1 = dmin * (float)mn;
+            const int sh = 4 * (bb % 2);
+#pragma unroll
+            for (int tt = 0; tt < 2; tt++) {
+                const int tg = 2 * (p % 2) + tt;
+                const uint8_t *lw = c + 512 * (bb / 2) + 16 * (4 * g + tg) + 4 * (2 * h);
+                const uint32_t u = *(const uint32_t *)(lw + 4 * (p / 2));
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    v[4 * tt + e] = d1 * (float)((u >> (8 * e + sh)) & 15u) - m1;
+            }
+        } else {
+            const int8_t *scs = (const int8_t *)(c + 3072 + 16 * (2 * g + h));
+            const float d = kc_h2f(*(const uint16_t *)(c + 3328 + 2 * (2 * g + h)));
+            const float d0 = d * (float)scs[2 * bb], d1 = d * (float)scs[2 * bb + 1];
+#pragma unroll
+            for (int tt = 0; tt < 2; tt++) {
+                const int tg = 2 * (p % 2) + tt, ln = 4 * g + tg;
+                const uint32_t lw =
+                    *(const uint32_t *)(c + 512 * (bb / 2) + 16 * ln + 4 * (2 * (bb % 2) + h));
+                const uint32_t hw =
+                    *(const uint32_t *)(c + 2048 + 512 * (bb / 4) + 16 * ln + 4 * (bb % 4));
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const uint32_t l8 = (lw >> (8 * e)) & 0xFFu, h8 = (hw >> (8 * e)) & 0xFFu;
+                    if (p < 2) {
+                        const int qa =
+                            (int)((l8 & 15u) | (h ? (h8 & 3u) : ((h8 >> 4) & 3u)) << 4) - 32;
+                        v[4 * tt + e] = d0 * (float)qa;
+                    } else {
+                        const int qb =
+                            (int)((l8 >> 4) | (h ? ((h8 >> 2) & 3u) : ((h8 >> 6) & 3u)) << 4) - 32;
+                        v[4 * tt + e] = d1 * (float)qb;
+                    }
+                }
+            }
+        }
+        __half2 hh[4], ll[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const float a0 = v[2 * q], a1 = v[2 * q + 1];
+            hh[q] = __floats2half2_rn(a0, a1);
+            const float2 hf = __half22float2(hh[q]);
+            ll[q] = __floats2half2_rn((a0 - hf.x) * 2048.0f, (a1 - hf.y) * 2048.0f);
+        }
+        __half *o = out + r * k + s * 256 + 128 * (lane >> 4) + 8 * j;
+        if constexpr (CS) {
+            __stcs((uint4 *)o, *(const uint4 *)hh);
+            __stcs((uint4 *)(o + n * k), *(const uint4 *)ll);
+        } else {
+            *(uint4 *)o = *(const uint4 *)hh;
+            *(uint4 *)(o + n * k) = *(const uint4 *)ll;
+        }
+    }
+}
+
+/* Which dequantization of T16 weights runs: 0 the thread-per-32-block kernels
  * (KILN_CUDA_OLD_DQ=1), 1 the coalesced one, 2 the same with 2 superchunks per warp, 3
  * (default) with evict-first stores, 4 both (KILN_CUDA_DQ_V=N; A/B runs, test_cuda_prefill's
  * bitwise checks: every variant gives the same bits). Session 11 run 2, 8B pp512: 1 8226
- * tok/s (q4_0) / 7810 (q8_0), 2 8221 / 7540, 3 9116 / 8734, 4 9059 / 8814. */
-static int kc_dq_var = -1;
+ * tok/s (q4_0) / 7810 (q8_0), 2 8221 / 7540, 3 9116 / 8734, 4 9059 / 8814. q4_K / q6_K
+ * (session 12): dequant_t16kc_kernel in variants 1-4 (one superchunk a warp; evict-first in
+ * 3 and 4), the old kernel in 0 or with KILN_CUDA_OLD_DQK=1 (A/B of the K-quants alone). */
+static int kc_dq_var = -1, kc_dqk_old = -1;
+static bool dqk_old(void) {
+    if (kc_dqk_old < 0) {
+        const char *e = getenv("KILN_CUDA_OLD_DQK");
+        kc_dqk_old = e && e[0] == '1';
+    }
+    return kc_dqk_old == 1;
+}
 extern "C" void kiln_cuda_t16_dequant_variant(int v) {
     kc_dq_var = v < 0 || v > 4 ? 3 : v;
 }
@@ -1145,6 +1248,31 @@ extern "C" kiln_status kiln_cuda_t16_dequant_f16(void *stream, const void *w, ui
     const int v = dq_variant();
     if (v && dtype == KILN_DTYPE_Q4_0) return dqc_run<KILN_DTYPE_Q4_0>(v, s, w, n, k, out);
     if (v && dtype == KILN_DTYPE_Q8_0) return dqc_run<KILN_DTYPE_Q8_0>(v, s, w, n, k, out);
+    if (v && !dqk_old() && (dtype == KILN_DTYPE_Q4_K || dtype == KILN_DTYPE_Q6_K)) {
+        /* the K-quants: one superchunk per warp in every variant (U = 2 would not fit q6_K's
+         * 2 x 3360 bytes a warp in static shared memory); evict-first stores in 3 and 4 */
+        const int64_t nsc = ((n + 15) / 16) * (k / 256), gc = (nsc + DQC_WARPS - 1) / DQC_WARPS;
+        if (gc > INT32_MAX) return KILN_ERR_INVALID_ARG;
+        const bool cs = v >= 3;
+        const uint8_t *wb = (const uint8_t *)w;
+        __half *ob = (__half *)out;
+        if (dtype == KILN_DTYPE_Q4_K) {
+            if (cs)
+                dequant_t16kc_kernel<KILN_DTYPE_Q4_K, true>
+                    <<<(unsigned)gc, DQC_WARPS * 32, 0, s>>>(wb, n, k, ob);
+            else
+                dequant_t16kc_kernel<KILN_DTYPE_Q4_K, false>
+                    <<<(unsigned)gc, DQC_WARPS * 32, 0, s>>>(wb, n, k, ob);
+        } else {
+            if (cs)
+                dequant_t16kc_kernel<KILN_DTYPE_Q6_K, true>
+                    <<<(unsigned)gc, DQC_WARPS * 32, 0, s>>>(wb, n, k, ob);
+            else
+                dequant_t16kc_kernel<KILN_DTYPE_Q6_K, false>
+                    <<<(unsigned)gc, DQC_WARPS * 32, 0, s>>>(wb, n, k, ob);
+        }
+        return kc_launched();
+    }
     if (dtype == KILN_DTYPE_Q4_K)
         dequant_t16k_kernel<KILN_DTYPE_Q4_K>
             <<<grid, 256, 0, s>>>((const uint8_t *)w, n, k, (__half *)out);

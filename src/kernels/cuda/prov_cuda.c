@@ -270,7 +270,8 @@ static const kiln_kernel_spec cuda_specs[] = {
      .priority = 80,
      .fn.attention = kiln_cuda_attention,
      .summary = "paged, varlen, online softmax: block per (head, token), 8 warps split keys; "
-                "past 1024 positions a token is split over up to 16 blocks (split-K)"},
+                "past 1024 positions a token is split into ranges of 256 (up to 64 blocks, "
+                "a KV head's query heads in one; split-K)"},
     {.id = "cuda.flash_attn.attention",
      .op = KILN_KOP_ATTENTION,
      CUDA_SPEC,
