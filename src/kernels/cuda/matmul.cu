@@ -840,14 +840,16 @@ extern "C" kiln_status kiln_cuda_matmul_group(const kiln_kctx *c, const kiln_mat
     /* every member on the T16 GEMM's entry: its group entry; T16 gemv and GEMM members
      * mixed (e.g. a q6_K v beside q4_0 q / k): the gemv's group launch for all of them
      * (the GEMM's values are the gemv's) */
-    bool all_t16 = true, all_g16 = true, all_blas = true;
+    bool all_t16 = true, all_g16 = true, all_blas = true, all_i8 = true;
     for (int i = 0; i < a->n; i++) {
         const bool g16 = a->fn[i] == kiln_cuda_matmul_t16_gemm;
+        all_i8 &= a->fn[i] == kiln_cuda_matmul_i8;
         all_t16 &= g16 || a->fn[i] == kiln_cuda_matmul_t16;
         all_g16 &= g16;
         all_blas &= a->fn[i] == kiln_cuda_matmul_cublas; /* prefill: one split of x */
     }
-    kiln_status gs = all_g16    ? kiln_cuda_matmul_t16_gemm_group(c, a->m, a->n)
+    kiln_status gs = all_i8     ? kiln_cuda_matmul_i8_group(c, a->m, a->n)
+                     : all_g16  ? kiln_cuda_matmul_t16_gemm_group(c, a->m, a->n)
                      : all_t16  ? kiln_cuda_matmul_t16_group(c, a->m, a->n)
                      : all_blas ? kiln_cuda_matmul_cublas_group(c, a->m, a->n)
                                 : gemv_tiled_group(c, a);

@@ -147,6 +147,25 @@ static const kiln_kernel_spec cuda_specs[] = {
      .summary = "q8_0/q4_0 in the T16 layout, 12-64 tokens: tensor-core GEMM reading the "
                 "weights once per 16-32 tokens (the T16 gemv below 12), bitwise the gemv's "
                 "values"},
+    {.id = "cuda.gemm_i8.matmul",
+     .op = KILN_KOP_MATMUL,
+     CUDA_SPEC,
+     .w_dtypes = KILN_DT(KILN_DTYPE_Q8_0) | KILN_DT(KILN_DTYPE_Q4_0),
+     .act_dtypes = F32,
+     .k_multiple = 128,
+     .features = KILN_KFEAT_BIAS,
+     /* deterministic; not batch invariant (its values are not the T16 gemv's, and its
+      * configuration depends on the token count): the deterministic policy keeps the T16
+      * GEMM / gemv rows below */
+     .props = KILN_KPROP_DETERMINISTIC | KILN_KPROP_GRAPH_SAFE,
+     .workspace = kiln_cuda_gemm_i8_workspace,
+     .priority = 88,
+     .w_layout = KILN_WLAYOUT_CUDA_T16,
+     .fn.matmul = kiln_cuda_matmul_i8,
+     .summary = "q8_0/q4_0 in the T16 layout from 12 tokens: int8 tensor cores (mma m16n8k32) "
+                "on the exact quant integers and x in three int8 digits per 32-block (2^-23 "
+                "of the block's max), f32 epilogue per block; below 12 tokens the T16 "
+                "GEMM's entry (gemv)"},
     {.id = "cuda.cublas_t16.matmul",
      .op = KILN_KOP_MATMUL,
      CUDA_SPEC,
