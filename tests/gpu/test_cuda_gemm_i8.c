@@ -157,7 +157,7 @@ static const uint32_t dts[] = {KILN_DTYPE_Q4_0, KILN_DTYPE_Q8_0};
 static void test_gemm_i8_shapes(void **state) {
     (void)state;
     kiln_cuda_gemm_i8_set(1);
-    kiln_cuda_gemm_i8_config(0, 0);
+    kiln_cuda_gemm_i8_config(0, 0, 0);
     for (size_t d = 0; d < 2; d++)
         for (size_t i = 0; i < NCS; i++)
             i8_case(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, 0, 1.0f, 0);
@@ -168,7 +168,7 @@ static void test_gemm_i8_shapes(void **state) {
 static void test_gemm_i8_magnitudes(void **state) {
     (void)state;
     kiln_cuda_gemm_i8_set(1);
-    kiln_cuda_gemm_i8_config(0, 0);
+    kiln_cuda_gemm_i8_config(0, 0, 0);
     static const float sig[] = {3e4f, 1e-6f, 1.0f, 1.0f};
     static const int kinds[] = {0, 0, 1, 2};
     for (int s = 0; s < 4; s++)
@@ -177,23 +177,31 @@ static void test_gemm_i8_magnitudes(void **state) {
                 i8_case(dts[d], cs[i].n, cs[i].k, cs[i].t, true, 0, sig[s], kinds[s]);
 }
 
-/* 4 row tiles per warp above 64 tokens; the GEMM from 1 token (8-token CTAs, t 1-11);
- * chunks from a small scratch (k = 512: 2048 bytes a token) */
+/* 4 row tiles per warp above 64 tokens; the GEMM from 1 token (8-token CTAs, t 1-11); two
+ * CTAs per SM; chunks from a small scratch (k = 512: 2048 bytes a token) */
 static void test_gemm_i8_configs(void **state) {
     (void)state;
     kiln_cuda_gemm_i8_set(1);
-    kiln_cuda_gemm_i8_config(4, 0);
+    kiln_cuda_gemm_i8_config(4, 0, 0);
     for (size_t d = 0; d < 2; d++)
         for (size_t i = 0; i < NCS; i++)
             if (cs[i].t > 64) i8_case(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, 0, 1.0f, 0);
-    kiln_cuda_gemm_i8_config(0, 1);
+    kiln_cuda_gemm_i8_config(0, 1, 0);
     static const i8_case_t sm[] = {{1, 128, 1},    {37, 256, 2},  {300, 512, 3},
                                    {129, 768, 5},  {64, 1280, 7}, {1000, 4096, 8},
                                    {33, 14336, 9}, {17, 384, 11}};
     for (size_t d = 0; d < 2; d++)
         for (size_t i = 0; i < sizeof sm / sizeof sm[0]; i++)
             i8_case(dts[d], sm[i].n, sm[i].k, sm[i].t, i % 2 == 0, 0, 1.0f, 0);
-    kiln_cuda_gemm_i8_config(0, 0);
+    /* two CTAs per SM (no prefetch), from 1 token */
+    kiln_cuda_gemm_i8_config(0, 1, 2);
+    for (size_t d = 0; d < 2; d++)
+        for (size_t i = d; i < NCS; i += 2)
+            i8_case(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 4 == 0, 0, 1.0f, 0);
+    for (size_t d = 0; d < 2; d++)
+        for (size_t i = 0; i < sizeof sm / sizeof sm[0]; i++)
+            i8_case(dts[d], sm[i].n, sm[i].k, sm[i].t, i % 2 == 1, 0, 1.0f, 0);
+    kiln_cuda_gemm_i8_config(0, 0, 0);
     static const size_t sc[] = {24 * 2048 + 100, 16 * 2048, 8 * 2048 + 4};
     for (size_t d = 0; d < 2; d++)
         for (size_t i = 0; i < 3; i++)
@@ -204,7 +212,7 @@ static void test_gemm_i8_configs(void **state) {
  * ref at its tolerance, 2e-5 with split f16); below 12 tokens on: the same */
 static void test_gemm_i8_fallback(void **state) {
     (void)state;
-    kiln_cuda_gemm_i8_config(0, 0);
+    kiln_cuda_gemm_i8_config(0, 0, 0);
     static const i8_case_t fc[] = {{300, 512, 5}, {129, 768, 11}, {257, 512, 64}, {71, 512, 100}};
     for (int on = 0; on < 2; on++)
         for (size_t d = 0; d < 2; d++)
@@ -237,7 +245,7 @@ static void test_gemm_i8_fallback(void **state) {
 static void test_gemm_i8_group(void **state) {
     (void)state;
     kiln_cuda_gemm_i8_set(1);
-    kiln_cuda_gemm_i8_config(0, 0);
+    kiln_cuda_gemm_i8_config(0, 0, 0);
     static const int64_t ts[] = {16, 64, 130};
     for (int ti = 0; ti < 3; ti++)
         for (int glu = 0; glu < 2; glu++) {

@@ -135,8 +135,8 @@ __device__ __forceinline__ uint4 i8_ldw(const uint8_t *p) {
     return __ldg((const uint4 *)p);
 }
 
-template <int DT, int MT, int NT>
-__global__ void __launch_bounds__(I8_WARPS * 32)
+template <int DT, int MT, int NT, int MINB>
+__global__ void __launch_bounds__(I8_WARPS * 32, MINB)
     gemm_i8_kernel(const uint8_t *__restrict__ W, int64_t n, int64_t k,
                    const uint4 *__restrict__ xq, int T, float *__restrict__ y, int64_t ys,
                    const float *__restrict__ bias, int wr_n) {
@@ -158,7 +158,9 @@ __global__ void __launch_bounds__(I8_WARPS * 32)
 #pragma unroll
             for (int e = 0; e < 4; e++) tot[m][j][e] = 0.0f;
     const uint4 *xl = xq + (int64_t)j0 * nb * 64 + lane * 2; /* + 64 per block, nb 64 per tile */
-    constexpr bool PF = MT == 2; /* the next superchunk's weights prefetched (registers) */
+    /* the next superchunk's weights prefetched into registers (one CTA per SM), or two CTAs
+     * per SM under 128 registers and none */
+    constexpr bool PF = MT == 2 && MINB == 1;
     uint4 q[MT][NQ], sd[MT];
     auto wload = [&](int64_t sc, uint4(&qq)[MT][NQ], uint4(&dd)[MT]) {
 #pragma unroll
@@ -279,14 +281,25 @@ __global__ void __launch_bounds__(I8_WARPS * 32)
 
 /* ---- host side ---- */
 
-static int i8_on_state = -1, i8_mt = 0, i8_min_t = 12;
+static int i8_on_state = -1, i8_mt = 0, i8_min_t = 12, i8_occ = 0;
 
 extern "C" void kiln_cuda_gemm_i8_set(int on) {
     i8_on_state = on < 0 ? -1 : on ? 1 : 0;
 }
-extern "C" void kiln_cuda_gemm_i8_config(int mt, int min_t) {
+extern "C" void kiln_cuda_gemm_i8_config(int mt, int min_t, int occ) {
     i8_mt = mt == 2 || mt == 4 ? mt : 0;
     i8_min_t = min_t > 0 ? min_t : 12;
+    i8_occ = occ == 1 || occ == 2 ? occ : 0;
+}
+
+/* CTAs per SM the kernel is built for (2 row tiles a warp): KILN_I8_OCC=2 or the setter: two
+ * (under 128 registers, no prefetch), else one (the next superchunk prefetched) */
+static int i8_occ_get(void) {
+    if (!i8_occ) {
+        const char *e = getenv("KILN_I8_OCC");
+        i8_occ = e && e[0] == '2' ? 2 : 1;
+    }
+    return i8_occ;
 }
 
 static bool i8_on(void) {
@@ -363,7 +376,7 @@ static bool i8_use(const kiln_kctx *c, const kiln_matmul_args *m, int nm) {
     return i8_chunk(c, m[0].k, m[0].t) >= 8;
 }
 
-template <int DT, int MT, int NT>
+template <int DT, int MT, int NT, int MINB>
 static void launch_i8_cfg(cudaStream_t s, const kiln_matmul_args *a, const uint4 *xq, int T,
                           float *y) {
     const int64_t tiles = (a->n + 15) / 16;
@@ -374,7 +387,7 @@ static void launch_i8_cfg(cudaStream_t s, const kiln_matmul_args *a, const uint4
     while (wr > 1 && (tiles + (int64_t)wr * MT - 1) / ((int64_t)wr * MT) * gx < 2 * i8_sms())
         wr /= 2;
     const unsigned gy = (unsigned)((tiles + (int64_t)wr * MT - 1) / ((int64_t)wr * MT));
-    gemm_i8_kernel<DT, MT, NT><<<dim3(gx, gy), I8_WARPS * 32, 0, s>>>(
+    gemm_i8_kernel<DT, MT, NT, MINB><<<dim3(gx, gy), I8_WARPS * 32, 0, s>>>(
         (const uint8_t *)a->w, a->n, a->k, xq, T, y, a->y_stride, a->bias, wr);
 }
 
@@ -382,12 +395,18 @@ template <int DT>
 static void launch_i8(cudaStream_t s, const kiln_matmul_args *a, const uint4 *xq, int T,
                       float *y) {
     const int ntt = (T + 7) / 8;
-    if (ntt <= 2)
-        launch_i8_cfg<DT, 2, 2>(s, a, xq, T, y);
-    else if (i8_mt_for(T) == 4 && ntt > 8)
-        launch_i8_cfg<DT, 4, 4>(s, a, xq, T, y);
+    const bool o2 = i8_occ_get() == 2;
+    if (ntt <= 2) {
+        if (o2)
+            launch_i8_cfg<DT, 2, 2, 2>(s, a, xq, T, y);
+        else
+            launch_i8_cfg<DT, 2, 2, 1>(s, a, xq, T, y);
+    } else if (i8_mt_for(T) == 4 && ntt > 8)
+        launch_i8_cfg<DT, 4, 4, 1>(s, a, xq, T, y);
+    else if (o2)
+        launch_i8_cfg<DT, 2, 4, 2>(s, a, xq, T, y);
     else
-        launch_i8_cfg<DT, 2, 4>(s, a, xq, T, y);
+        launch_i8_cfg<DT, 2, 4, 1>(s, a, xq, T, y);
 }
 
 /* matmuls m[0..nm) sharing x (one prep per chunk of tokens), then one GEMM each */
