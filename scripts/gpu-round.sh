@@ -66,6 +66,9 @@
 #   i8        test_cuda_gemm_i8 (the int8 GEMM vs ref) and bench_cuda --gemm on q4_0 / q8_0
 #             (8B matmuls of a step at 16-512 tokens: T16 GEMM, int8 GEMM, cuBLAS)
 #   e2eonly   verify's test_cuda_e2e alone
+#   ncui8     ncu over an 8B q4_0 pp512 (kiln bench): 6 launches of the matmul kernels
+#             ($PROFILE_RE, default the int8 GEMM) after 40: speed of light,
+#             memory, pipes, occupancy, stalls
 #   verify    test_cuda_kernels, test_cuda_attention, and test_cuda_e2e on tiny models of every family x type
 #             (every model through the upload lane, cuda vs ref teacher-forced)
 #   profile   ncu on the single-token gemv of one layer ($PROFILE_TYPES, default q4_0 q8_0;
@@ -112,6 +115,7 @@ for s in "$@"; do
     verify) TG="$TG test_cuda_kernels test_cuda_attention test_cuda_e2e" ;;
     i8) TG="$TG test_cuda_gemm_i8 bench_cuda" ;;
     e2eonly) TG="$TG test_cuda_e2e" ;;
+    ncui8) TG="$TG" ;;
     real) TG="$TG" ;;
     sample) TG="$TG test_cuda_sample bench_cuda_sample" ;;
     sampledrun|depth) TG="$TG" ;;
@@ -282,6 +286,15 @@ for s in "$@"; do
     i8)
       step test_cuda_gemm_i8 300 test_cuda_gemm_i8
       step bench_gemm 300 bench_cuda --gemm --dtypes q4_0,q8_0 --reps 10 ;;
+    ncui8)
+      NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      if [ -z "$NCU" ]; then echo "ncui8: no ncu" | tee "$LOG/ncu-i8.log"; else
+        f=$(gen llama3-8b q4_0)
+        step ncu-i8 300 "$NCU" --kernel-name "regex:${PROFILE_RE:-gemm_i8_kernel}" \
+          --launch-skip 40 --launch-count 6 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+          --section Occupancy --section WarpStateStats --section ComputeWorkloadAnalysis \
+          --section LaunchStats kiln bench -m "$f" --backend cuda -p 512 -n 1 -r 1
+      fi ;;
     verify | e2eonly)
       E=/tmp/kiln-e2e; mkdir -p $E
       for f in llama qwen2 qwen3 gemma3; do

@@ -132,8 +132,10 @@ kiln_status kiln_cuda_matmul_i8_group(const kiln_kctx *c, const kiln_matmul_args
 void kiln_cuda_gemm_i8_set(int on);
 /* Tests / benchmarks: row tiles per warp above 64 tokens (2 or 4; 0: KILN_I8_MT, else 2),
  * the fewest tokens the GEMM takes (0: 12) and CTAs per SM (1: the next superchunk's weights
- * prefetched, 2: under 128 registers; 0: KILN_I8_OCC, else 1). Process-wide. */
+ * prefetched, 2: under 128 registers; 0: KILN_I8_OCC, else 2). Process-wide. */
 void kiln_cuda_gemm_i8_config(int mt, int min_t, int occ);
+/* Tests: the grid's split of k forced to ks ranges (0: by the grid size). Process-wide. */
+void kiln_cuda_gemm_i8_ksplit(int ks);
 
 /* T16 weights (n x k) -> f16 hi halves at out[0, n k), 2^11-scaled lo at out[n k, 2 n k)
  * (the cuBLAS path's split-f16 weights), on the stream. */

@@ -47,6 +47,8 @@
 
 #define I8_WARPS 8   /* warps per CTA */
 #define I8_CHUNK 512 /* most tokens quantized per prep launch (the workspace holds them) */
+#define I8_MAX_KS 16 /* most ranges the grid splits k into */
+#define I8_PART_BYTES ((size_t)16 << 20) /* the workspace's room for their partial sums */
 
 template <int DT> struct i8_geom;
 template <> struct i8_geom<KILN_DTYPE_Q4_0> { static constexpr int SCB = 1152, NQ = 2; };
@@ -139,11 +141,15 @@ template <int DT, int MT, int NT, int MINB>
 __global__ void __launch_bounds__(I8_WARPS * 32, MINB)
     gemm_i8_kernel(const uint8_t *__restrict__ W, int64_t n, int64_t k,
                    const uint4 *__restrict__ xq, int T, float *__restrict__ y, int64_t ys,
-                   const float *__restrict__ bias, int wr_n) {
+                   const float *__restrict__ bias, int wr_n, int per,
+                   float *__restrict__ part) {
     constexpr int SCB = i8_geom<DT>::SCB, NQ = i8_geom<DT>::NQ;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
     const int wr = w % wr_n, ws = w / wr_n, sw = I8_WARPS / wr_n;
-    const int64_t nsc = k / KILN_CUDA_T16_K, nb = k / 32;
+    const int64_t nb = k / 32;
+    /* this CTA's superchunks [sc0, nsc): a range of per of them (grid z: the k split) */
+    const int64_t sc0 = (int64_t)blockIdx.z * per, nk = k / KILN_CUDA_T16_K;
+    const int64_t nsc = sc0 + per < nk ? sc0 + per : nk;
     const int64_t tiles = (n + 15) / 16, tile0 = ((int64_t)blockIdx.y * wr_n + wr) * MT;
     const int ntt = (T + 7) / 8, j0 = (int)blockIdx.x * NT;
     const int nj = ntt - j0 < NT ? ntt - j0 : NT; /* this CTA's token tiles (uniform) */
@@ -166,14 +172,14 @@ __global__ void __launch_bounds__(I8_WARPS * 32, MINB)
 #pragma unroll
         for (int m = 0; m < MT; m++) {
             /* a missing tile reloads the first (an L1 hit; never used) */
-            const uint8_t *c = W + ((size_t)(tile0 + (m < mlive ? m : 0)) * nsc + sc) * SCB;
+            const uint8_t *c = W + ((size_t)(tile0 + (m < mlive ? m : 0)) * nk + sc) * SCB;
 #pragma unroll
             for (int i = 0; i < NQ; i++) qq[m][i] = i8_ldw(c + i * 512 + lane * 16);
             dd[m] = i8_ldw(c + NQ * 512 + g * 16);
         }
     };
-    if (PF && mlive > 0 && ws < nsc) wload(ws, q, sd);
-    for (int64_t sc = ws; mlive > 0 && sc < nsc; sc += sw) {
+    if (PF && mlive > 0 && sc0 + ws < nsc) wload(sc0 + ws, q, sd);
+    for (int64_t sc = sc0 + ws; mlive > 0 && sc < nsc; sc += sw) {
         uint4 qn[MT][NQ], sdn[MT];
         if (!PF)
             wload(sc, q, sd);
@@ -243,7 +249,11 @@ __global__ void __launch_bounds__(I8_WARPS * 32, MINB)
     auto store = [&](int m, int j, int e, float s) {
         const int64_t row = (tile0 + m) * 16 + g + (e >= 2 ? 8 : 0);
         const int64_t tok = (int64_t)(j0 + j) * 8 + 2 * tig + (e & 1);
-        if (row < n && tok < T) y[tok * ys + row] = s + (bias ? bias[row] : 0.0f);
+        if (row >= n || tok >= T) return;
+        if (part) /* one of the k split's partial sums: i8_reduce_kernel adds them in order */
+            part[((int64_t)blockIdx.z * T + tok) * n + row] = s;
+        else
+            y[tok * ys + row] = s + (bias ? bias[row] : 0.0f);
     };
     if (sw == 1) {
 #pragma unroll
@@ -279,9 +289,27 @@ __global__ void __launch_bounds__(I8_WARPS * 32, MINB)
     }
 }
 
+/* y = the ks partial sums of the k split in split order, + bias: one thread per output */
+__global__ void i8_reduce_kernel(const float *__restrict__ part, int ks, int64_t n, int T,
+                                 float *__restrict__ y, int64_t ys,
+                                 const float *__restrict__ bias) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)T * n) return;
+    const int64_t tok = i / n, row = i % n, step = (int64_t)T * n;
+    float s = part[i];
+    for (int z = 1; z < ks; z++) s += part[z * step + i];
+    y[tok * ys + row] = s + (bias ? bias[row] : 0.0f);
+}
+
 /* ---- host side ---- */
 
-static int i8_on_state = -1, i8_mt = 0, i8_min_t = 12, i8_occ = 0;
+static int i8_on_state = -1, i8_mt = 0, i8_min_t = 12, i8_occ = 0, i8_ks_fixed = 0;
+
+/* Tests: the grid's k split forced to ks ranges (0: by the grid size; still bounded by the
+ * superchunks, 16 and the scratch) */
+extern "C" void kiln_cuda_gemm_i8_ksplit(int ks) {
+    i8_ks_fixed = ks > 0 ? ks : 0;
+}
 
 extern "C" void kiln_cuda_gemm_i8_set(int on) {
     i8_on_state = on < 0 ? -1 : on ? 1 : 0;
@@ -292,12 +320,13 @@ extern "C" void kiln_cuda_gemm_i8_config(int mt, int min_t, int occ) {
     i8_occ = occ == 1 || occ == 2 ? occ : 0;
 }
 
-/* CTAs per SM the kernel is built for (2 row tiles a warp): KILN_I8_OCC=2 or the setter: two
- * (under 128 registers, no prefetch), else one (the next superchunk prefetched) */
+/* CTAs per SM the kernel is built for (2 row tiles a warp): two (under 128 registers, no
+ * prefetch: the default, faster at 16-512 tokens in run 1) or, with KILN_I8_OCC=1 or the
+ * setter, one (the next superchunk's weights prefetched into registers) */
 static int i8_occ_get(void) {
     if (!i8_occ) {
         const char *e = getenv("KILN_I8_OCC");
-        i8_occ = e && e[0] == '2' ? 2 : 1;
+        i8_occ = e && e[0] == '1' ? 1 : 2;
     }
     return i8_occ;
 }
@@ -349,7 +378,7 @@ extern "C" size_t kiln_cuda_gemm_i8_workspace(const struct kiln_sel_ctx *ctx) {
     if (ctx->k <= 0) return ws;
     int64_t ch = ctx->tokens_max < I8_CHUNK ? ctx->tokens_max : I8_CHUNK;
     ch = (ch + 7) / 8 * 8;
-    const size_t g = i8_bytes(ctx->k, ch) + 256;
+    const size_t g = i8_bytes(ctx->k, ch) + 256 + I8_PART_BYTES;
     return g > ws ? g : ws;
 }
 
@@ -378,35 +407,49 @@ static bool i8_use(const kiln_kctx *c, const kiln_matmul_args *m, int nm) {
 
 template <int DT, int MT, int NT, int MINB>
 static void launch_i8_cfg(cudaStream_t s, const kiln_matmul_args *a, const uint4 *xq, int T,
-                          float *y) {
-    const int64_t tiles = (a->n + 15) / 16;
+                          float *y, float *part, size_t part_bytes) {
+    const int64_t tiles = (a->n + 15) / 16, nk = a->k / KILN_CUDA_T16_K;
     const int ntt = (T + 7) / 8;
     const unsigned gx = (unsigned)((ntt + NT - 1) / NT);
-    /* the largest row grouping that still gives 2 CTAs per SM (else k split 8 ways) */
+    /* the warps split rows (sharing the activations through L1) as far as the rows go, the
+     * rest split k inside the CTA; then the grid splits k (ks ranges, partial sums in
+     * scratch, added in order by i8_reduce_kernel) until there are 2 CTAs per SM */
     int wr = I8_WARPS;
-    while (wr > 1 && (tiles + (int64_t)wr * MT - 1) / ((int64_t)wr * MT) * gx < 2 * i8_sms())
-        wr /= 2;
-    const unsigned gy = (unsigned)((tiles + (int64_t)wr * MT - 1) / ((int64_t)wr * MT));
-    gemm_i8_kernel<DT, MT, NT, MINB><<<dim3(gx, gy), I8_WARPS * 32, 0, s>>>(
-        (const uint8_t *)a->w, a->n, a->k, xq, T, y, a->y_stride, a->bias, wr);
+    while (wr > 1 && (int64_t)(wr / 2) * MT >= tiles) wr /= 2;
+    const int64_t gy = (tiles + (int64_t)wr * MT - 1) / ((int64_t)wr * MT);
+    const int64_t ctas = gy * gx, want = 2 * (int64_t)i8_sms();
+    int64_t ks = i8_ks_fixed > 0 ? i8_ks_fixed : (want + ctas - 1) / ctas;
+    const int64_t maxks = nk < I8_MAX_KS ? nk : I8_MAX_KS;
+    ks = ks < 1 ? 1 : ks > maxks ? maxks : ks;
+    while (ks > 1 && (size_t)ks * (size_t)T * (size_t)a->n * sizeof(float) > part_bytes) ks--;
+    const int per = (int)((nk + ks - 1) / ks);
+    ks = (nk + per - 1) / per; /* no empty range */
+    gemm_i8_kernel<DT, MT, NT, MINB><<<dim3(gx, (unsigned)gy, (unsigned)ks), I8_WARPS * 32, 0, s>>>(
+        (const uint8_t *)a->w, a->n, a->k, xq, T, y, a->y_stride, a->bias, wr, per,
+        ks > 1 ? part : NULL);
+    if (ks > 1) {
+        const int64_t m = (int64_t)T * a->n;
+        i8_reduce_kernel<<<(unsigned)((m + 255) / 256), 256, 0, s>>>(part, (int)ks, a->n, T, y,
+                                                                     a->y_stride, a->bias);
+    }
 }
 
 template <int DT>
-static void launch_i8(cudaStream_t s, const kiln_matmul_args *a, const uint4 *xq, int T,
-                      float *y) {
+static void launch_i8(cudaStream_t s, const kiln_matmul_args *a, const uint4 *xq, int T, float *y,
+                      float *part, size_t pb) {
     const int ntt = (T + 7) / 8;
     const bool o2 = i8_occ_get() == 2;
     if (ntt <= 2) {
         if (o2)
-            launch_i8_cfg<DT, 2, 2, 2>(s, a, xq, T, y);
+            launch_i8_cfg<DT, 2, 2, 2>(s, a, xq, T, y, part, pb);
         else
-            launch_i8_cfg<DT, 2, 2, 1>(s, a, xq, T, y);
+            launch_i8_cfg<DT, 2, 2, 1>(s, a, xq, T, y, part, pb);
     } else if (i8_mt_for(T) == 4 && ntt > 8)
-        launch_i8_cfg<DT, 4, 4, 1>(s, a, xq, T, y);
+        launch_i8_cfg<DT, 4, 4, 1>(s, a, xq, T, y, part, pb);
     else if (o2)
-        launch_i8_cfg<DT, 2, 4, 2>(s, a, xq, T, y);
+        launch_i8_cfg<DT, 2, 4, 2>(s, a, xq, T, y, part, pb);
     else
-        launch_i8_cfg<DT, 2, 4, 1>(s, a, xq, T, y);
+        launch_i8_cfg<DT, 2, 4, 1>(s, a, xq, T, y, part, pb);
 }
 
 /* matmuls m[0..nm) sharing x (one prep per chunk of tokens), then one GEMM each */
@@ -414,6 +457,9 @@ static kiln_status i8_run(const kiln_kctx *c, const kiln_matmul_args *m, int nm)
     const int64_t k = m[0].k, t = m[0].t, ch = i8_chunk(c, k, t);
     cudaStream_t s = KC_STREAM(c);
     uint32_t *xq = (uint32_t *)c->scratch;
+    const size_t dq = (i8_bytes(k, ch) + 255) / 256 * 256; /* then the partial sums */
+    float *part = (float *)((char *)c->scratch + dq);
+    const size_t pb = c->scratch_size > dq ? c->scratch_size - dq : 0;
     for (int64_t t0 = 0; t0 < t; t0 += ch) {
         const int T = (int)(t - t0 < ch ? t - t0 : ch), Tp = (T + 7) / 8 * 8;
         const int64_t thr = (int64_t)Tp * (k / 4);
@@ -422,9 +468,9 @@ static kiln_status i8_run(const kiln_kctx *c, const kiln_matmul_args *m, int nm)
         for (int i = 0; i < nm; i++) {
             float *y = m[i].y + t0 * m[i].y_stride;
             if (m[i].w_dtype == KILN_DTYPE_Q4_0)
-                launch_i8<KILN_DTYPE_Q4_0>(s, &m[i], (const uint4 *)xq, T, y);
+                launch_i8<KILN_DTYPE_Q4_0>(s, &m[i], (const uint4 *)xq, T, y, part, pb);
             else
-                launch_i8<KILN_DTYPE_Q8_0>(s, &m[i], (const uint4 *)xq, T, y);
+                launch_i8<KILN_DTYPE_Q8_0>(s, &m[i], (const uint4 *)xq, T, y, part, pb);
         }
     }
     return kc_launched();
