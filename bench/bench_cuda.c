@@ -373,33 +373,32 @@ int main(int argc, char **argv) {
          * (cuBLAS on dequantized T16) at 512 */
         if (gemm_only) {
             if (dt == KILN_DTYPE_Q4_0 || dt == KILN_DTYPE_Q8_0) {
-                /* session 12: the T16 GEMM (version 1), the int8 GEMM (2 row tiles a warp
-                 * at 1 and 2 CTAs per SM, above 64 tokens also 4 tiles), cuBLAS on
-                 * dequantized T16 from 128 tokens */
+                /* session 12: the T16 GEMM (version 1), the int8 GEMM (versions 1 and 2),
+                 * cuBLAS on dequantized T16 from 128 tokens */
                 static const int64_t gt[5] = {16, 32, 64, 128, 512};
                 for (int ti = 0; ti < 5; ti++)
-                    for (int v = 0; v < 4; v++) {
-                        if (v == 2 && gt[ti] <= 64) continue;
+                    for (int v = 0; v < 3; v++) {
                         g_t16 = v ? kiln_cuda_matmul_i8 : kiln_cuda_matmul_t16_gemm;
                         kiln_cuda_gemm_t16_set(1);
                         kiln_cuda_gemm_t16_variant(1);
                         kiln_cuda_gemm_i8_set(1);
-                        kiln_cuda_gemm_i8_config(v == 2 ? 4 : 2, 0, v == 3 ? 2 : 1);
+                        kiln_cuda_gemm_i8_config(2, 0, 2);
+                        kiln_cuda_gemm_i8_variant(v == 1 ? 1 : 2);
                         const double ms = group_step_ms(&kc, st, e0, e1, m, layers, gt[ti], x, y,
                                                         y + tmax * FF, reps, 1, 31);
                         printf("%s t=%lld (%s, engine's groups + glu, graph): %.3f ms per "
                                "step, %.0f tok/s\n",
                                tok, (long long)gt[ti],
                                v == 0   ? "T16 GEMM v1"
-                               : v == 1 ? "int8 GEMM, 2 tiles a warp, 1 CTA/SM"
-                               : v == 2 ? "int8 GEMM, 4 tiles a warp"
-                                        : "int8 GEMM, 2 tiles a warp, 2 CTAs/SM",
+                               : v == 1 ? "int8 GEMM v1 (L1 loads)"
+                                        : "int8 GEMM v2 (smem, cp.async)",
                                ms, (double)gt[ti] / (ms * 1e-3));
                         fflush(stdout);
                     }
                 kiln_cuda_gemm_t16_variant(0);
                 kiln_cuda_gemm_i8_set(-1);
                 kiln_cuda_gemm_i8_config(0, 0, 0);
+                kiln_cuda_gemm_i8_variant(0);
                 g_t16 = kiln_cuda_matmul_t16;
                 for (int ti = 3; ti < 5; ti++) {
                     const double v = step_ms(&kc, st, e0, e1, m, nm, kiln_cuda_matmul_cublas, 3,

@@ -177,11 +177,13 @@ static void test_gemm_i8_magnitudes(void **state) {
                 i8_case(dts[d], cs[i].n, cs[i].k, cs[i].t, true, 0, sig[s], kinds[s]);
 }
 
-/* 4 row tiles per warp above 64 tokens; the GEMM from 1 token (8-token CTAs, t 1-11); two
- * CTAs per SM; the grid's k split forced; chunks from a small scratch (k = 512: 2048 bytes a token) */
+/* version 1: 4 row tiles per warp above 64 tokens, the GEMM from 1 token (8-token CTAs,
+ * t 1-11), one CTA per SM; both versions: the grid's k split forced; version 1 on every
+ * shape; chunks from a small scratch (k = 512: 2048 bytes a token) */
 static void test_gemm_i8_configs(void **state) {
     (void)state;
     kiln_cuda_gemm_i8_set(1);
+    kiln_cuda_gemm_i8_variant(1); /* the row-tile, occupancy and min-t settings: version 1 */
     kiln_cuda_gemm_i8_config(4, 0, 0);
     for (size_t d = 0; d < 2; d++)
         for (size_t i = 0; i < NCS; i++)
@@ -203,15 +205,23 @@ static void test_gemm_i8_configs(void **state) {
             i8_case(dts[d], sm[i].n, sm[i].k, sm[i].t, i % 2 == 1, 0, 1.0f, 0);
     kiln_cuda_gemm_i8_config(0, 0, 0);
     /* the grid's k split forced: 3 and 16 ranges (fewer where k has fewer superchunks),
-     * partial sums added in order: vs ref, twice the same bits */
+     * partial sums added in order: vs ref, twice the same bits; in both versions */
     static const int kss[] = {3, 16};
-    for (int a = 0; a < 2; a++) {
-        kiln_cuda_gemm_i8_ksplit(kss[a]);
-        for (size_t d = 0; d < 2; d++)
-            for (size_t i = (size_t)a; i < NCS; i += 2)
-                i8_case(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 3 == 0, 0, 1.0f, 0);
+    for (int v = 2; v >= 1; v--) {
+        kiln_cuda_gemm_i8_variant(v);
+        for (int a = 0; a < 2; a++) {
+            kiln_cuda_gemm_i8_ksplit(kss[a]);
+            for (size_t d = 0; d < 2; d++)
+                for (size_t i = (size_t)a; i < NCS; i += 2)
+                    i8_case(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 3 == 0, 0, 1.0f, 0);
+        }
+        kiln_cuda_gemm_i8_ksplit(0);
     }
-    kiln_cuda_gemm_i8_ksplit(0);
+    /* version 1's own configurations: every shape */
+    for (size_t d = 0; d < 2; d++)
+        for (size_t i = 0; i < NCS; i++)
+            i8_case(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, 0, 1.0f, 0);
+    kiln_cuda_gemm_i8_variant(0);
     static const size_t sc[] = {24 * 2048 + 100, 16 * 2048, 8 * 2048 + 4};
     for (size_t d = 0; d < 2; d++)
         for (size_t i = 0; i < 3; i++)

@@ -136,6 +136,9 @@ void kiln_cuda_gemm_i8_set(int on);
 void kiln_cuda_gemm_i8_config(int mt, int min_t, int occ);
 /* Tests: the grid's split of k forced to ks ranges (0: by the grid size). Process-wide. */
 void kiln_cuda_gemm_i8_ksplit(int ks);
+/* Which kernel: 1 (version 1: loads through L1), 2 (version 2: activations and weights staged
+ * in shared memory by cp.async, the default); 0: KILN_I8_V=1, else 2. Process-wide. */
+void kiln_cuda_gemm_i8_variant(int v);
 
 /* T16 weights (n x k) -> f16 hi halves at out[0, n k), 2^11-scaled lo at out[n k, 2 n k)
  * (the cuBLAS path's split-f16 weights), on the stream. */

@@ -289,6 +289,155 @@ __global__ void __launch_bounds__(I8_WARPS * 32, MINB)
     }
 }
 
+/* ---- version 2: the activations and the weights staged in shared memory ----
+ *
+ * Version 1 above stalls on its loads (ncu, run 2, pp512 gate / up: 57 % of the cycles
+ * between issues wait on L1TEX, 40 % of the issue slots busy, 25 % occupancy at 119
+ * registers; ~200 int8 TOPS). Here the 8 warps of a CTA split rows only (MT tiles each: 256
+ * rows a CTA) and share the activations of the CTA's tokens: per superchunk one copy of
+ * their B fragments (4 blocks x NT tiles x 1 KB) and each warp's weights (MT x SCB bytes, the
+ * T16 bytes as stored) go to shared memory by cp.async, double-buffered: the next
+ * superchunk's copies run while this one computes. The arithmetic per block, the order
+ * of the blocks and the k split over the grid are version 1's: the same values as version 1
+ * at the same k split (the test checks both against ref). */
+__device__ __forceinline__ void i8_cp16(void *smem, const void *gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem));
+#else
+    (void)smem, (void)gmem;
+#endif
+}
+__device__ __forceinline__ void i8_cp_commit(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+__device__ __forceinline__ void i8_cp_wait1(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group 1;\n" ::);
+#endif
+}
+
+#define I8S_MT 2 /* row tiles a warp in version 2 */
+template <int DT, int NT> struct i8s_smem {
+    uint4 x[2][4][NT][64]; /* [buffer][block][token tile][d1 d2 words of lanes 0-31, d3 f ...] */
+    uint4 w[2][I8_WARPS][I8S_MT][i8_geom<DT>::SCB / 16]; /* [buffer][warp][tile][T16 bytes] */
+};
+
+template <int DT, int NT>
+__global__ void __launch_bounds__(I8_WARPS * 32, 2)
+    gemm_i8s_kernel(const uint8_t *__restrict__ W, int64_t n, int64_t k,
+                    const uint4 *__restrict__ xq, int T, float *__restrict__ y, int64_t ys,
+                    const float *__restrict__ bias, int per, float *__restrict__ part) {
+    constexpr int SCB = i8_geom<DT>::SCB, NQ = i8_geom<DT>::NQ, MT = I8S_MT, NC = SCB / 16;
+    extern __shared__ uint4 i8s_raw[];
+    i8s_smem<DT, NT> &sm = *reinterpret_cast<i8s_smem<DT, NT> *>(i8s_raw);
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, tig = lane & 3;
+    const int64_t nb = k / 32, nk = k / KILN_CUDA_T16_K;
+    const int64_t sc0 = (int64_t)blockIdx.z * per, sc1 = sc0 + per < nk ? sc0 + per : nk;
+    const int64_t tiles = (n + 15) / 16, tile0 = ((int64_t)blockIdx.y * I8_WARPS + w) * MT;
+    const int ntt = (T + 7) / 8, j0 = (int)blockIdx.x * NT;
+    const int nj = ntt - j0 < NT ? ntt - j0 : NT;
+    int mlive = 0;
+#pragma unroll
+    for (int m = 0; m < MT; m++) mlive += tile0 + m < tiles;
+    auto stage = [&](int64_t sc, int bf) {
+        for (int i = tid; i < 4 * nj * 64; i += I8_WARPS * 32) {
+            const int blk = i / (nj * 64), jt = (i / 64) % nj, u = i % 64;
+            i8_cp16(&sm.x[bf][blk][jt][(u & 1) * 32 + (u >> 1)],
+                    xq + ((int64_t)(j0 + jt) * nb + sc * 4 + blk) * 64 + u);
+        }
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            if (m >= mlive) break;
+            const uint4 *src = (const uint4 *)(W + ((size_t)(tile0 + m) * nk + sc) * SCB);
+            for (int c = lane; c < NC; c += 32) i8_cp16(&sm.w[bf][w][m][c], src + c);
+        }
+    };
+    float tot[MT][NT][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) tot[m][j][e] = 0.0f;
+    int bf = 0;
+    stage(sc0, 0);
+    i8_cp_commit();
+    for (int64_t sc = sc0; sc < sc1; sc++, bf ^= 1) {
+        if (sc + 1 < sc1) stage(sc + 1, bf ^ 1);
+        i8_cp_commit();
+        i8_cp_wait1();
+        __syncthreads();
+        if (mlive > 0) {
+#pragma unroll
+            for (int bb = 0; bb < 4; bb++) {
+                uint32_t a[MT][4];
+                float dd[MT][2];
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    const uint4 sd = sm.w[bf][w][m][NQ * 32 + g];
+                    const uint32_t dw = bb == 0 ? sd.x : bb == 1 ? sd.y : bb == 2 ? sd.z : sd.w;
+                    dd[m][0] = kc_h2f((uint16_t)(dw & 0xFFFFu));
+                    dd[m][1] = kc_h2f((uint16_t)(dw >> 16));
+                    if constexpr (DT == KILN_DTYPE_Q4_0) {
+                        const uint4 v = sm.w[bf][w][m][(bb / 2) * 32 + lane];
+                        const uint32_t r0 = bb % 2 ? v.z : v.x, r8 = bb % 2 ? v.w : v.y;
+                        a[m][0] = i8_nib(r0 & 0x0F0F0F0Fu);
+                        a[m][1] = i8_nib(r8 & 0x0F0F0F0Fu);
+                        a[m][2] = i8_nib((r0 >> 4) & 0x0F0F0F0Fu);
+                        a[m][3] = i8_nib((r8 >> 4) & 0x0F0F0F0Fu);
+                    } else {
+                        const uint4 v = sm.w[bf][w][m][bb * 32 + lane];
+                        a[m][0] = v.x, a[m][1] = v.z, a[m][2] = v.y, a[m][3] = v.w;
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    if (j >= nj) break; /* uniform */
+                    const uint4 u = sm.x[bf][bb][j][lane], u2 = sm.x[bf][bb][j][32 + lane];
+                    const float f0 = __uint_as_float(u2.z), f1 = __uint_as_float(u2.w);
+#pragma unroll
+                    for (int m = 0; m < MT; m++) {
+                        if (m >= mlive) break; /* uniform */
+                        int c1[4], c2[4], c3[4];
+                        i8_mma(c1, a[m], u.x, u.y);
+                        i8_mma(c2, a[m], u.z, u.w);
+                        i8_mma(c3, a[m], u2.x, u2.y);
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            float v;
+                            if constexpr (DT == KILN_DTYPE_Q4_0)
+                                v = (float)(c1[e] * 65536 + c2[e] * 256 + c3[e]);
+                            else
+                                v = fmaf((float)(c1[e] * 256 + c2[e]), 256.0f, (float)c3[e]);
+                            const float sx = dd[m][e >> 1] * ((e & 1) ? f1 : f0);
+                            tot[m][j][e] = fmaf(sx, v, tot[m][j][e]);
+                        }
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* the buffer is restaged two superchunks on */
+    }
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if (m >= mlive || j >= nj) continue;
+                const int64_t row = (tile0 + m) * 16 + g + (e >= 2 ? 8 : 0);
+                const int64_t tok = (int64_t)(j0 + j) * 8 + 2 * tig + (e & 1);
+                if (row >= n || tok >= T) continue;
+                if (part)
+                    part[((int64_t)blockIdx.z * T + tok) * n + row] = tot[m][j][e];
+                else
+                    y[tok * ys + row] = tot[m][j][e] + (bias ? bias[row] : 0.0f);
+            }
+}
+
 /* y = the ks partial sums of the k split in split order, + bias: one thread per output */
 __global__ void i8_reduce_kernel(const float *__restrict__ part, int ks, int64_t n, int T,
                                  float *__restrict__ y, int64_t ys,
@@ -303,7 +452,20 @@ __global__ void i8_reduce_kernel(const float *__restrict__ part, int ks, int64_t
 
 /* ---- host side ---- */
 
-static int i8_on_state = -1, i8_mt = 0, i8_min_t = 12, i8_occ = 0, i8_ks_fixed = 0;
+static int i8_on_state = -1, i8_mt = 0, i8_min_t = 12, i8_occ = 0, i8_ks_fixed = 0, i8_v = 0;
+
+/* 1: version 1 (loads through L1), 2: version 2 (shared memory, cp.async: the default); 0:
+ * KILN_I8_V=1, else 2 */
+extern "C" void kiln_cuda_gemm_i8_variant(int v) {
+    i8_v = v == 1 || v == 2 ? v : 0;
+}
+static int i8_v_get(void) {
+    if (!i8_v) {
+        const char *e = getenv("KILN_I8_V");
+        i8_v = e && e[0] == '1' ? 1 : 2;
+    }
+    return i8_v;
+}
 
 /* Tests: the grid's k split forced to ks ranges (0: by the grid size; still bounded by the
  * superchunks, 16 and the scratch) */
@@ -405,6 +567,19 @@ static bool i8_use(const kiln_kctx *c, const kiln_matmul_args *m, int nm) {
     return i8_chunk(c, m[0].k, m[0].t) >= 8;
 }
 
+/* the k split for a grid of ctas CTAs: enough for 2 CTAs per SM, at most I8_MAX_KS ranges
+ * and nk superchunks, partial sums within pb bytes; returns the range length (per) */
+static int i8_split(int64_t ctas, int64_t nk, int64_t T, int64_t n, size_t pb, int64_t *ks_out) {
+    const int64_t want = 2 * (int64_t)i8_sms();
+    int64_t ks = i8_ks_fixed > 0 ? i8_ks_fixed : (want + ctas - 1) / ctas;
+    const int64_t maxks = nk < I8_MAX_KS ? nk : I8_MAX_KS;
+    ks = ks < 1 ? 1 : ks > maxks ? maxks : ks;
+    while (ks > 1 && (size_t)ks * (size_t)T * (size_t)n * sizeof(float) > pb) ks--;
+    const int per = (int)((nk + ks - 1) / ks);
+    *ks_out = (nk + per - 1) / per; /* no empty range */
+    return per;
+}
+
 template <int DT, int MT, int NT, int MINB>
 static void launch_i8_cfg(cudaStream_t s, const kiln_matmul_args *a, const uint4 *xq, int T,
                           float *y, float *part, size_t part_bytes) {
@@ -417,15 +592,39 @@ static void launch_i8_cfg(cudaStream_t s, const kiln_matmul_args *a, const uint4
     int wr = I8_WARPS;
     while (wr > 1 && (int64_t)(wr / 2) * MT >= tiles) wr /= 2;
     const int64_t gy = (tiles + (int64_t)wr * MT - 1) / ((int64_t)wr * MT);
-    const int64_t ctas = gy * gx, want = 2 * (int64_t)i8_sms();
-    int64_t ks = i8_ks_fixed > 0 ? i8_ks_fixed : (want + ctas - 1) / ctas;
-    const int64_t maxks = nk < I8_MAX_KS ? nk : I8_MAX_KS;
-    ks = ks < 1 ? 1 : ks > maxks ? maxks : ks;
-    while (ks > 1 && (size_t)ks * (size_t)T * (size_t)a->n * sizeof(float) > part_bytes) ks--;
-    const int per = (int)((nk + ks - 1) / ks);
-    ks = (nk + per - 1) / per; /* no empty range */
+    int64_t ks = 1;
+    const int per = i8_split(gy * gx, nk, T, a->n, part_bytes, &ks);
     gemm_i8_kernel<DT, MT, NT, MINB><<<dim3(gx, (unsigned)gy, (unsigned)ks), I8_WARPS * 32, 0, s>>>(
         (const uint8_t *)a->w, a->n, a->k, xq, T, y, a->y_stride, a->bias, wr, per,
+        ks > 1 ? part : NULL);
+    if (ks > 1) {
+        const int64_t m = (int64_t)T * a->n;
+        i8_reduce_kernel<<<(unsigned)((m + 255) / 256), 256, 0, s>>>(part, (int)ks, a->n, T, y,
+                                                                     a->y_stride, a->bias);
+    }
+}
+
+template <int DT, int NT>
+static void launch_i8s(cudaStream_t s, const kiln_matmul_args *a, const uint4 *xq, int T, float *y,
+                       float *part, size_t pb) {
+    /* the shared memory past 48 KB, asked once per device (setting it twice is harmless) */
+    static unsigned long long attr_set = 0;
+    const size_t smem = sizeof(i8s_smem<DT, NT>);
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 63;
+    if (!((__atomic_load_n(&attr_set, __ATOMIC_RELAXED) >> dev) & 1ull)) {
+        (void)cudaFuncSetAttribute(gemm_i8s_kernel<DT, NT>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        __atomic_fetch_or(&attr_set, 1ull << dev, __ATOMIC_RELAXED);
+    }
+    const int64_t tiles = (a->n + 15) / 16, nk = a->k / KILN_CUDA_T16_K;
+    const int ntt = (T + 7) / 8;
+    const unsigned gx = (unsigned)((ntt + NT - 1) / NT);
+    const int64_t gy = (tiles + I8_WARPS * I8S_MT - 1) / (I8_WARPS * I8S_MT);
+    int64_t ks = 1;
+    const int per = i8_split(gy * gx, nk, T, a->n, pb, &ks);
+    gemm_i8s_kernel<DT, NT><<<dim3(gx, (unsigned)gy, (unsigned)ks), I8_WARPS * 32, smem, s>>>(
+        (const uint8_t *)a->w, a->n, a->k, xq, T, y, a->y_stride, a->bias, per,
         ks > 1 ? part : NULL);
     if (ks > 1) {
         const int64_t m = (int64_t)T * a->n;
@@ -438,6 +637,13 @@ template <int DT>
 static void launch_i8(cudaStream_t s, const kiln_matmul_args *a, const uint4 *xq, int T, float *y,
                       float *part, size_t pb) {
     const int ntt = (T + 7) / 8;
+    if (i8_v_get() == 2) {
+        if (ntt <= 2)
+            launch_i8s<DT, 2>(s, a, xq, T, y, part, pb);
+        else
+            launch_i8s<DT, 4>(s, a, xq, T, y, part, pb);
+        return;
+    }
     const bool o2 = i8_occ_get() == 2;
     if (ntt <= 2) {
         if (o2)
