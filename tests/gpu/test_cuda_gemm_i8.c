@@ -62,8 +62,8 @@ typedef struct dev_mm {
     int64_t ys;
 } dev_mm;
 
-static void mm_make(dev_mm *d, uint32_t dt, int64_t n, int64_t k, int64_t t, bool bias,
-                    float sigma, int kind) {
+static void mm_make(dev_mm *d, uint32_t dt, int64_t n, int64_t k, int64_t t, bool bias, float sigma,
+                    int kind) {
     const kiln_dtype_info *info = kiln_dtype_get(dt);
     const size_t rb = (size_t)(k / info->block_size) * info->block_bytes;
     const size_t tb = (size_t)((n + 15) / 16) * 16 * rb;
@@ -112,8 +112,7 @@ static void check_pad(const dev_mm *d, const char *what) {
         for (int64_t i = d->a.n; i < d->ys; i++) {
             uint32_t u;
             memcpy(&u, &d->y[j * d->ys + i], 4);
-            if (u != 0xFFFFFFFFu)
-                fail_msg("%s: padding of token %lld written", what, (long long)j);
+            if (u != 0xFFFFFFFFu) fail_msg("%s: padding of token %lld written", what, (long long)j);
         }
 }
 
@@ -151,7 +150,7 @@ static const i8_case_t cs[] = {
     {48, 384, 600},   {4100, 256, 70}, {2000, 640, 513}, {160, 14336, 72},  {520, 4096, 512},
     {8200, 128, 200},
 };
-#define NCS (sizeof cs / sizeof cs[0])
+#define NCS           (sizeof cs / sizeof cs[0])
 static const uint32_t dts[] = {KILN_DTYPE_Q4_0, KILN_DTYPE_Q8_0};
 
 static void test_gemm_i8_shapes(void **state) {
@@ -189,9 +188,8 @@ static void test_gemm_i8_configs(void **state) {
         for (size_t i = 0; i < NCS; i++)
             if (cs[i].t > 64) i8_case(dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, 0, 1.0f, 0);
     kiln_cuda_gemm_i8_config(0, 1, 0);
-    static const i8_case_t sm[] = {{1, 128, 1},    {37, 256, 2},  {300, 512, 3},
-                                   {129, 768, 5},  {64, 1280, 7}, {1000, 4096, 8},
-                                   {33, 14336, 9}, {17, 384, 11}};
+    static const i8_case_t sm[] = {{1, 128, 1},   {37, 256, 2},    {300, 512, 3},  {129, 768, 5},
+                                   {64, 1280, 7}, {1000, 4096, 8}, {33, 14336, 9}, {17, 384, 11}};
     for (size_t d = 0; d < 2; d++)
         for (size_t i = 0; i < sizeof sm / sizeof sm[0]; i++)
             i8_case(dts[d], sm[i].n, sm[i].k, sm[i].t, i % 2 == 0, 0, 1.0f, 0);
@@ -353,8 +351,8 @@ static void test_gemm_i8_group(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm_i8_shapes),   cmocka_unit_test(test_gemm_i8_magnitudes),
-        cmocka_unit_test(test_gemm_i8_configs),  cmocka_unit_test(test_gemm_i8_fallback),
+        cmocka_unit_test(test_gemm_i8_shapes),  cmocka_unit_test(test_gemm_i8_magnitudes),
+        cmocka_unit_test(test_gemm_i8_configs), cmocka_unit_test(test_gemm_i8_fallback),
         cmocka_unit_test(test_gemm_i8_group),
     };
     return kt_cuda_main("test_cuda_gemm_i8", tests, sizeof tests / sizeof tests[0],

@@ -28,13 +28,21 @@
  * T16 gemv. So the spec row (cuda.gemm_i8.matmul) is deterministic only: the default policy
  * takes it, the deterministic policy keeps the T16 GEMM (prov_cuda.c).
  *
- * Work split: a CTA of 8 warps = WR row groups x SW k-splits; a warp owns MT T16 tiles (16
- * rows each) and NT tiles of 8 tokens, loads its superchunk's weights straight into A
- * fragments (16 bytes a lane, the next superchunk's prefetched), and the activations' B
- * fragments per (block, token tile) through L1 (warps of the same tokens share them).
- * Grid x: token groups of NT tiles; y: row groups of WR x MT tiles. The host picks WR (8, 4,
- * 2, 1) as the largest that still gives 2 CTAs per SM, so small matrices and few tokens split
- * k over the warps (summed in shared memory, warp order).
+ * Work split (version 2, the default: gemm_i8s_kernel): a CTA of 8 warps, each owning 2 T16
+ * tiles (256 rows a CTA) and NT (2 or 4) tiles of 8 tokens; per superchunk the CTA's B
+ * fragments and each warp's weights are copied to shared memory by cp.async, double-buffered.
+ * Grid x: token groups; y: row groups; z: the k split into ranges of superchunks, as many as
+ * give 2 CTAs per SM (at most 16, their partial sums in scratch, added in range order by
+ * i8_reduce_kernel, then + bias). Version 1 (gemm_i8_kernel, KILN_I8_V=1): the warps load
+ * weights and B fragments from global memory (L1) themselves, the k split also over the
+ * CTA's warps.
+ *
+ * Measured (session 12 run 3, H100, bench_cuda --gemm: the 8B's matmuls of a step in one
+ * graph): q4_0 16 / 32 / 64 / 128 / 512 tokens 4.90 / 7.61 / 14.13 / 25.6 / 83.1 ms (T16
+ * GEMM 5.36 / 9.17 / 15.24 / 28.5 / 119.4; cuBLAS on dequantized T16 at 128 / 512: 34.6 /
+ * 51.1). So cuda.gemm_i8.matmul serves up to 64 tokens; prefill keeps cuBLAS. Far from the
+ * int8 rate (~280 TOPS at 512 tokens): latency-bound at 16 warps per SM (docs/CUDA.md,
+ * "The int8 GEMM").
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -45,9 +53,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define I8_WARPS 8   /* warps per CTA */
-#define I8_CHUNK 512 /* most tokens quantized per prep launch (the workspace holds them) */
-#define I8_MAX_KS 16 /* most ranges the grid splits k into */
+#define I8_WARPS      8   /* warps per CTA */
+#define I8_CHUNK      512 /* most tokens quantized per prep launch (the workspace holds them) */
+#define I8_MAX_KS     16  /* most ranges the grid splits k into */
 #define I8_PART_BYTES ((size_t)16 << 20) /* the workspace's room for their partial sums */
 
 template <int DT> struct i8_geom;
@@ -82,9 +90,9 @@ __global__ void xq8_prep_kernel(const float *__restrict__ x, int64_t xs, int64_t
         f = __int_as_float(0x7FC00000); /* NaN */
     } else if (m > 0.0f) {
         int e;
-        const float fr = frexpf(m, &e); /* m = fr 2^e, fr in [0.5, 1) */
+        const float fr = frexpf(m, &e);                /* m = fr 2^e, fr in [0.5, 1) */
         int P = (fr >= 127.0f / 128.0f ? 22 : 23) - e; /* m 2^(P - 16) in [63.5, 127) */
-        P = P > 126 ? 126 : P;                          /* e <= 128: P >= -105 */
+        P = P > 126 ? 126 : P;                         /* e <= 128: P >= -105 */
         sc = __int_as_float((P + 127) << 23);
         f = __int_as_float((127 - P) << 23);
     }
@@ -141,8 +149,7 @@ template <int DT, int MT, int NT, int MINB>
 __global__ void __launch_bounds__(I8_WARPS * 32, MINB)
     gemm_i8_kernel(const uint8_t *__restrict__ W, int64_t n, int64_t k,
                    const uint4 *__restrict__ xq, int T, float *__restrict__ y, int64_t ys,
-                   const float *__restrict__ bias, int wr_n, int per,
-                   float *__restrict__ part) {
+                   const float *__restrict__ bias, int wr_n, int per, float *__restrict__ part) {
     constexpr int SCB = i8_geom<DT>::SCB, NQ = i8_geom<DT>::NQ;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
     const int wr = w % wr_n, ws = w / wr_n, sw = I8_WARPS / wr_n;
@@ -669,8 +676,8 @@ static kiln_status i8_run(const kiln_kctx *c, const kiln_matmul_args *m, int nm)
     for (int64_t t0 = 0; t0 < t; t0 += ch) {
         const int T = (int)(t - t0 < ch ? t - t0 : ch), Tp = (T + 7) / 8 * 8;
         const int64_t thr = (int64_t)Tp * (k / 4);
-        xq8_prep_kernel<<<(unsigned)((thr + 255) / 256), 256, 0, s>>>(
-            m[0].x + t0 * m[0].x_stride, m[0].x_stride, k, T, Tp, xq);
+        xq8_prep_kernel<<<(unsigned)((thr + 255) / 256), 256, 0, s>>>(m[0].x + t0 * m[0].x_stride,
+                                                                      m[0].x_stride, k, T, Tp, xq);
         for (int i = 0; i < nm; i++) {
             float *y = m[i].y + t0 * m[i].y_stride;
             if (m[i].w_dtype == KILN_DTYPE_Q4_0)
