@@ -56,6 +56,7 @@
 #define I8_WARPS      8   /* warps per CTA */
 #define I8_CHUNK      512 /* most tokens quantized per prep launch (the workspace holds them) */
 #define I8_MAX_KS     16  /* most ranges the grid splits k into */
+#define I8_MIN_T      12  /* the fewest tokens the GEMM takes by default (fewer: the gemv) */
 #define I8_PART_BYTES ((size_t)16 << 20) /* the workspace's room for their partial sums */
 
 template <int DT> struct i8_geom;
@@ -459,7 +460,7 @@ __global__ void i8_reduce_kernel(const float *__restrict__ part, int ks, int64_t
 
 /* ---- host side ---- */
 
-static int i8_on_state = -1, i8_mt = 0, i8_min_t = 12, i8_occ = 0, i8_ks_fixed = 0, i8_v = 0;
+static int i8_on_state = -1, i8_mt = 0, i8_min_t = I8_MIN_T, i8_occ = 0, i8_ks_fixed = 0, i8_v = 0;
 
 /* 1: version 1 (loads through L1), 2: version 2 (shared memory, cp.async: the default); 0:
  * KILN_I8_V=1, else 2 */
@@ -485,7 +486,7 @@ extern "C" void kiln_cuda_gemm_i8_set(int on) {
 }
 extern "C" void kiln_cuda_gemm_i8_config(int mt, int min_t, int occ) {
     i8_mt = mt == 2 || mt == 4 ? mt : 0;
-    i8_min_t = min_t > 0 ? min_t : 12;
+    i8_min_t = min_t > 0 ? min_t : I8_MIN_T;
     i8_occ = occ == 1 || occ == 2 ? occ : 0;
 }
 
@@ -544,10 +545,17 @@ extern "C" size_t kiln_cuda_gemm_i8_workspace(const struct kiln_sel_ctx *ctx) {
         const size_t b = kiln_cuda_matmul_cublas_workspace(ctx);
         ws = b > ws ? b : ws;
     }
-    if (ctx->k <= 0) return ws;
+    if (ctx->k <= 0 || ctx->tokens_max < I8_MIN_T) return ws; /* fewer: never the GEMM */
     int64_t ch = ctx->tokens_max < I8_CHUNK ? ctx->tokens_max : I8_CHUNK;
     ch = (ch + 7) / 8 * 8;
-    const size_t g = i8_bytes(ctx->k, ch) + 256 + I8_PART_BYTES;
+    /* the k split's partial sums: at most I8_MAX_KS x ch x n floats, at most I8_PART_BYTES
+     * (a call with less room splits k less: i8_split) */
+    size_t part = I8_PART_BYTES;
+    if (ctx->n > 0 && (size_t)ctx->n <= I8_PART_BYTES) {
+        const size_t need = (size_t)I8_MAX_KS * (size_t)ch * (size_t)ctx->n * sizeof(float);
+        part = need < part ? need : part;
+    }
+    const size_t g = i8_bytes(ctx->k, ch) + 256 + part;
     return g > ws ? g : ws;
 }
 
