@@ -5,7 +5,8 @@
  * epilogue, against a double dot product of the dequantized rows. A wrong word or byte order
  * gives ~1; the transcription ~3e-7. Build against a configured build dir B:
  *   O=B/CMakeFiles/kiln.dir/src; gcc -O2 -Iinclude -Isrc scripts/i8-emu.c $O/kernels/cuda_t16.c.o \
- *     $O/format/{dtype,quants,quants_k}.c.o $O/base/*.o -lxxhash -lm -lpthread -o /tmp/i8-emu
+ *     $O/format/{dtype,quants,quants_k}.c.o $O/base/[a-z]*.o -lxxhash -lm -lpthread \
+ *     -o /tmp/i8-emu   (then /tmp/i8-emu)
  */
 #include "kernels/cuda_t16.h"
 #include "format/dtype.h"
