@@ -18,8 +18,9 @@
  *    and the rest of a step are not in these numbers (docs/CUDA.md says what ran end to
  *    end).
  * 3. Prefill matmuls: t = 512 through the cuBLAS path, tokens/s of the matmuls.
- * --gemm (alone): the T16 GEMM (gemm_t16.cu) vs the T16 gemv in passes of 8 at 16-512
- *    tokens, the engine's calls of a step in one graph, and the cuBLAS path at 512.
+ * --gemm (alone): the T16 GEMM (gemm_t16.cu, version 1) and the int8 GEMM (gemm_i8.cu) at
+ *    16-512 tokens, the engine's calls of a step in one graph, and the cuBLAS path at 128
+ *    and 512.
  *    (The cuBLAS path on T16 weights expects a T16 weight's bytes: random bytes here.)
  * Timing: CUDA events around `--reps` repetitions after 3 warm-ups; median of 5 such
  * groups. The table is printed last.
@@ -372,29 +373,41 @@ int main(int argc, char **argv) {
          * (cuBLAS on dequantized T16) at 512 */
         if (gemm_only) {
             if (dt == KILN_DTYPE_Q4_0 || dt == KILN_DTYPE_Q8_0) {
+                /* session 12: the T16 GEMM (version 1), the int8 GEMM (versions 1 and 2),
+                 * cuBLAS on dequantized T16 from 128 tokens */
                 static const int64_t gt[5] = {16, 32, 64, 128, 512};
-                static const char *const gm[3] = {"gemv passes of 8", "GEMM v1 (default)",
-                                                  "GEMM v2"};
-                g_t16 = kiln_cuda_matmul_t16_gemm;
                 for (int ti = 0; ti < 5; ti++)
-                    for (int v = 2; v >= 0; v--) {
-                        kiln_cuda_gemm_t16_set(v > 0);
-                        kiln_cuda_gemm_t16_variant(v);
+                    for (int v = 0; v < 3; v++) {
+                        g_t16 = v ? kiln_cuda_matmul_i8 : kiln_cuda_matmul_t16_gemm;
+                        kiln_cuda_gemm_t16_set(1);
+                        kiln_cuda_gemm_t16_variant(1);
+                        kiln_cuda_gemm_i8_set(1);
+                        kiln_cuda_gemm_i8_config(2, 0, 2);
+                        kiln_cuda_gemm_i8_variant(v == 1 ? 1 : 2);
                         const double ms = group_step_ms(&kc, st, e0, e1, m, layers, gt[ti], x, y,
                                                         y + tmax * FF, reps, 1, 31);
-                        printf("%s t=%lld (T16 %s, engine's groups + glu, graph): %.3f ms per "
+                        printf("%s t=%lld (%s, engine's groups + glu, graph): %.3f ms per "
                                "step, %.0f tok/s\n",
-                               tok, (long long)gt[ti], gm[v], ms, (double)gt[ti] / (ms * 1e-3));
+                               tok, (long long)gt[ti],
+                               v == 0   ? "T16 GEMM v1"
+                               : v == 1 ? "int8 GEMM v1 (L1 loads)"
+                                        : "int8 GEMM v2 (smem, cp.async)",
+                               ms, (double)gt[ti] / (ms * 1e-3));
                         fflush(stdout);
                     }
                 kiln_cuda_gemm_t16_variant(0);
-                kiln_cuda_gemm_t16_set(1);
+                kiln_cuda_gemm_i8_set(-1);
+                kiln_cuda_gemm_i8_config(0, 0, 0);
+                kiln_cuda_gemm_i8_variant(0);
                 g_t16 = kiln_cuda_matmul_t16;
-                const double v =
-                    step_ms(&kc, st, e0, e1, m, nm, kiln_cuda_matmul_cublas, 3, 512, x, y, 3);
-                printf("%s t=512 (cuBLAS on dequantized T16, each matmul alone): %.3f ms per "
-                       "step, %.0f tok/s\n",
-                       tok, v, 512 / (v * 1e-3));
+                for (int ti = 3; ti < 5; ti++) {
+                    const double v = step_ms(&kc, st, e0, e1, m, nm, kiln_cuda_matmul_cublas, 3,
+                                             gt[ti], x, y, 3);
+                    printf("%s t=%lld (cuBLAS on dequantized T16, each matmul alone): %.3f ms "
+                           "per step, %.0f tok/s\n",
+                           tok, (long long)gt[ti], v, (double)gt[ti] / (v * 1e-3));
+                    fflush(stdout);
+                }
             }
             CK(cudaFree(base));
             free(m);

@@ -67,6 +67,12 @@
 #             q4_K_M and smollm2-135m q4_1 (the real files' shapes and types): kiln bench
 #             --backend cuda -p 0 -n 128 -r 3, then ncu's time of every kernel over 8 decode
 #             steps (scripts/ncu-step.py: per kernel name, launches and us per step)
+#   i8        test_cuda_gemm_i8 (the int8 GEMM vs ref) and bench_cuda --gemm on q4_0 / q8_0
+#             (8B matmuls of a step at 16-512 tokens: T16 GEMM, int8 GEMM, cuBLAS)
+#   e2eonly   verify's test_cuda_e2e alone
+#   ncui8     ncu over an 8B q4_0 pp512 (kiln bench): 6 launches of the matmul kernels
+#             ($PROFILE_RE, default the int8 GEMM) after 40: speed of light,
+#             memory, pipes, occupancy, stalls
 #   verify    test_cuda_kernels, test_cuda_attention, and test_cuda_e2e on tiny models of every family x type
 #             (every model through the upload lane, cuda vs ref teacher-forced)
 #   profile   ncu on the single-token gemv of one layer ($PROFILE_TYPES, default q4_0 q8_0;
@@ -111,6 +117,9 @@ for s in "$@"; do
     tp70b | ttft) TG="$TG bench_sched" ;;
     fault) TG="$TG test_cuda_fault" ;;
     verify) TG="$TG test_cuda_kernels test_cuda_attention test_cuda_e2e" ;;
+    i8) TG="$TG test_cuda_gemm_i8 bench_cuda" ;;
+    e2eonly) TG="$TG test_cuda_e2e" ;;
+    ncui8) TG="$TG" ;;
     real) TG="$TG" ;;
     sample) TG="$TG test_cuda_sample bench_cuda_sample" ;;
     sampledrun|depth|tune) TG="$TG" ;;
@@ -296,15 +305,29 @@ for s in "$@"; do
       fi ;;
     fault)
       step test_cuda_fault 240 env KILN_BINARY_DIR=$PWD/$B test_cuda_fault ;;
-    verify)
+    i8)
+      step test_cuda_gemm_i8 300 test_cuda_gemm_i8
+      step bench_gemm 300 bench_cuda --gemm --dtypes q4_0,q8_0 --reps 10 ;;
+    ncui8)
+      NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      if [ -z "$NCU" ]; then echo "ncui8: no ncu" | tee "$LOG/ncu-i8.log"; else
+        f=$(gen llama3-8b q4_0)
+        step ncu-i8 300 "$NCU" --kernel-name "regex:${PROFILE_RE:-gemm_i8_kernel}" \
+          --launch-skip 40 --launch-count 6 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+          --section Occupancy --section WarpStateStats --section ComputeWorkloadAnalysis \
+          --section LaunchStats kiln bench -m "$f" --backend cuda -p 512 -n 1 -r 1
+      fi ;;
+    verify | e2eonly)
       E=/tmp/kiln-e2e; mkdir -p $E
       for f in llama qwen2 qwen3 gemma3; do
         for t in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K; do
           echo "-p tiny -f $f -t $t -o $E/tiny-$f-$t.gguf"
         done
       done | xargs -P 8 -L 1 kiln-gen -q --threads 2 >"$LOG/gen.log" 2>&1
-      step test_cuda_kernels 420 test_cuda_kernels
-      step test_cuda_attention 300 test_cuda_attention
+      if [ "$s" = verify ]; then
+        step test_cuda_kernels 420 test_cuda_kernels
+        step test_cuda_attention 300 test_cuda_attention
+      fi
       step test_cuda_e2e 300 env KILN_E2E_DIR=$E test_cuda_e2e ;;
     profile)
       NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

@@ -115,6 +115,31 @@ void kiln_cuda_gemm_t16_set(int on);
  * or the default. Same values. Process-wide. */
 void kiln_cuda_gemm_t16_variant(int v);
 
+/* gemm_i8.cu: the int8 tensor-core GEMM on T16 q4_0 / q8_0 weights (session 12): x per
+ * (token, 32-block) as a power of two and three int8 digits (within 2^-23 of the block's
+ * largest |x|), exact int32 sums per block from mma m16n8k32 s8, the f32 epilogue per
+ * block. Deterministic, not batch invariant, not bitwise the gemv. From 12 tokens; else
+ * (and with KILN_CUDA_NO_I8=1 / kiln_cuda_gemm_i8_set(0)) the previous selection: up to 64
+ * tokens kiln_cuda_matmul_t16_gemm, above kiln_cuda_matmul_cublas. Workspace: the digits of
+ * up to 512 tokens (4 k bytes a token) and the fallbacks'. */
+kiln_status kiln_cuda_matmul_i8(const kiln_kctx *c, const kiln_matmul_args *a);
+size_t kiln_cuda_gemm_i8_workspace(const struct kiln_sel_ctx *ctx);
+/* A matmul group whose members all run kiln_cuda_matmul_i8: one prep of x, a GEMM each (or
+ * the previous selection's group entries). KILN_ERR_UNSUPPORTED: run them one by one. */
+kiln_status kiln_cuda_matmul_i8_group(const kiln_kctx *c, const kiln_matmul_args *m, int nm);
+/* 1 on, 0 off (the previous selection, the A/B switch), -1 by the environment
+ * (KILN_CUDA_NO_I8=1: off). Process-wide. */
+void kiln_cuda_gemm_i8_set(int on);
+/* Tests / benchmarks: row tiles per warp above 64 tokens (2 or 4; 0: KILN_I8_MT, else 2),
+ * the fewest tokens the GEMM takes (0: 12) and CTAs per SM (1: the next superchunk's weights
+ * prefetched, 2: under 128 registers; 0: KILN_I8_OCC, else 2). Process-wide. */
+void kiln_cuda_gemm_i8_config(int mt, int min_t, int occ);
+/* Tests: the grid's split of k forced to ks ranges (0: by the grid size). Process-wide. */
+void kiln_cuda_gemm_i8_ksplit(int ks);
+/* Which kernel: 1 (version 1: loads through L1), 2 (version 2: activations and weights staged
+ * in shared memory by cp.async, the default); 0: KILN_I8_V=1, else 2. Process-wide. */
+void kiln_cuda_gemm_i8_variant(int v);
+
 /* T16 weights (n x k) -> f16 hi halves at out[0, n k), 2^11-scaled lo at out[n k, 2 n k)
  * (the cuBLAS path's split-f16 weights), on the stream. */
 kiln_status kiln_cuda_t16_dequant_f16(void *stream, const void *w, uint32_t dtype, int64_t n,

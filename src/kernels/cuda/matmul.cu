@@ -837,17 +837,23 @@ static kiln_status gemv_tiled_group(const kiln_kctx *c, const kiln_matmul_group_
 
 extern "C" kiln_status kiln_cuda_matmul_group(const kiln_kctx *c, const kiln_matmul_group_args *a) {
     if (a->n < 1 || a->n > KILN_MATMUL_GROUP_MAX) return KILN_ERR_INVALID_ARG;
-    /* every member on the T16 GEMM's entry: its group entry; T16 gemv and GEMM members
-     * mixed (e.g. a q6_K v beside q4_0 q / k): the gemv's group launch for all of them
-     * (the GEMM's values are the gemv's) */
-    bool all_t16 = true, all_g16 = true, all_blas = true;
+    /* every member on the int8 GEMM's or the T16 GEMM's entry: its group entry; T16 gemv
+     * and GEMM members mixed (e.g. a q6_K v beside q4_0 q / k): the gemv's group launch for
+     * all of them (the T16 GEMM's values are the gemv's; the int8 GEMM's are within its
+     * tolerance of them) */
+    bool all_t16 = true, all_g16 = true, all_blas = true, all_i8 = true;
     for (int i = 0; i < a->n; i++) {
         const bool g16 = a->fn[i] == kiln_cuda_matmul_t16_gemm;
-        all_t16 &= g16 || a->fn[i] == kiln_cuda_matmul_t16;
+        const bool i8 = a->fn[i] == kiln_cuda_matmul_i8;
+        all_i8 &= i8;
+        /* an int8-GEMM member beside T16 gemv members (a q6_K v beside q4_0 q / k): the
+         * gemv's group launch, as for the T16 GEMM's members */
+        all_t16 &= g16 || i8 || a->fn[i] == kiln_cuda_matmul_t16;
         all_g16 &= g16;
         all_blas &= a->fn[i] == kiln_cuda_matmul_cublas; /* prefill: one split of x */
     }
-    kiln_status gs = all_g16    ? kiln_cuda_matmul_t16_gemm_group(c, a->m, a->n)
+    kiln_status gs = all_i8     ? kiln_cuda_matmul_i8_group(c, a->m, a->n)
+                     : all_g16  ? kiln_cuda_matmul_t16_gemm_group(c, a->m, a->n)
                      : all_t16  ? kiln_cuda_matmul_t16_group(c, a->m, a->n)
                      : all_blas ? kiln_cuda_matmul_cublas_group(c, a->m, a->n)
                                 : gemv_tiled_group(c, a);

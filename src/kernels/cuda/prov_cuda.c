@@ -28,6 +28,10 @@
  * 76 vs 118 ms, session 10 run 2), so cuda.gemm_t16_any.matmul (32, every t, above
  * gemv_t16_any) serves only the batch-invariant policies there.
  * KILN_AVOID=cuda.gemm_t16.matmul,cuda.gemm_t16_any.matmul gives the previous selection.
+ * Session 12: cuda.gemm_i8.matmul (88, q4_0 / q8_0, up to 64 tokens) above them: the int8
+ * tensor-core GEMM (gemm_i8.cu) from 12 tokens, deterministic but not batch invariant (so
+ * the deterministic policy keeps the T16 GEMM / gemv rows); KILN_CUDA_NO_I8=1 (or
+ * KILN_AVOID=cuda.gemm_i8.matmul) gives the previous selection.
  * Session 11: f16 weights with k % 128 == 0 get cuda.gemv_f16.matmul (86, up to 64 tokens)
  * and cuda.gemv_f16_any.matmul (31, every size, batch invariant): the T16 gemv's kernel
  * structure on the plain rows (gemv_t16.cu, gemv_f16r_kernel; no repack, so prefill's
@@ -147,6 +151,31 @@ static const kiln_kernel_spec cuda_specs[] = {
      .summary = "q8_0/q4_0 in the T16 layout, 12-64 tokens: tensor-core GEMM reading the "
                 "weights once per 16-32 tokens (the T16 gemv below 12), bitwise the gemv's "
                 "values"},
+    {.id = "cuda.gemm_i8.matmul",
+     .op = KILN_KOP_MATMUL,
+     CUDA_SPEC,
+     .w_dtypes = KILN_DT(KILN_DTYPE_Q8_0) | KILN_DT(KILN_DTYPE_Q4_0),
+     .act_dtypes = F32,
+     .k_multiple = 128,
+     /* buckets 1-64 (below 12 tokens: the T16 GEMM's entry, the gemv): 8B matmuls of a step
+      * at 16 / 32 / 64 tokens 4.90 / 7.61 / 14.13 ms vs the T16 GEMM's 5.36 / 9.17 / 15.24
+      * (q4_0, session 12 run 3); at 512 tokens 83 ms vs cuBLAS's 51, so 65+ stays on
+      * cuda.cublas_t16.matmul (at 128 tokens the GEMM measured 25.6 ms vs cuBLAS 34.6: a
+      * switch inside the 65-512 bucket is the next step) */
+     .max_tokens = 64,
+     .features = KILN_KFEAT_BIAS,
+     /* deterministic; not batch invariant (its values are not the T16 gemv's, and its
+      * configuration depends on the token count): the deterministic policy keeps the T16
+      * GEMM / gemv rows below */
+     .props = KILN_KPROP_DETERMINISTIC | KILN_KPROP_GRAPH_SAFE,
+     .workspace = kiln_cuda_gemm_i8_workspace,
+     .priority = 88,
+     .w_layout = KILN_WLAYOUT_CUDA_T16,
+     .fn.matmul = kiln_cuda_matmul_i8,
+     .summary = "q8_0/q4_0 in the T16 layout, 12-64 tokens: int8 tensor cores (mma m16n8k32) "
+                "on the exact quant integers and x in three int8 digits per 32-block (2^-23 "
+                "of the block's max), f32 epilogue per block; below 12 tokens the T16 "
+                "GEMM's entry (gemv)"},
     {.id = "cuda.cublas_t16.matmul",
      .op = KILN_KOP_MATMUL,
      CUDA_SPEC,
