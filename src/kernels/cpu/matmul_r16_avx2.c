@@ -74,6 +74,44 @@ INLINE __m256i hibits(const uint8_t *p, int hh) {
     return bits_to_0x10(m);
 }
 
+/* hibits() for the decode loops, in inline asm with its three constants as memory
+ * operands: one register instead of four. With the constants in registers the q5_K
+ * decode (unit_dots_k) had 14 of the 16 ymm registers taken by constants, accumulators and
+ * broadcasts and spilled ~70 values per unit to the stack. Same bytes as hibits(). */
+static const uint8_t hib_c[3][32] __attribute__((aligned(32))) = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
+     1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128},
+    {16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16,
+     16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16}};
+INLINE __m256i hibits_m(const uint8_t *p, int hh) {
+    __m256i v;
+    __asm__("vpbroadcastd %[m], %[v]\n\t"
+            "vpshufb %[shuf], %[v], %[v]\n\t"
+            "vpand %[sel], %[v], %[v]\n\t"
+            "vpcmpeqb %[sel], %[v], %[v]\n\t"
+            "vpand %[x10], %[v], %[v]"
+            : [v] "=&x"(v)
+            : [m] "m"(*(const uint32_t *)(p + 4 * hh)), [shuf] "m"(hib_c[0]), [sel] "m"(hib_c[1]),
+              [x10] "m"(hib_c[2]));
+    return v;
+}
+
+/* madd(s1, 256) + madd(s2, 1) (k_group's level combination) with the two constants as
+ * memory operands, for q5_K's decode (see hibits_m). */
+static const int16_t madd_c[2][16] __attribute__((aligned(32))) = {
+    {256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256},
+    {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}};
+INLINE __m256i madd_levels_m(__m256i s1, __m256i s2) {
+    __asm__("vpmaddwd %[c256], %[s1], %[s1]\n\t"
+            "vpmaddwd %[ones], %[s2], %[s2]\n\t"
+            "vpaddd %[s2], %[s1], %[s1]"
+            : [s1] "+x"(s1), [s2] "+x"(s2)
+            : [c256] "m"(madd_c[0]), [ones] "m"(madd_c[1]));
+    return s1;
+}
+
 /* The 4-bit element groups i (lo nibbles) and 4 + i (hi nibbles) of the 32-block types'
  * 32-byte vector v (half hh), with q5's fifth bits from the block at q. */
 INLINE void split4(__m256i v, bool five, const uint8_t *q, int i, int hh, __m256i *lo,
@@ -384,7 +422,7 @@ INLINE __m256i k_u(uint32_t dt, int q, const uint8_t *lo, const uint8_t *hv, int
     }
     __m256i v = ld(lo + 64 * i + 32 * hh);
     __m256i u = _mm256_and_si256(q ? _mm256_srli_epi16(v, 4) : v, m4);
-    if (dt == KILN_DTYPE_Q5_K) u = _mm256_or_si256(u, hibits(hv + 64 * q + 8 * i, hh));
+    if (dt == KILN_DTYPE_Q5_K) u = _mm256_or_si256(u, hibits_m(hv + 64 * q + 8 * i, hh));
     return u;
 }
 
@@ -408,8 +446,11 @@ INLINE void k_group(uint32_t dt, int q, const uint8_t *lo, const uint8_t *hv, co
             KEEP(s1[hh]);
             KEEP(s2[hh]);
             if ((i + 1) % L == 0) {
-                p[hh] = _mm256_add_epi32(p[hh], _mm256_add_epi32(_mm256_madd_epi16(s1[hh], c256),
-                                                                 _mm256_madd_epi16(s2[hh], ones)));
+                p[hh] = _mm256_add_epi32(p[hh],
+                                         dt == KILN_DTYPE_Q5_K
+                                             ? madd_levels_m(s1[hh], s2[hh])
+                                             : _mm256_add_epi32(_mm256_madd_epi16(s1[hh], c256),
+                                                                _mm256_madd_epi16(s2[hh], ones)));
                 KEEP(p[hh]);
                 s1[hh] = s2[hh] = _mm256_setzero_si256();
             }
