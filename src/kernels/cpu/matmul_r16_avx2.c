@@ -852,6 +852,24 @@ INLINE void tile2_unit(uint32_t dt, int T, const uint8_t *WA, const uint8_t *WB,
     }
 }
 
+/* Prefetch what token t reads and writes in a tile over k block [c0, c1) of the groups at
+ * y0: its activations of the block (a16, dl, gs) and its 32 sums in y. */
+INLINE void prefetch_tok(const kiln_cpu_mm *p, int64_t t, int64_t c0, int64_t c1, const float *y0) {
+    const uint8_t *a = p->act + t * p->act_stride;
+    const char *a16 = (const char *)kiln_q8act_a16(a, p->k);
+    const char *dl = (const char *)kiln_q8act_dl(a, p->k);
+    for (int64_t c = c0; c < c1; c++) {
+        _mm_prefetch(a16 + 128 * c, _MM_HINT_T0);
+        _mm_prefetch(a16 + 128 * c + 64, _MM_HINT_T0);
+        _mm_prefetch(dl + 64 * c, _MM_HINT_T0);
+    }
+    _mm_prefetch((const char *)(kiln_q8act_gs(a, p->k) + 4 * c0), _MM_HINT_T0);
+    const float *y = y0 + t * p->y_stride;
+    _mm_prefetch((const char *)y, _MM_HINT_T0);
+    _mm_prefetch((const char *)(y + 16), _MM_HINT_T0);
+    _mm_prefetch((const char *)(y + 31), _MM_HINT_T0);
+}
+
 /* Tokens [t0, t0 + T) of the full groups g, g + 1 (32 rows at y0) over the w16 units of
  * k block [c0, c1) (group g's at WA, g + 1's at WB); first: the sums start at 0; last:
  * add the bias. */
@@ -869,6 +887,7 @@ INLINE void tile2(uint32_t dt, int T, const kiln_cpu_mm *p, const uint8_t *WA, c
         if (first)
             for (int i = 0; i < 4; i++) _mm256_storeu_ps(yt[t] + 8 * i, _mm256_setzero_ps());
     }
+    for (int64_t t = t0 + 2; t < t0 + 4 && t < p->t; t++) prefetch_tok(p, t, c0, c1, y0);
     for (int64_t c = c0; c < c1; c++)
         tile2_unit(dt, T, WA + (size_t)(c - c0) * W16_BYTES, WB + (size_t)(c - c0) * W16_BYTES, A,
                    c, yt);
