@@ -618,9 +618,11 @@ INLINE void gemm_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *pa
  * Why int16 and not vpmaddubsw: a maddubs does 32 products of one level and needs its
  * own 16-bit add (plus the flushes, and q8_0's sign trick at L = 1), a maddwd 16 of both
  * levels: the same multiplies per useful product for the 4-bit types, half for q8_0, and
- * no overflow groups. The micro-kernel is 16 rows (two ymm halves) x T tokens: per pair
- * of elements 2 weight loads and T activation broadcasts feed 2T maddwd into 2T int32
- * accumulators, with 2T float accumulators (T = 3: 15 ymm registers).
+ * no overflow groups. Two micro-kernels: pairs of full row groups run the 32 x 2 tile
+ * below (tile2: 32 rows x 2 tokens, its integer sums in inline asm, float sums in y), an
+ * odd full group this 16 x T tile: per pair of elements 2 weight loads and T activation
+ * broadcasts feed 2T maddwd into 2T int32 accumulators, with 2T float accumulators (T = 3:
+ * 15 ymm registers).
  * Loop order (per work item): k in blocks of KB units, then the item's groups, then
  * token tiles; the float accumulators live in y between k blocks (loaded and stored in
  * the same order, so the sums are unchanged), the block's w16 panel stays in L1 and the
