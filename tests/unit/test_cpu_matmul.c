@@ -429,6 +429,38 @@ static void test_avx2_r16(void **state) {
     run_all(kiln_cpu_matmul_avx2, "avx2 R16", KILN_CPU_WLAYOUT_R16);
 }
 
+/* The AVX2 R16 prefill's tiles (matmul_r16_avx2.c): pairs of full row groups by 32 x 2
+ * tiles over k blocks of 4 units, an odd full group by 16 x 3 tiles over blocks of 8, a
+ * partial group by the u8 panel; token tails of both tile shapes. Whole-range calls
+ * (no pool: one work item holds every group) and 2 threads (items of 16-row multiples). */
+static void test_avx2_r16_tiles(void **state) {
+    (void)state;
+    if (!kiln_cpu_avx2_ok()) skip();
+    kiln_pool *pool = NULL;
+    assert_int_equal(kiln_pool_create(2, &pool, NULL), KILN_OK);
+    static const uint32_t dts[] = {KILN_DTYPE_Q4_0, KILN_DTYPE_Q5_1, KILN_DTYPE_Q8_0,
+                                   KILN_DTYPE_Q4_K, KILN_DTYPE_Q5_K, KILN_DTYPE_Q6_K};
+    static const int64_t ns[] = {32, 48, 83, 128};
+    static const int64_t ts[] = {2, 3, 4, 5, 8};
+    int bad = 0;
+    uint64_t seed = 7001;
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+        /* k: 5 and 17 units (32-block types: the second ends in a half unit) */
+        const bool k256 = kiln_dtype_get(dts[d])->block_size == 256;
+        const int64_t ks[2] = {k256 ? 512 : 320, k256 ? 1280 : 1056};
+        for (int ki = 0; ki < 2; ki++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+                    kiln_pool *p = (seed % 2 == 0) ? NULL : pool;
+                    bad += check_one(kiln_cpu_matmul_avx2, p, dts[d], ns[ni], ks[ki], ts[ti],
+                                     seed % 3 == 0, seed, KILN_CPU_WLAYOUT_R16);
+                    seed++;
+                }
+    }
+    kiln_pool_free(pool);
+    if (bad) fail_msg("avx2 R16 tiles: %d mismatches", bad);
+}
+
 static void test_dtype_table(void **state) {
     (void)state;
     for (size_t d = 0; d < sizeof all_dtypes / sizeof all_dtypes[0]; d++)
@@ -439,10 +471,11 @@ static void test_dtype_table(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dtype_table), cmocka_unit_test(test_avx512),
-        cmocka_unit_test(test_avx512_r16),  cmocka_unit_test(test_avx512_bf16),
-        cmocka_unit_test(test_r16_errors),  cmocka_unit_test(test_r16_fast_equals_ref),
-        cmocka_unit_test(test_avx2),        cmocka_unit_test(test_avx2_r16),
+        cmocka_unit_test(test_dtype_table),    cmocka_unit_test(test_avx512),
+        cmocka_unit_test(test_avx512_r16),     cmocka_unit_test(test_avx512_bf16),
+        cmocka_unit_test(test_r16_errors),     cmocka_unit_test(test_r16_fast_equals_ref),
+        cmocka_unit_test(test_avx2),           cmocka_unit_test(test_avx2_r16),
+        cmocka_unit_test(test_avx2_r16_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -74,6 +74,44 @@ INLINE __m256i hibits(const uint8_t *p, int hh) {
     return bits_to_0x10(m);
 }
 
+/* hibits() for the decode loops, in inline asm with its three constants as memory
+ * operands: one register instead of four. With the constants in registers the q5_K
+ * decode (unit_dots_k) had 14 of the 16 ymm registers taken by constants, accumulators and
+ * broadcasts and spilled ~70 values per unit to the stack. Same bytes as hibits(). */
+static const uint8_t hib_c[3][32] __attribute__((aligned(32))) = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
+     1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128},
+    {16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16,
+     16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16}};
+INLINE __m256i hibits_m(const uint8_t *p, int hh) {
+    __m256i v;
+    __asm__("vpbroadcastd %[m], %[v]\n\t"
+            "vpshufb %[shuf], %[v], %[v]\n\t"
+            "vpand %[sel], %[v], %[v]\n\t"
+            "vpcmpeqb %[sel], %[v], %[v]\n\t"
+            "vpand %[x10], %[v], %[v]"
+            : [v] "=&x"(v)
+            : [m] "m"(*(const uint32_t *)(p + 4 * hh)), [shuf] "m"(hib_c[0]), [sel] "m"(hib_c[1]),
+              [x10] "m"(hib_c[2]));
+    return v;
+}
+
+/* madd(s1, 256) + madd(s2, 1) (k_group's level combination) with the two constants as
+ * memory operands, for q5_K's decode (see hibits_m). */
+static const int16_t madd_c[2][16] __attribute__((aligned(32))) = {
+    {256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256, 256},
+    {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}};
+INLINE __m256i madd_levels_m(__m256i s1, __m256i s2) {
+    __asm__("vpmaddwd %[c256], %[s1], %[s1]\n\t"
+            "vpmaddwd %[ones], %[s2], %[s2]\n\t"
+            "vpaddd %[s2], %[s1], %[s1]"
+            : [s1] "+x"(s1), [s2] "+x"(s2)
+            : [c256] "m"(madd_c[0]), [ones] "m"(madd_c[1]));
+    return s1;
+}
+
 /* The 4-bit element groups i (lo nibbles) and 4 + i (hi nibbles) of the 32-block types'
  * 32-byte vector v (half hh), with q5's fifth bits from the block at q. */
 INLINE void split4(__m256i v, bool five, const uint8_t *q, int i, int hh, __m256i *lo,
@@ -384,7 +422,7 @@ INLINE __m256i k_u(uint32_t dt, int q, const uint8_t *lo, const uint8_t *hv, int
     }
     __m256i v = ld(lo + 64 * i + 32 * hh);
     __m256i u = _mm256_and_si256(q ? _mm256_srli_epi16(v, 4) : v, m4);
-    if (dt == KILN_DTYPE_Q5_K) u = _mm256_or_si256(u, hibits(hv + 64 * q + 8 * i, hh));
+    if (dt == KILN_DTYPE_Q5_K) u = _mm256_or_si256(u, hibits_m(hv + 64 * q + 8 * i, hh));
     return u;
 }
 
@@ -408,8 +446,11 @@ INLINE void k_group(uint32_t dt, int q, const uint8_t *lo, const uint8_t *hv, co
             KEEP(s1[hh]);
             KEEP(s2[hh]);
             if ((i + 1) % L == 0) {
-                p[hh] = _mm256_add_epi32(p[hh], _mm256_add_epi32(_mm256_madd_epi16(s1[hh], c256),
-                                                                 _mm256_madd_epi16(s2[hh], ones)));
+                p[hh] = _mm256_add_epi32(p[hh],
+                                         dt == KILN_DTYPE_Q5_K
+                                             ? madd_levels_m(s1[hh], s2[hh])
+                                             : _mm256_add_epi32(_mm256_madd_epi16(s1[hh], c256),
+                                                                _mm256_madd_epi16(s2[hh], ones)));
                 KEEP(p[hh]);
                 s1[hh] = s2[hh] = _mm256_setzero_si256();
             }
@@ -577,9 +618,11 @@ INLINE void gemm_group(uint32_t dt, const kiln_cpu_mm *p, int64_t g, uint8_t *pa
  * Why int16 and not vpmaddubsw: a maddubs does 32 products of one level and needs its
  * own 16-bit add (plus the flushes, and q8_0's sign trick at L = 1), a maddwd 16 of both
  * levels: the same multiplies per useful product for the 4-bit types, half for q8_0, and
- * no overflow groups. The micro-kernel is 16 rows (two ymm halves) x T tokens: per pair
- * of elements 2 weight loads and T activation broadcasts feed 2T maddwd into 2T int32
- * accumulators, with 2T float accumulators (T = 3: 15 ymm registers).
+ * no overflow groups. Two micro-kernels: pairs of full row groups run the 32 x 2 tile
+ * below (tile2: 32 rows x 2 tokens, its integer sums in inline asm, float sums in y), an
+ * odd full group this 16 x T tile: per pair of elements 2 weight loads and T activation
+ * broadcasts feed 2T maddwd into 2T int32 accumulators, with 2T float accumulators (T = 3:
+ * 15 ymm registers).
  * Loop order (per work item): k in blocks of KB units, then the item's groups, then
  * token tiles; the float accumulators live in y between k blocks (loaded and stored in
  * the same order, so the sums are unchanged), the block's w16 panel stays in L1 and the
@@ -688,23 +731,215 @@ INLINE void tile(uint32_t dt, int T, const kiln_cpu_mm *p, const uint8_t *Wp, in
     }
 }
 
-/* Prefill of rows [r0, r1): the full groups by the int16 GEMM, a partial last group
- * (n % 16 rows) by gemm_group(). */
+/* ---- 32 rows x 2 tokens ----
+ * Two groups (32 rows, four ymm halves) x 2 tokens: per pair of elements 4 weight loads
+ * and 2 activation broadcasts feed 8 maddwd into 8 int32 accumulators. A broadcast serves
+ * 4 maddwd (2 in the 16 x 3 tile above): on Zen 3 a broadcast is a vector op (FP pipes
+ * 1 / 2) like the vpaddd each maddwd needs, so the vector ops per maddwd drop from ~2.75
+ * to ~2.5 (the maddwd are half of the 4 pipes' slots either way). The 8 float sums do not
+ * fit beside them: they live in y (loaded, updated and stored per scale group: L1
+ * traffic, no vector op), with the same float steps in the same order as unit_dot(), so
+ * every output is bitwise the 16 x 3 tile's and decode's. */
+
+#define KB2 4 /* units per group and k block: 2 x 4 w16 units (20 KB) stay in L1 */
+
+/* The int32 sums of one scale group of a 32 x 2 tile, NP pairs of elements: d[t][i] for
+ * token t and ymm half i (rows 8i..8i+7 of the 32: group A's halves, then B's), from the
+ * w16 pairs at wa / wb (64 bytes per pair) and the tokens' a16 pairs at a0 / a1. Inline
+ * asm, fully unrolled: GCC's allocation of these 14 live registers copied accumulators
+ * with vmovdqa in every iteration, spilled weights to memory operands (twice the loads)
+ * and kept the pair loop's branches. Integer adds in the order of the C tile: exact. */
+#define PAIRS32X2(NP)                                                                              \
+    __asm__(".set .Lkw, 0\n\t"                                                                     \
+            ".set .Lka, 0\n\t"                                                                     \
+            "vpxor %[d00], %[d00], %[d00]\n\t"                                                     \
+            "vpxor %[d01], %[d01], %[d01]\n\t"                                                     \
+            "vpxor %[d02], %[d02], %[d02]\n\t"                                                     \
+            "vpxor %[d03], %[d03], %[d03]\n\t"                                                     \
+            "vpxor %[d10], %[d10], %[d10]\n\t"                                                     \
+            "vpxor %[d11], %[d11], %[d11]\n\t"                                                     \
+            "vpxor %[d12], %[d12], %[d12]\n\t"                                                     \
+            "vpxor %[d13], %[d13], %[d13]\n\t"                                                     \
+            ".rept " #NP "\n\t"                                                                    \
+            "vmovdqa .Lkw(%[wa]), %[w0]\n\t"                                                       \
+            "vmovdqa .Lkw+32(%[wa]), %[w1]\n\t"                                                    \
+            "vmovdqa .Lkw(%[wb]), %[w2]\n\t"                                                       \
+            "vmovdqa .Lkw+32(%[wb]), %[w3]\n\t"                                                    \
+            "vpbroadcastd .Lka(%[a0]), %[b]\n\t"                                                   \
+            "vpmaddwd %[b], %[w0], %[m]\n\t"                                                       \
+            "vpaddd %[m], %[d00], %[d00]\n\t"                                                      \
+            "vpmaddwd %[b], %[w1], %[m]\n\t"                                                       \
+            "vpaddd %[m], %[d01], %[d01]\n\t"                                                      \
+            "vpmaddwd %[b], %[w2], %[m]\n\t"                                                       \
+            "vpaddd %[m], %[d02], %[d02]\n\t"                                                      \
+            "vpmaddwd %[b], %[w3], %[m]\n\t"                                                       \
+            "vpaddd %[m], %[d03], %[d03]\n\t"                                                      \
+            "vpbroadcastd .Lka(%[a1]), %[b]\n\t"                                                   \
+            "vpmaddwd %[b], %[w0], %[m]\n\t"                                                       \
+            "vpaddd %[m], %[d10], %[d10]\n\t"                                                      \
+            "vpmaddwd %[b], %[w1], %[m]\n\t"                                                       \
+            "vpaddd %[m], %[d11], %[d11]\n\t"                                                      \
+            "vpmaddwd %[b], %[w2], %[m]\n\t"                                                       \
+            "vpaddd %[m], %[d12], %[d12]\n\t"                                                      \
+            "vpmaddwd %[b], %[w3], %[m]\n\t"                                                       \
+            "vpaddd %[m], %[d13], %[d13]\n\t"                                                      \
+            ".set .Lkw, .Lkw + 64\n\t"                                                             \
+            ".set .Lka, .Lka + 4\n\t"                                                              \
+            ".endr"                                                                                \
+            : [d00] "=&x"(d[0][0]), [d01] "=&x"(d[0][1]), [d02] "=&x"(d[0][2]),                    \
+              [d03] "=&x"(d[0][3]), [d10] "=&x"(d[1][0]), [d11] "=&x"(d[1][1]),                    \
+              [d12] "=&x"(d[1][2]), [d13] "=&x"(d[1][3]), [w0] "=&x"(w0), [w1] "=&x"(w1),          \
+              [w2] "=&x"(w2), [w3] "=&x"(w3), [b] "=&x"(bb), [m] "=&x"(mm)                         \
+            : [wa] "r"(wa), [wb] "r"(wb), [a0] "r"(a0), [a1] "r"(a1),                              \
+              "m"(*(const char(*)[64 * NP]) wa), "m"(*(const char(*)[64 * NP]) wb),                \
+              "m"(*(const char(*)[4 * NP]) a0), "m"(*(const char(*)[4 * NP]) a1))
+
+INLINE void pairs32x2_16(const uint8_t *wa, const uint8_t *wb, const int16_t *a0, const int16_t *a1,
+                         __m256i d[2][4]) {
+    __m256i w0, w1, w2, w3, bb, mm;
+    PAIRS32X2(16);
+}
+INLINE void pairs32x2_8(const uint8_t *wa, const uint8_t *wb, const int16_t *a0, const int16_t *a1,
+                        __m256i d[2][4]) {
+    __m256i w0, w1, w2, w3, bb, mm;
+    PAIRS32X2(8);
+}
+
+/* y at the tokens' rows of group A (+ 16: group B) += w16 units WA, WB x unit c. */
+INLINE void tile2_unit(uint32_t dt, int T, const uint8_t *WA, const uint8_t *WB, const tok_act *A,
+                       int64_t c, float *const *yt) {
+    const int G = per32(dt) ? 2 : 4, PP = 32 / G;
+#pragma GCC unroll 4
+    for (int q = 0; q < G; q++) {
+        __m256i d[2][4];
+        const int pr0 = q * PP;
+        if (T == 2) {
+            const int16_t *a0 = A[0].a16 + 64 * c + 2 * pr0, *a1 = A[1].a16 + 64 * c + 2 * pr0;
+            if (PP == 16)
+                pairs32x2_16(WA + 64 * pr0, WB + 64 * pr0, a0, a1, d);
+            else
+                pairs32x2_8(WA + 64 * pr0, WB + 64 * pr0, a0, a1, d);
+        } else {
+            for (int i = 0; i < 4; i++) d[0][i] = _mm256_setzero_si256();
+            for (int pp = 0; pp < PP; pp++) {
+                const int pr = pr0 + pp;
+                const __m256i a = bcast16x2(A[0].a16 + 64 * c + 2 * pr);
+                for (int i = 0; i < 4; i++) {
+                    const uint8_t *W = (i < 2 ? WA : WB) + 32 * (2 * pr + (i & 1));
+                    d[0][i] = _mm256_add_epi32(
+                        d[0][i], _mm256_madd_epi16(_mm256_load_si256((const __m256i *)W), a));
+                }
+            }
+        }
+        const int sq = per32(dt) ? 2 * q : q;
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++) {
+            const float *dl = A[t].dl + 16 * c, *gs = A[t].gs + 4 * c;
+            const float gsum = per32(dt) ? gs[2 * q] + gs[2 * q + 1] : gs[q];
+            const __m256 dlv = _mm256_set1_ps(dl[8 * (sq >> 1)]), gv = _mm256_set1_ps(gsum);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                const uint8_t *W = i < 2 ? WA : WB;
+                const int hh = i & 1;
+                const float *s = (const float *)(W + 2048 + 64 * sq) + 8 * hh;
+                const float *o = (const float *)(W + 2304 + 64 * sq) + 8 * hh;
+                float *y = yt[t] + 16 * (i >> 1) + 8 * hh;
+                __m256 sc = _mm256_mul_ps(_mm256_load_ps(s), dlv);
+                __m256 acc = _mm256_loadu_ps(y);
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[t][i]), sc, acc);
+                acc = _mm256_fmadd_ps(_mm256_load_ps(o), gv, acc);
+                _mm256_storeu_ps(y, acc);
+            }
+        }
+    }
+}
+
+/* Prefetch what token t reads and writes in a tile over k block [c0, c1) of the groups at
+ * y0: its activations of the block (a16, dl, gs) and its 32 sums in y. */
+INLINE void prefetch_tok(const kiln_cpu_mm *p, int64_t t, int64_t c0, int64_t c1, const float *y0) {
+    const uint8_t *a = p->act + t * p->act_stride;
+    const char *a16 = (const char *)kiln_q8act_a16(a, p->k);
+    const char *dl = (const char *)kiln_q8act_dl(a, p->k);
+    for (int64_t c = c0; c < c1; c++) {
+        _mm_prefetch(a16 + 128 * c, _MM_HINT_T0);
+        _mm_prefetch(a16 + 128 * c + 64, _MM_HINT_T0);
+        _mm_prefetch(dl + 64 * c, _MM_HINT_T0);
+    }
+    _mm_prefetch((const char *)(kiln_q8act_gs(a, p->k) + 4 * c0), _MM_HINT_T0);
+    const float *y = y0 + t * p->y_stride;
+    _mm_prefetch((const char *)y, _MM_HINT_T0);
+    _mm_prefetch((const char *)(y + 16), _MM_HINT_T0);
+    _mm_prefetch((const char *)(y + 31), _MM_HINT_T0);
+}
+
+/* Tokens [t0, t0 + T) of the full groups g, g + 1 (32 rows at y0) over the w16 units of
+ * k block [c0, c1) (group g's at WA, g + 1's at WB); first: the sums start at 0; last:
+ * add the bias. */
+INLINE void tile2(uint32_t dt, int T, const kiln_cpu_mm *p, const uint8_t *WA, const uint8_t *WB,
+                  int64_t c0, int64_t c1, int64_t t0, float *y0, const float *bias, bool first,
+                  bool last) {
+    const int64_t k = p->k;
+    tok_act A[2];
+    float *yt[2];
+#pragma GCC unroll 2
+    for (int t = 0; t < T; t++) {
+        const uint8_t *a = p->act + (t0 + t) * p->act_stride;
+        A[t] = (tok_act){kiln_q8act_a16(a, k), kiln_q8act_dl(a, k), kiln_q8act_gs(a, k)};
+        yt[t] = y0 + (t0 + t) * p->y_stride;
+        if (first)
+            for (int i = 0; i < 4; i++) _mm256_storeu_ps(yt[t] + 8 * i, _mm256_setzero_ps());
+    }
+    for (int64_t t = t0 + 2; t < t0 + 4 && t < p->t; t++) prefetch_tok(p, t, c0, c1, y0);
+    for (int64_t c = c0; c < c1; c++)
+        tile2_unit(dt, T, WA + (size_t)(c - c0) * W16_BYTES, WB + (size_t)(c - c0) * W16_BYTES, A,
+                   c, yt);
+    if (last && bias)
+#pragma GCC unroll 2
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < 4; i++)
+                _mm256_storeu_ps(yt[t] + 8 * i, _mm256_add_ps(_mm256_loadu_ps(yt[t] + 8 * i),
+                                                              _mm256_loadu_ps(bias + 8 * i)));
+}
+
+/* Units [c0, c1) of group g, unpacked and widened into the w16 panel Wp. */
+INLINE void widen_block(uint32_t dt, const kiln_cpu_mm *p, int64_t g, int64_t c0, int64_t c1,
+                        uint8_t *Wp, uint8_t *U) {
+    const int64_t kc = kiln_q8act_chunks(p->k);
+    const bool odd = (p->k % 64) != 0;
+    const uint8_t *gp = p->w + (size_t)g * kiln_r16_gbytes(dt, p->k);
+    for (int64_t c = c0; c < c1; c++) {
+        unpack(dt, gp, c, !(odd && c == kc - 1), U);
+        widen16(dt, U, Wp + (size_t)(c - c0) * W16_BYTES);
+    }
+}
+
+/* Prefill of rows [r0, r1): pairs of full groups by the 32 x 2 tiles, an odd full group by
+ * the 16 x 3 tiles, a partial last group (n % 16 rows) by gemm_group(). */
 INLINE void gemm_rows(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1, uint8_t *panel) {
-    const int64_t k = p->k, kc = kiln_q8act_chunks(k);
-    const bool odd = (k % 64) != 0;
+    const int64_t kc = kiln_q8act_chunks(p->k);
     const int64_t g0 = r0 / 16, g1 = (r1 + 15) / 16, gf = g1 < p->n / 16 ? g1 : p->n / 16;
-    const size_t gb = kiln_r16_gbytes(dt, k);
+    const int64_t gpair = gf > g0 ? g0 + ((gf - g0) & ~(int64_t)1) : g0;
     uint8_t *Wp = panel, *U = panel + KB * W16_BYTES;
-    for (int64_t c0 = 0; c0 < kc; c0 += KB) {
+    for (int64_t c0 = 0; c0 < kc && gpair > g0; c0 += KB2) {
+        const int64_t c1 = c0 + KB2 < kc ? c0 + KB2 : kc;
+        const bool first = c0 == 0, last = c1 == kc;
+        uint8_t *WB = Wp + KB2 * W16_BYTES;
+        for (int64_t g = g0; g < gpair; g += 2) {
+            widen_block(dt, p, g, c0, c1, Wp, U);
+            widen_block(dt, p, g + 1, c0, c1, WB, U);
+            float *y0 = p->y + 16 * g;
+            const float *bias = p->bias ? p->bias + 16 * g : NULL;
+            int64_t t0 = 0;
+            for (; t0 + 2 <= p->t; t0 += 2)
+                tile2(dt, 2, p, Wp, WB, c0, c1, t0, y0, bias, first, last);
+            if (t0 < p->t) tile2(dt, 1, p, Wp, WB, c0, c1, t0, y0, bias, first, last);
+        }
+    }
+    for (int64_t c0 = 0; c0 < kc && gf > gpair; c0 += KB) {
         const int64_t c1 = c0 + KB < kc ? c0 + KB : kc;
         const bool first = c0 == 0, last = c1 == kc;
-        for (int64_t g = g0; g < gf; g++) {
-            const uint8_t *gp = p->w + (size_t)g * gb;
-            for (int64_t c = c0; c < c1; c++) {
-                unpack(dt, gp, c, !(odd && c == kc - 1), U);
-                widen16(dt, U, Wp + (size_t)(c - c0) * W16_BYTES);
-            }
+        for (int64_t g = gpair; g < gf; g++) {
+            widen_block(dt, p, g, c0, c1, Wp, U);
             float *y0 = p->y + 16 * g;
             const float *bias = p->bias ? p->bias + 16 * g : NULL;
             int64_t t0 = 0;
