@@ -20,50 +20,6 @@
 #include <stdio.h>
 
 #ifndef KILN_HAVE_CUDA
-/* the registry's choice for an 8B-shaped q4_0 / q8_0 matmul on this device: the int8 GEMM
- * for 1, 9-64 tokens (below 12 its entry runs the T16 GEMM's), cuBLAS on T16 above 64; a
- * batch-invariant (deterministic) site keeps the T16 GEMM */
-static void test_gemm_i8_selection(void **state) {
-    (void)state;
-    const kiln_registry *reg = kiln_registry_default();
-    assert_non_null(reg);
-    kiln_selector *s = NULL;
-    kiln_err e;
-    assert_int_equal(kiln_selector_new(reg, NULL, NULL, &s, &e), KILN_OK);
-    int sm = 0;
-    char why[256];
-    assert_true(kiln_cuda_probe(&sm, why, sizeof why) > 0);
-    static const struct {
-        int bucket;
-        bool inv;
-        const char *id;
-    } want[] = {{0, false, "cuda.gemm_i8.matmul"},
-                {2, false, "cuda.gemm_i8.matmul"},
-                {3, false, "cuda.cublas_t16.matmul"},
-                {2, true, "cuda.gemm_t16.matmul"}};
-    kiln_sel_result *r = malloc(sizeof *r);
-    assert_non_null(r);
-    for (size_t d = 0; d < 2; d++)
-        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-            kiln_sel_ctx c;
-            kiln_sel_ctx_init(&c, KILN_KOP_MATMUL, KILN_BACKEND_CUDA);
-            c.sm = sm;
-            c.w_dtype = dts[d];
-            c.act_dtype = KILN_DTYPE_F32;
-            c.n = 4096;
-            c.k = 4096;
-            c.deterministic = c.batch_invariant = want[i].inv;
-            kiln_sel_ctx_set_bucket(&c, want[i].bucket, 0, 0, 0);
-            assert_int_equal(kiln_select(s, &c, KILN_SEL_NO_CACHE, r, &e), KILN_OK);
-            if (strcmp(r->chosen->spec.id, want[i].id) != 0)
-                fail_msg("%s, bucket %d%s: chose %s, expected %s", kiln_dtype_get(dts[d])->name,
-                         want[i].bucket, want[i].inv ? " (batch invariant)" : "",
-                         r->chosen->spec.id, want[i].id);
-        }
-    free(r);
-    kiln_selector_free(s);
-}
-
 int main(void) {
     printf("SKIP: kiln was built without CUDA (-DKILN_CUDA=OFF)\n");
     return 77;
