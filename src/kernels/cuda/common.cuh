@@ -319,4 +319,26 @@ static inline int kc_block_elems(uint32_t dt) {
     }
 }
 
+/* 16 bytes global -> shared without registers (cp.async, sm_80+; a no-op below, where no
+ * kernel using it is built), completed by kc_cp_commit + kc_cp_wait<N> (N groups may stay
+ * in flight). Shared by the kernels that stage tiles through shared memory. */
+__device__ __forceinline__ void kc_cp16(void *smem, const void *gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem));
+#else
+    (void)smem, (void)gmem;
+#endif
+}
+__device__ __forceinline__ void kc_cp_commit(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N> __device__ __forceinline__ void kc_cp_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
 #endif /* KILN_KERNELS_CUDA_COMMON_CUH */

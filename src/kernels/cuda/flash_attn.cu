@@ -66,18 +66,6 @@ __device__ __forceinline__ void fa_split4(float4 v, __half *hi, __half *lo) {
     *(uint2 *)lo = make_uint2(fa_pack(l[0], l[1]), fa_pack(l[2], l[3]));
 }
 
-/* 16 bytes global -> shared without registers (sm_80+), completed by fa_cp_wait */
-__device__ __forceinline__ void fa_cp16(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
-}
-__device__ __forceinline__ void fa_cp_commit(void) {
-    asm volatile("cp.async.commit_group;\n");
-}
-template <int N> __device__ __forceinline__ void fa_cp_wait(void) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 /* four 8 x 8 b16 matrices from shared memory (lane l gives row l % 8 of matrix l / 8);
  * TR: each transposed (the B fragments of V) */
 template <bool TR> __device__ __forceinline__ void fa_ldsm4(uint32_t r[4], const __half *p) {
@@ -195,16 +183,16 @@ __global__ void __launch_bounds__(FA_NW * 32)
                 if (p >= lo && p <= hi) {
                     const size_t off = (size_t)table[p / KILN_KV_BLOCK] * kv.block_bytes +
                                        (size_t)(p % KILN_KV_BLOCK) * slot_bytes + head_off;
-                    fa_cp16(dk + key * LD + 8 * c,
+                    kc_cp16(dk + key * LD + 8 * c,
                             (const uint4 *)((const uint8_t *)kv.k + off) + c);
-                    fa_cp16(dv + key * LD + 8 * c,
+                    kc_cp16(dv + key * LD + 8 * c,
                             (const uint4 *)((const uint8_t *)kv.v + off) + c);
                 } else {
                     *(uint4 *)(dk + key * LD + 8 * c) = make_uint4(0, 0, 0, 0);
                     *(uint4 *)(dv + key * LD + 8 * c) = make_uint4(0, 0, 0, 0);
                 }
             }
-            fa_cp_commit();
+            kc_cp_commit();
         };
         int buf = 0;
         if constexpr (F16) {
@@ -217,9 +205,9 @@ __global__ void __launch_bounds__(FA_NW * 32)
                 if (kb + 16 <= hi) {
                     __syncwarp(); /* buffer buf ^ 1 was read by the previous tile */
                     issue(kb + 16, buf ^ 1);
-                    fa_cp_wait<1>();
+                    kc_cp_wait<1>();
                 } else {
-                    fa_cp_wait<0>();
+                    kc_cp_wait<0>();
                 }
                 if (buf) Kc = sKl, Vc = sVl;
             } else {

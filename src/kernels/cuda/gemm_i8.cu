@@ -308,24 +308,6 @@ __global__ void __launch_bounds__(I8_WARPS * 32, MINB)
  * superchunk's copies run while this one computes. The arithmetic per block, the order
  * of the blocks and the k split over the grid are version 1's: the same values as version 1
  * at the same k split (the test checks both against ref). */
-__device__ __forceinline__ void i8_cp16(void *smem, const void *gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem));
-#else
-    (void)smem, (void)gmem;
-#endif
-}
-__device__ __forceinline__ void i8_cp_commit(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-__device__ __forceinline__ void i8_cp_wait1(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group 1;\n" ::);
-#endif
-}
 
 #define I8S_MT 2 /* row tiles a warp in version 2 */
 template <int DT, int NT> struct i8s_smem {
@@ -353,14 +335,14 @@ __global__ void __launch_bounds__(I8_WARPS * 32, 2)
     auto stage = [&](int64_t sc, int bf) {
         for (int i = tid; i < 4 * nj * 64; i += I8_WARPS * 32) {
             const int blk = i / (nj * 64), jt = (i / 64) % nj, u = i % 64;
-            i8_cp16(&sm.x[bf][blk][jt][(u & 1) * 32 + (u >> 1)],
+            kc_cp16(&sm.x[bf][blk][jt][(u & 1) * 32 + (u >> 1)],
                     xq + ((int64_t)(j0 + jt) * nb + sc * 4 + blk) * 64 + u);
         }
 #pragma unroll
         for (int m = 0; m < MT; m++) {
             if (m >= mlive) break;
             const uint4 *src = (const uint4 *)(W + ((size_t)(tile0 + m) * nk + sc) * SCB);
-            for (int c = lane; c < NC; c += 32) i8_cp16(&sm.w[bf][w][m][c], src + c);
+            for (int c = lane; c < NC; c += 32) kc_cp16(&sm.w[bf][w][m][c], src + c);
         }
     };
     float tot[MT][NT][4];
@@ -372,11 +354,11 @@ __global__ void __launch_bounds__(I8_WARPS * 32, 2)
             for (int e = 0; e < 4; e++) tot[m][j][e] = 0.0f;
     int bf = 0;
     stage(sc0, 0);
-    i8_cp_commit();
+    kc_cp_commit();
     for (int64_t sc = sc0; sc < sc1; sc++, bf ^= 1) {
         if (sc + 1 < sc1) stage(sc + 1, bf ^ 1);
-        i8_cp_commit();
-        i8_cp_wait1();
+        kc_cp_commit();
+        kc_cp_wait<1>();
         __syncthreads();
         if (mlive > 0) {
 #pragma unroll

@@ -202,24 +202,6 @@ __global__ void __launch_bounds__(SW * 32, 1)
  * warp walks all of k, one barrier and cp.async wait per superchunk, 4-8 warps per SM at
  * 219-242 registers: latency-bound. Kept for A/B runs (KILN_G16_V=2); the default is
  * version 1. */
-__device__ __forceinline__ void g16_cp16(void *smem, const void *gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem));
-#else
-    (void)smem, (void)gmem;
-#endif
-}
-__device__ __forceinline__ void g16_cp_commit(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-__device__ __forceinline__ void g16_cp_wait1(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group 1;\n" ::);
-#endif
-}
 
 /* The superchunk after sc in the walk (partial p = sc % SW: sc + SW, else the next
  * partial's first), -1 at the end */
@@ -255,14 +237,14 @@ __global__ void __launch_bounds__(WN * 32, 1)
         for (int i = tid; i < 4 * NT * 64; i += WN * 32) {
             const int blk = i / (NT * 64), jt = (i / 64) % NT, u = i % 64;
             if (jt < nj)
-                g16_cp16(&sm.x[bf][blk][jt][(u & 1) * 32 + (u >> 1)],
-                         xf + ((int64_t)(j0 + jt) * nb + sc * 4 + blk) * 64 + u);
+                kc_cp16(&sm.x[bf][blk][jt][(u & 1) * 32 + (u >> 1)],
+                        xf + ((int64_t)(j0 + jt) * nb + sc * 4 + blk) * 64 + u);
         }
         if (tid < 4 * NT * 2) {
             const int blk = tid / (NT * 2), jt = (tid / 2) % NT, hf = tid % 2;
             if (jt < nj)
-                g16_cp16(&sm.iv[bf][blk][jt][hf * 4],
-                         inv + ((int64_t)(j0 + jt) * nb + sc * 4 + blk) * 8 + hf * 4);
+                kc_cp16(&sm.iv[bf][blk][jt][hf * 4],
+                        inv + ((int64_t)(j0 + jt) * nb + sc * 4 + blk) * 8 + hf * 4);
         }
     };
     auto wload = [&](int64_t sc, uint4(&q)[MT][NQ], uint4(&sd)[MT]) {
@@ -287,7 +269,7 @@ __global__ void __launch_bounds__(WN * 32, 1)
     int64_t sc = 0;
     int bf = 0;
     stage(0, 0);
-    g16_cp_commit();
+    kc_cp_commit();
     wload(0, q, sd);
     while (sc >= 0) {
         const int64_t nx = g2_next(sc, nsc, sw);
@@ -295,8 +277,8 @@ __global__ void __launch_bounds__(WN * 32, 1)
             stage(nx, bf ^ 1);
             wload(nx, qn, sdn);
         }
-        g16_cp_commit();
-        g16_cp_wait1();
+        kc_cp_commit();
+        kc_cp_wait<1>();
         __syncthreads();
 #pragma unroll
         for (int bb = 0; bb < 4; bb++) {

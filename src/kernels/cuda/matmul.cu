@@ -312,24 +312,6 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
  * g = 0..7 at 4 tig fall in 32 distinct banks). Needs k % 256 == 0 and 16-byte aligned
  * rows. */
 #define MMA_SW 4 /* warps per CTA (split k) */
-__device__ __forceinline__ void kc_cp16(void *smem, const void *gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem));
-#else
-    (void)smem, (void)gmem;
-#endif
-}
-__device__ __forceinline__ void kc_cp_commit(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-template <int N> __device__ __forceinline__ void kc_cp_wait(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
 
 /* The activations are staged too: each stage's x hi / lo halves (8 blocks x 32 values x T
  * tokens) and inverse scales come in with the weights by cp.async, so no global load sits
