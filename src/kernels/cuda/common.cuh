@@ -341,4 +341,19 @@ template <int N> __device__ __forceinline__ void kc_cp_wait(void) {
 #endif
 }
 
+/* The current device's SMs (cached per host thread and device; 132 when the runtime cannot
+ * say). For grid sizing on the host. */
+static inline int kc_device_sms(void) {
+    static __thread int dev_cached = -1, sms = 132;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return sms;
+    if (dev != dev_cached) {
+        int v = 0;
+        if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0)
+            sms = v;
+        dev_cached = dev;
+    }
+    return sms;
+}
+
 #endif /* KILN_KERNELS_CUDA_COMMON_CUH */

@@ -502,20 +502,6 @@ static int i8_mt_for(int64_t t) {
     return i8_mt;
 }
 
-/* the device's SMs (cached per host thread and device) */
-static int i8_sms(void) {
-    static __thread int dev_cached = -1, sms = 132;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return sms;
-    if (dev != dev_cached) {
-        int v = 0;
-        if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0)
-            sms = v;
-        dev_cached = dev;
-    }
-    return sms;
-}
-
 /* digits + factors of ch tokens (a multiple of 8): 32 bytes a lane per (block, 8 tokens) */
 static size_t i8_bytes(int64_t k, int64_t ch) {
     return (size_t)ch / 8 * (size_t)(k / 32) * 1024;
@@ -567,7 +553,7 @@ static bool i8_use(const kiln_kctx *c, const kiln_matmul_args *m, int nm) {
 /* the k split for a grid of ctas CTAs: enough for 2 CTAs per SM, at most I8_MAX_KS ranges
  * and nk superchunks, partial sums within pb bytes; returns the range length (per) */
 static int i8_split(int64_t ctas, int64_t nk, int64_t T, int64_t n, size_t pb, int64_t *ks_out) {
-    const int64_t want = 2 * (int64_t)i8_sms();
+    const int64_t want = 2 * (int64_t)kc_device_sms();
     int64_t ks = i8_ks_fixed > 0 ? i8_ks_fixed : (want + ctas - 1) / ctas;
     const int64_t maxks = nk < I8_MAX_KS ? nk : I8_MAX_KS;
     ks = ks < 1 ? 1 : ks > maxks ? maxks : ks;

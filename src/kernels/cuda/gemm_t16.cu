@@ -398,19 +398,6 @@ static int gemm_v(void) {
     }
     return kc_gemm_v;
 }
-/* the device's SMs (cached per host thread and device) */
-static int kc_sms(void) {
-    static __thread int dev_cached = -1, sms = 132;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return sms;
-    if (dev != dev_cached) {
-        int v = 0;
-        if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0)
-            sms = v;
-        dev_cached = dev;
-    }
-    return sms;
-}
 /* The version for a matmul (version 1 takes SW 4, 8 or 16 only; the gemv's split for k
  * <= 16384 at the default settings). Same values either way. */
 static int gemm_v_for(int sw) {
@@ -461,7 +448,7 @@ static void launch_g16_dt(cudaStream_t s, const kiln_matmul_args *a, int sw, con
         const int ntt = (T + 7) / 8;
         const unsigned gx = (unsigned)(ntt <= 2 ? 1 : (ntt + 3) / 4);
         const unsigned r8 = (unsigned)((tiles + 15) / 16), r4 = (unsigned)((tiles + 7) / 8);
-        const bool w8 = (int64_t)r8 * gx >= 2 * (int64_t)kc_sms();
+        const bool w8 = (int64_t)r8 * gx >= 2 * (int64_t)kc_device_sms();
 #define KC_G2(NTV, WNV)                                                                            \
     gemm2_t16_kernel<DT, NTV, WNV><<<dim3(gx, WNV == 8 ? r8 : r4), WNV * 32, 0, s>>>(              \
         (const uint8_t *)a->w, a->n, a->k, xf, inv, T, y, a->y_stride, a->bias, sw)
