@@ -421,7 +421,8 @@ kiln_status kiln_tune_kernel(const kiln_reg_kernel *k, const kiln_sel_ctx *c,
         break;
     }
     default:
-        st = kiln_err_set(err, KILN_ERR_UNSUPPORTED, "tune: op %d", (int)c->op);
+        st = kiln_err_set(err, KILN_ERR_UNSUPPORTED, "tune: no benchmark for op %s",
+                          kiln_kop_name(c->op));
         goto done;
     }
 #undef NEED
