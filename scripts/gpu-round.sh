@@ -254,8 +254,8 @@ for s in "$@"; do
       # kiln tune on the GPU: timings keyed by host + GPU model, read back by selection
       F=$(gen llama3-8b q4_0)
       TD=$(mktemp -d)
-      step tune-run 400 env XDG_CACHE_HOME="$TD" kiln tune -m "$F" --backend cuda \
-        --ops matmul,attention,rms_norm,glu --tokens 1,16,64,512 --reps 5
+      step tune-run "${TUNE_TIMEOUT:-400}" env XDG_CACHE_HOME="$TD" kiln tune -m "$F" --backend cuda \
+        --ops matmul,attention,rms_norm,glu --tokens 1,16,64,512 --reps "${TUNE_REPS:-5}"
       for n in 1 64 512; do
         step "tune-explain$n" 60 env XDG_CACHE_HOME="$TD" kiln explain -m "$F" --backend cuda \
           --tokens $n --site 'blk.0.*'

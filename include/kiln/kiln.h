@@ -77,12 +77,15 @@ const char *kiln_model_arch(const kiln_model *m);
 /* ---- engine: one forward pass over a batch of tokens from many sequences ---- */
 typedef struct kiln_engine kiln_engine;
 
+/* the engine's largest step when kiln_engine_opts.max_step_tokens is 0 */
+#define KILN_DEFAULT_STEP_TOKENS 512
+
 typedef struct kiln_engine_opts {
     const char *backend;     /* "ref" (default), "cpu", "cuda" or "auto" (cuda when a
                                 usable GPU is present, else cpu)                    */
     int32_t n_threads;       /* 0: every online CPU                                 */
     int64_t n_ctx;           /* KV budget in tokens over all sequences (0: 4096)    */
-    int32_t max_step_tokens; /* largest batch of one step (0: 512)                  */
+    int32_t max_step_tokens; /* largest batch of one step (0: KILN_DEFAULT_STEP_TOKENS) */
     int32_t max_seqs;        /* sequences alive at once (0: 64)                     */
     int32_t kv_f16;          /* store the KV cache as f16 (default 0: f32)          */
     int32_t counters;        /* count dispatches per opcode (default 0: off)        */

@@ -53,7 +53,12 @@ kiln_status kiln_kernel_env_open(kiln_kernel_env *env, const char *model_arg, co
         kiln_plan_free(&plan);
         goto fail;
     }
-    st = kiln_bind_plan(&env->dev, env->model, &plan, &env->bp, NULL, err);
+    /* bound as the engine binds by default: steps of up to KILN_DEFAULT_STEP_TOKENS tokens
+     * (a device kernel may cap its tokens, e.g. cuda.embed) */
+    kiln_bind_opts bo;
+    kiln_bind_opts_default(&bo);
+    bo.max_tokens = KILN_DEFAULT_STEP_TOKENS;
+    st = kiln_bind_plan_opts(&env->dev, env->model, &plan, &bo, &env->bp, NULL, err);
     if (st) goto fail;
     env->bound = true;
     int n = 0;
@@ -76,8 +81,8 @@ kiln_status kiln_kernel_env_open(kiln_kernel_env *env, const char *model_arg, co
             ms->site.instr = i;
             cs.bucket = 0;
             kiln_callsite_ctx(env->be, &cs, &ms->site.ctx);
-            /* plan limits: any step size, unbounded context (as the binding assumes) */
-            ms->site.ctx.tokens_max = 0;
+            /* plan limits: the engine's default step size, unbounded context */
+            ms->site.ctx.tokens_max = KILN_DEFAULT_STEP_TOKENS;
             ms->site.ctx.seq_max = 0;
         }
     }

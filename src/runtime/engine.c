@@ -100,7 +100,7 @@ kiln_status kiln_engine_create_rank(const kiln_model *m, const kiln_engine_opts 
     e->tp_rank = rank;
     e->tp_ranks = n_ranks;
     e->comm = comm;
-    e->max_step = o->max_step_tokens > 0 ? o->max_step_tokens : 512;
+    e->max_step = o->max_step_tokens > 0 ? o->max_step_tokens : KILN_DEFAULT_STEP_TOKENS;
     e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 64;
     {
         const char *g = getenv("KILN_GRAPHS"); /* step graphs: on unless "0" (A/B runs) */
