@@ -22,6 +22,9 @@
 #   tp70b     a Llama-3-70B-shaped q4_0 (38 GiB; fits one H100 too): kiln bench and
 #             bench_sched (1 and 64 sequences) at --tp 2 and 1, llama-bench -sm layer / row
 #             and on one GPU, llama-batched-bench -sm layer
+#   sanitize2 compute-sanitizer on session 12's kernels: memcheck and racecheck on
+#             test_cuda_gemm_i8 (the int8 GEMM) and test_attention (split decode attention),
+#             memcheck on test_cuda_prefill (the coalesced K-quant dequantization)
 #   fault     test_cuda_fault: the N-th CUDA / cuBLAS call fails, for every N of bind and
 #             of a step (issue 14)
 #   ttft      8B q4_0: bench_sched --mode ttft (128-token prompt, 112 cached vs cold)
@@ -124,6 +127,7 @@ for s in "$@"; do
     sample) TG="$TG test_cuda_sample bench_cuda_sample" ;;
     sampledrun|depth|tune) TG="$TG" ;;
     sanitize) TG="$TG test_cuda_kernels test_cuda_attention test_cuda_sample" ;;
+    sanitize2) TG="$TG test_cuda_gemm_i8 test_cuda_attention test_cuda_prefill" ;;
     profile) TG="$TG bench_cuda" ;;
     smalldec) TG="$TG" ;;
     load) TG="$TG bench_load test_load" ;;
@@ -302,6 +306,16 @@ for s in "$@"; do
         step racecheck-attention 300 "$CS" --tool racecheck --error-exitcode 1 test_cuda_attention
         step memcheck-sample 300 env KILN_BINARY_DIR=$PWD/$B "$CS" --tool memcheck \
           --error-exitcode 1 test_cuda_sample
+      fi ;;
+    sanitize2)
+      CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
+      if [ -z "$CS" ]; then echo "sanitize2: no compute-sanitizer" | tee "$LOG/sanitize2.log"; else
+        for tool in memcheck racecheck; do
+          step $tool-gemm-i8 150 "$CS" --tool $tool --error-exitcode 1 test_cuda_gemm_i8
+          step $tool-attention-split 150 env KILN_TEST_FILTER=test_attention "$CS" --tool $tool \
+            --error-exitcode 1 test_cuda_attention
+        done
+        step memcheck-prefill 150 "$CS" --tool memcheck --error-exitcode 1 test_cuda_prefill
       fi ;;
     fault)
       step test_cuda_fault 240 env KILN_BINARY_DIR=$PWD/$B test_cuda_fault ;;
