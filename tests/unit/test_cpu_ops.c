@@ -351,6 +351,14 @@ static void test_attention(void **state) {
             bad += att_case(o, &r, dtype, 32, 4, 64, 50, 0, 1, L3, T3);
             int L4[] = {300, 17, 1, 64}, T4[] = {1, 1, 1, 1};
             bad += att_case(o, &r, dtype, 4, 2, 64, 0, 0, 4, L4, T4);
+            /* several KV heads an item, uneven head groups, long splits */
+            int L5[] = {1000}, T5[] = {1};
+            bad += att_case(o, &r, dtype, 12, 12, 64, 0, 0, 1, L5, T5);
+            int L6[] = {700, 5}, T6[] = {1, 1};
+            bad += att_case(o, &r, dtype, 20, 5, 64, 0, 0, 2, L6, T6);
+            bad += att_case(o, &r, dtype, 10, 5, 48, 0, 0, 1, L1, T1);
+            int L7[] = {260, 40}, T7[] = {3, 40};
+            bad += att_case(o, &r, dtype, 7, 7, 32, 100, 0, 2, L7, T7);
         }
     }
     assert_int_equal(bad, 0);
