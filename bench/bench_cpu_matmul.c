@@ -3,7 +3,7 @@
  * machine's measured limits.
  *
  *   bench_cpu_matmul [-t THREADS] [-r REPS] [-i avx512|avx2] [-d DTYPE,...|none] [-m MB] [-H 0|1]
- *                    [-b 0|1] [-D 0|1] [-P 0|1] [-c CALLS]
+ *                    [-b 0|1] [-D 0|1] [-P 0|1] [-c CALLS] [-T TOKENS]
  *
  * 1. Memory read bandwidth: THREADS threads sum disjoint halves of a 1 GiB buffer
  *    (AVX2 loads, 8 accumulators); best and median of REPS passes, with 4 KiB pages and
@@ -18,6 +18,8 @@
  *    fraction of the measured bandwidth.
  *    -c N: instead, one 256x2048 matrix (L2 resident for every quantized type) called N
  *    times per pass: the kernel's compute-bound decode rate, without the memory system.
+ *    -T N: N tokens per call (a decode step of N sequences; default 1): the time is a
+ *    step's, the weight rate the step's weight bytes over it.
  * 3. Prefill (GEMM, t = 128) on 2048x2048 (L3 resident weights): GFLOP/s; -P 0 skips it,
  *    -D 0 skips the decode test.
  * Numbers go to docs/PERF.md (CPU backend section) with the command and commit.
@@ -152,6 +154,7 @@ typedef struct mat {
 
 static bool do_decode = true, do_prefill = true;
 static int cache_calls = 0; /* -c: decode of one L2-resident matrix, called this many times */
+static int64_t dec_t = 1;   /* -T: tokens per decode call (a small batch: 2-8 sequences) */
 
 /* CPU seconds of the process (all threads): with -t 1 the kernels' compute rate, which a
  * loaded machine's descheduling does not inflate. */
@@ -215,7 +218,7 @@ static void bench_dtype(mm_fn fn, kiln_pool *pool, uint32_t dt, double bw, int r
                                   .x_stride = m[i % nm].k,
                                   .y = y,
                                   .y_stride = m[i % nm].n,
-                                  .t = 1};
+                                  .t = dec_t};
             fn(&ctx, &a);
         }
         double s = (double)(kiln_now_ns() - t0) * 1e-9;
@@ -280,6 +283,8 @@ int main(int argc, char **argv) {
             do_prefill = atoi(argv[i + 1]) != 0;
         else if (!strcmp(argv[i], "-D"))
             do_decode = atoi(argv[i + 1]) != 0;
+        else if (!strcmp(argv[i], "-T"))
+            dec_t = atoi(argv[i + 1]) > 0 && atoi(argv[i + 1]) <= 128 ? atoi(argv[i + 1]) : 1;
         else if (!strcmp(argv[i], "-c"))
             cache_calls = atoi(argv[i + 1]);
     }

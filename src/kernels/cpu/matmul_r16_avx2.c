@@ -951,10 +951,32 @@ INLINE void gemm_rows(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1,
     for (int64_t g = gf; g < g1; g++) gemm_group(dt, p, g, panel);
 }
 
+/* Steps of up to R16_GEMV_T tokens (a decode step of a few sequences) run the decode
+ * kernel once per token, group by group (a group's bytes stay in L1 for the next token):
+ * the prefill path unpacks and widens every unit into the panel first, which so few tokens
+ * do not amortize. bench_cpu_matmul -T N (tinyllama shapes, 2 threads, session 13), ms a
+ * step, prefill path -> this: q4_0 T=2 56.8 -> 21.9, T=4 56.4 -> 36.0; q4_K T=4 75.3 -> 44.2;
+ * q8_0 T=4 44.5 -> 30.5; q6_K T=4 61.0 -> 40.1; at T=6-8 the two are within noise for
+ * some types. Both paths give a token's row the same bits (the top of this file), so the
+ * switch keeps batch invariance. */
+#define R16_GEMV_T 4
+INLINE void gemv_tokens(uint32_t dt, const kiln_cpu_mm *p, int64_t g0, int64_t g1, uint8_t *buf) {
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t t = 0; t < p->t; t++) {
+            kiln_cpu_mm q = *p;
+            q.act = p->act + (size_t)t * p->act_stride;
+            q.y = p->y + t * p->y_stride;
+            q.t = 1;
+            gemv_group(dt, &q, g, buf);
+        }
+}
+
 #define R16_CASE(DT)                                                                               \
     case DT:                                                                                       \
         if (p->t == 1)                                                                             \
             for (int64_t g = g0; g < g1; g++) gemv_group(DT, p, g, buf);                           \
+        else if (p->t <= R16_GEMV_T)                                                               \
+            gemv_tokens(DT, p, g0, g1, buf);                                                       \
         else                                                                                       \
             gemm_rows(DT, p, r0, r1, panel);                                                       \
         break
