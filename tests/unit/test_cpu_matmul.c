@@ -242,8 +242,10 @@ static int check_one(mm_fn fn, kiln_pool *pool, uint32_t dt, int64_t n, int64_t 
         }
     }
     /* R16 kernels are batch invariant (docs/CPU.md): each token's row of a t-token call
-     * is bitwise the row of a one-token call (decode and prefill run different loops) */
-    if (layout == KILN_CPU_WLAYOUT_R16 && t > 1) {
+     * is bitwise the row of a one-token call (decode and prefill run different loops);
+     * float weights are at 2-4 tokens (the AVX2 small-step gemv; AVX-512 not claimed) */
+    const bool small_f = !quant && t <= 4 && fn == kiln_cpu_matmul_avx2;
+    if ((layout == KILN_CPU_WLAYOUT_R16 || small_f) && t > 1) {
         float *y1 = malloc(sizeof(float) * (size_t)n);
         assert_non_null(y1);
         for (int64_t j = 0; j < t && bad < 5; j++) {

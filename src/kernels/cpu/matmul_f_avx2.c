@@ -64,6 +64,61 @@ INLINE float gemv_row(uint32_t dt, const uint8_t *row, int64_t k, const float *x
     return s;
 }
 
+/* Steps of 2..MMF_GEMV_T tokens (a decode step of a few sequences): each row's weights
+ * are loaded and widened once for all the tokens, and each token keeps gemv_row()'s two
+ * accumulators and order, so its row is bitwise its one-token result. The 16 x 6 prefill
+ * tile keeps only 2T FMA chains at T < 4 (latency-bound) and widens a panel first.
+ * bench_cpu_matmul -d f16 -T N (tinyllama shapes, 2 threads, session 13), ms a step, panel
+ * -> this, alternating binaries, two rounds: T=2 35.0 / 38.5 -> 15.3 / 21.3, T=3 36.2 / 34.6
+ * -> 19.9 / 20.2, T=4 39.0 / 39.7 -> 32.1 / 25.4 (T=1 14.8-18.5). */
+#define MMF_GEMV_T 4
+INLINE void gemv_rows_t(uint32_t dt, int T, const kiln_cpu_mm *p, int64_t r0, int64_t r1) {
+    const int64_t k = p->k;
+    const float *x[MMF_GEMV_T];
+    for (int t = 0; t < T; t++) x[t] = p->x + t * p->x_stride;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = p->w + r * p->w_row_bytes;
+        __m256 a0[MMF_GEMV_T], a1[MMF_GEMV_T];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) a0[t] = a1[t] = _mm256_setzero_ps();
+        int64_t i = 0;
+        for (; i + 16 <= k; i += 16) {
+            const __m256 w0 = wload8(dt, row, i), w1 = wload8(dt, row, i + 8);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + i), a0[t]);
+                a1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[t] + i + 8), a1[t]);
+            }
+        }
+        if (i + 8 <= k) {
+            const __m256 w0 = wload8(dt, row, i);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + i), a0[t]);
+            i += 8;
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            float s = hsum8(_mm256_add_ps(a0[t], a1[t]));
+            for (int64_t j = i; j < k; j++) s += wload1(dt, row, j) * x[t][j];
+            p->y[t * p->y_stride + r] = s + (p->bias ? p->bias[r] : 0);
+        }
+    }
+}
+INLINE void gemv_small(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1) {
+    switch (p->t) {
+    case 2:
+        gemv_rows_t(dt, 2, p, r0, r1);
+        break;
+    case 3:
+        gemv_rows_t(dt, 3, p, r0, r1);
+        break;
+    default:
+        gemv_rows_t(dt, 4, p, r0, r1);
+        break;
+    }
+}
+
 #define GEMV_CASE(DT)                                                                              \
     case DT:                                                                                       \
         for (int64_t r = r0; r < r1; r++)                                                          \
@@ -239,6 +294,20 @@ void kiln_cpu_mmf_avx2(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t *p
     /* a private copy: the caller's struct shares cache lines with its stack, and y
      * stores would otherwise force reloads of it (false sharing between threads) */
     const kiln_cpu_mm m = *pp, *p = &m;
+    if (p->t > 1 && p->t <= MMF_GEMV_T) {
+        switch (p->dtype) {
+        case KILN_DTYPE_F32:
+            gemv_small(KILN_DTYPE_F32, p, r0, r1);
+            break;
+        case KILN_DTYPE_F16:
+            gemv_small(KILN_DTYPE_F16, p, r0, r1);
+            break;
+        default:
+            gemv_small(KILN_DTYPE_BF16, p, r0, r1);
+            break;
+        }
+        return;
+    }
     if (p->t > 1) {
         switch (p->dtype) {
         case KILN_DTYPE_F32:
