@@ -4,7 +4,10 @@
 # scripts/gpu-round.sh with LLAMA_BIN for the side-by-side steps; tables printed last.
 #   bash scripts/gpu-final.sh "TEST STEPS" "SIDE STEPS"     (device run, carry [".carry"])
 # e.g. bash scripts/gpu-final.sh "verify sample" "side8b"; on a warm machine a second call
-# finds llama.cpp built (/tmp/ll/b/bin) and skips the build.
+# finds llama.cpp built (/tmp/ll/b/bin) and skips the build. Session 13: the llama.cpp CUDA
+# build (then at -j8) took over 7 minutes beside kiln's build and tests and ran the call out;
+# the machine goes back after 30 s idle, so a second call must follow at once (it finished
+# the build in 19 s: only libllama and the two tools were left).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kiln-gpu-out}
@@ -14,7 +17,7 @@ if [ ! -x $LL/b/bin/llama-batched-bench ]; then
     (cmake -S $LL -B $LL/b -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
       -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF \
       -DLLAMA_BUILD_EXAMPLES=OFF >/tmp/ll.log 2>&1 &&
-      cmake --build $LL/b -j8 --target llama-bench llama-batched-bench >>/tmp/ll.log 2>&1) &
+      cmake --build $LL/b -j"$(nproc)" --target llama-bench llama-batched-bench >>/tmp/ll.log 2>&1) &
 fi
 [ -n "${1:-}" ] && OUT=$OUT bash scripts/gpu-round.sh $1
 wait
