@@ -443,7 +443,7 @@ static void test_avx2_r16_tiles(void **state) {
     static const uint32_t dts[] = {KILN_DTYPE_Q4_0, KILN_DTYPE_Q5_1, KILN_DTYPE_Q8_0,
                                    KILN_DTYPE_Q4_K, KILN_DTYPE_Q5_K, KILN_DTYPE_Q6_K};
     static const int64_t ns[] = {32, 48, 83, 128};
-    static const int64_t ts[] = {2, 3, 4, 5, 8};
+    static const int64_t ts[] = {2, 3, 4, 5, 6, 7, 8};
     int bad = 0;
     uint64_t seed = 7001;
     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {

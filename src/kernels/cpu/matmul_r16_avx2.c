@@ -960,6 +960,21 @@ INLINE void gemm_rows(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1,
  * some types. Both paths give a token's row the same bits (the top of this file), so the
  * switch keeps batch invariance. */
 #define R16_GEMV_T 4
+/* Per type (session 13, -T 5 / 6 / 8, two rounds each): q4_0 and q4_K still gain at 5-6
+ * tokens (q4_0 T=6 79-83 -> 53-58 ms, q4_K 69-75 -> 55-59), q5_K / q6_K at 5 (q6_K 58-65 ->
+ * 41-53) but not at 6 (q5_K 52-64 -> 92-101), q8_0 not past 4 (mixed at 5); at 8 the panel
+ * wins or ties for all. */
+INLINE int r16_gemv_t(uint32_t dt) {
+    switch (dt) {
+    case KILN_DTYPE_Q4_0:
+    case KILN_DTYPE_Q4_K:
+        return 6;
+    case KILN_DTYPE_Q8_0:
+        return R16_GEMV_T;
+    default:
+        return 5;
+    }
+}
 INLINE void gemv_tokens(uint32_t dt, const kiln_cpu_mm *p, int64_t g0, int64_t g1, uint8_t *buf) {
     for (int64_t g = g0; g < g1; g++)
         for (int64_t t = 0; t < p->t; t++) {
@@ -975,7 +990,7 @@ INLINE void gemv_tokens(uint32_t dt, const kiln_cpu_mm *p, int64_t g0, int64_t g
     case DT:                                                                                       \
         if (p->t == 1)                                                                             \
             for (int64_t g = g0; g < g1; g++) gemv_group(DT, p, g, buf);                           \
-        else if (p->t <= R16_GEMV_T)                                                               \
+        else if (p->t <= r16_gemv_t(DT))                                                           \
             gemv_tokens(DT, p, g0, g1, buf);                                                       \
         else                                                                                       \
             gemm_rows(DT, p, r0, r1, panel);                                                       \
