@@ -51,22 +51,10 @@ INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-INLINE float gemv_row(uint32_t dt, const uint8_t *row, int64_t k, const float *x) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= k; i += 16) {
-        a0 = _mm256_fmadd_ps(wload8(dt, row, i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(wload8(dt, row, i + 8), _mm256_loadu_ps(x + i + 8), a1);
-    }
-    for (; i + 8 <= k; i += 8) a0 = _mm256_fmadd_ps(wload8(dt, row, i), _mm256_loadu_ps(x + i), a0);
-    float s = hsum8(_mm256_add_ps(a0, a1));
-    for (; i < k; i++) s += wload1(dt, row, i) * x[i];
-    return s;
-}
-
-/* Steps of 2..MMF_GEMV_T tokens (a decode step of a few sequences): each row's weights
- * are loaded and widened once for all the tokens, and each token keeps gemv_row()'s two
- * accumulators and order, so its row is bitwise its one-token result. The 16 x 6 prefill
+/* Decode: one row at a time, two accumulators. Steps of up to MMF_GEMV_T tokens (a decode
+ * step of a few sequences) run the same loop with each row's weights loaded and widened
+ * once for all the tokens, each token with its own two accumulators in the same order, so
+ * its row is bitwise its one-token result. The 16 x 6 prefill
  * tile keeps only 2T FMA chains at T < 4 (latency-bound) and widens a panel first.
  * bench_cpu_matmul -d f16 -T N (tinyllama shapes, 2 threads, session 13), ms a step, panel
  * -> this, alternating binaries, two rounds: T=2 35.0 / 38.5 -> 15.3 / 21.3, T=3 36.2 / 34.6
@@ -107,6 +95,9 @@ INLINE void gemv_rows_t(uint32_t dt, int T, const kiln_cpu_mm *p, int64_t r0, in
 }
 INLINE void gemv_small(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1) {
     switch (p->t) {
+    case 1:
+        gemv_rows_t(dt, 1, p, r0, r1);
+        break;
     case 2:
         gemv_rows_t(dt, 2, p, r0, r1);
         break;
@@ -118,13 +109,6 @@ INLINE void gemv_small(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1
         break;
     }
 }
-
-#define GEMV_CASE(DT)                                                                              \
-    case DT:                                                                                       \
-        for (int64_t r = r0; r < r1; r++)                                                          \
-            p->y[r] =                                                                              \
-                gemv_row(DT, p->w + r * p->w_row_bytes, p->k, p->x) + (p->bias ? p->bias[r] : 0);  \
-        break
 
 /* ---- prefill, row-vectorized (the default for t > 1 since session 4) ----
  * 16 weight rows are widened FKB elements at a time into a transposed panel (for each
@@ -290,43 +274,26 @@ INLINE void gemm_rv(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1, f
     }
 }
 
+INLINE void mmf_rows(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1, float *wp) {
+    if (p->t <= MMF_GEMV_T)
+        gemv_small(dt, p, r0, r1);
+    else
+        gemm_rv(dt, p, r0, r1, wp);
+}
+
 void kiln_cpu_mmf_avx2(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t *panel) {
     /* a private copy: the caller's struct shares cache lines with its stack, and y
      * stores would otherwise force reloads of it (false sharing between threads) */
     const kiln_cpu_mm m = *pp, *p = &m;
-    if (p->t > 1 && p->t <= MMF_GEMV_T) {
-        switch (p->dtype) {
-        case KILN_DTYPE_F32:
-            gemv_small(KILN_DTYPE_F32, p, r0, r1);
-            break;
-        case KILN_DTYPE_F16:
-            gemv_small(KILN_DTYPE_F16, p, r0, r1);
-            break;
-        default:
-            gemv_small(KILN_DTYPE_BF16, p, r0, r1);
-            break;
-        }
-        return;
-    }
-    if (p->t > 1) {
-        switch (p->dtype) {
-        case KILN_DTYPE_F32:
-            gemm_rv(KILN_DTYPE_F32, p, r0, r1, (float *)panel);
-            break;
-        case KILN_DTYPE_F16:
-            gemm_rv(KILN_DTYPE_F16, p, r0, r1, (float *)panel);
-            break;
-        default:
-            gemm_rv(KILN_DTYPE_BF16, p, r0, r1, (float *)panel);
-            break;
-        }
-        return;
-    }
     switch (p->dtype) {
-        GEMV_CASE(KILN_DTYPE_F32);
-        GEMV_CASE(KILN_DTYPE_F16);
-        GEMV_CASE(KILN_DTYPE_BF16);
+    case KILN_DTYPE_F32:
+        mmf_rows(KILN_DTYPE_F32, p, r0, r1, (float *)panel);
+        break;
+    case KILN_DTYPE_F16:
+        mmf_rows(KILN_DTYPE_F16, p, r0, r1, (float *)panel);
+        break;
     default:
+        mmf_rows(KILN_DTYPE_BF16, p, r0, r1, (float *)panel);
         break;
     }
 }

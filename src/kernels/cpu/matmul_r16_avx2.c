@@ -951,16 +951,14 @@ INLINE void gemm_rows(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1,
     for (int64_t g = gf; g < g1; g++) gemm_group(dt, p, g, panel);
 }
 
-/* Steps of up to R16_GEMV_T tokens (a decode step of a few sequences) run the decode
+/* Steps of up to r16_gemv_t() tokens (a decode step of a few sequences) run the decode
  * kernel once per token, group by group (a group's bytes stay in L1 for the next token):
  * the prefill path unpacks and widens every unit into the panel first, which so few tokens
  * do not amortize. bench_cpu_matmul -T N (tinyllama shapes, 2 threads, session 13), ms a
  * step, prefill path -> this: q4_0 T=2 56.8 -> 21.9, T=4 56.4 -> 36.0; q4_K T=4 75.3 -> 44.2;
- * q8_0 T=4 44.5 -> 30.5; q6_K T=4 61.0 -> 40.1; at T=6-8 the two are within noise for
- * some types. Both paths give a token's row the same bits (the top of this file), so the
- * switch keeps batch invariance. */
-#define R16_GEMV_T 4
-/* Per type (session 13, -T 5 / 6 / 8, two rounds each): q4_0 and q4_K still gain at 5-6
+ * q8_0 T=4 44.5 -> 30.5; q6_K T=4 61.0 -> 40.1. Both paths give a token's row the same bits
+ * (the top of this file), so the switch keeps batch invariance. Per type (-T 5 / 6 / 8,
+ * two rounds each): q4_0 and q4_K still gain at 5-6
  * tokens (q4_0 T=6 79-83 -> 53-58 ms, q4_K 69-75 -> 55-59), q5_K / q6_K at 5 (q6_K 58-65 ->
  * 41-53) but not at 6 (q5_K 52-64 -> 92-101), q8_0 not past 4 (mixed at 5); at 8 the panel
  * wins or ties for all. */
@@ -970,27 +968,26 @@ INLINE int r16_gemv_t(uint32_t dt) {
     case KILN_DTYPE_Q4_K:
         return 6;
     case KILN_DTYPE_Q8_0:
-        return R16_GEMV_T;
+        return 4;
     default:
         return 5;
     }
 }
 INLINE void gemv_tokens(uint32_t dt, const kiln_cpu_mm *p, int64_t g0, int64_t g1, uint8_t *buf) {
+    kiln_cpu_mm q[6]; /* one-token views, made once (t <= r16_gemv_t() <= 6) */
+    for (int64_t t = 0; t < p->t; t++) {
+        q[t] = *p;
+        q[t].act = p->act + (size_t)t * p->act_stride;
+        q[t].y = p->y + t * p->y_stride;
+        q[t].t = 1;
+    }
     for (int64_t g = g0; g < g1; g++)
-        for (int64_t t = 0; t < p->t; t++) {
-            kiln_cpu_mm q = *p;
-            q.act = p->act + (size_t)t * p->act_stride;
-            q.y = p->y + t * p->y_stride;
-            q.t = 1;
-            gemv_group(dt, &q, g, buf);
-        }
+        for (int64_t t = 0; t < p->t; t++) gemv_group(dt, &q[t], g, buf);
 }
 
 #define R16_CASE(DT)                                                                               \
     case DT:                                                                                       \
-        if (p->t == 1)                                                                             \
-            for (int64_t g = g0; g < g1; g++) gemv_group(DT, p, g, buf);                           \
-        else if (p->t <= r16_gemv_t(DT))                                                           \
+        if (p->t <= r16_gemv_t(DT))                                                                \
             gemv_tokens(DT, p, g0, g1, buf);                                                       \
         else                                                                                       \
             gemm_rows(DT, p, r0, r1, panel);                                                       \
