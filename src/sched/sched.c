@@ -581,8 +581,11 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
         }
         r->sess = se;
     }
-    int32_t tq = t->cfg.max_queued > 0 ? t->cfg.max_queued : s->max_queued;
-    if (t->n_queued_m >= tq) {
+    /* a tenant's own queue limit, where it has one (without, the scheduler-wide limit
+     * below applies: it counts free slots, which a tenant fallback to max_queued did not,
+     * so requests arriving together before a step were refused with slots free) */
+    int32_t tq = t->cfg.max_queued;
+    if (tq > 0 && t->n_queued_m >= tq) {
         int32_t q = t->n_queued_m;
         double ra = retry_estimate(s, q);
         pthread_mutex_unlock(&s->mu);

@@ -78,7 +78,7 @@ typedef struct kiln_tenant_config {
     double decode_tokens_per_s;  /* generated tokens per second                       */
     double prefill_tokens_per_s; /* prompt tokens (not prefix-cache hits) per second  */
     int32_t max_context;         /* prompt + max_tokens of one request                */
-    int32_t max_queued;          /* waiting requests of this tenant (0: sched's max)  */
+    int32_t max_queued;          /* waiting requests of this tenant (0: no own limit) */
     const char *isolation_group; /* tenants of one group share prefix-cache blocks;
                                     NULL: the tenant is its own group                 */
 } kiln_tenant_config;

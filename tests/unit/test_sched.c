@@ -242,6 +242,30 @@ static void rejections(void **st) {
     done(s, &fe);
 }
 
+/* requests arriving together before any step: the free slots take them first, then
+ * the queue (max_queued) fills, then 503 (the default tenant has no queue limit of its
+ * own; it once fell back to max_queued without counting the free slots) */
+static void queue_counts_free_slots(void **st) {
+    (void)st;
+    fake_engine fe;
+    kiln_sched_engine se;
+    kiln_sched_opts o;
+    kiln_sched_opts_default(&o);
+    o.max_queued = 2;
+    kiln_sched *s = mk(&fe, &se, 4, 64, NULL, &o);
+    int32_t p[4] = {0};
+    static out q[7];
+    uint64_t id;
+    kiln_rejection rej;
+    for (int i = 0; i < 6; i++) assert_int_equal(sub(s, NULL, p, 4, 5, &q[i], &id, &rej), KILN_OK);
+    assert_int_equal(sub(s, NULL, p, 4, 5, &q[6], &id, &rej), KILN_ERR_CAPACITY);
+    assert_int_equal(rej.http_status, 503);
+    for (int i = 0; i < 100; i++) step(s);
+    for (int i = 0; i < 6; i++) assert_int_equal(q[i].finals, 1);
+    assert_int_equal(q[6].events, 0);
+    done(s, &fe);
+}
+
 /* ---- quotas with 1000 queued ---- */
 
 static void quotas_1000(void **st) {
@@ -697,11 +721,17 @@ static void trace_file(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(yaml_tenants), cmocka_unit_test(rejections),
-        cmocka_unit_test(quotas_1000),  cmocka_unit_test(cancel_one_step),
-        cmocka_unit_test(backpressure), cmocka_unit_test(preemption),
-        cmocka_unit_test(text_stops),   cmocka_unit_test(thread_mode),
-        cmocka_unit_test(trace_file),   cmocka_unit_test(step_end_hook),
+        cmocka_unit_test(yaml_tenants),
+        cmocka_unit_test(rejections),
+        cmocka_unit_test(queue_counts_free_slots),
+        cmocka_unit_test(quotas_1000),
+        cmocka_unit_test(cancel_one_step),
+        cmocka_unit_test(backpressure),
+        cmocka_unit_test(preemption),
+        cmocka_unit_test(text_stops),
+        cmocka_unit_test(thread_mode),
+        cmocka_unit_test(trace_file),
+        cmocka_unit_test(step_end_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
