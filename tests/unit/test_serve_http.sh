@@ -17,7 +17,12 @@ T=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$T"; }
 trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$T"/log*; do echo "== $f"; tail -5 "$f"; done; exit 1; }
+fail() {
+  echo "FAIL: $*"
+  for f in "$T"/log*; do echo "== $f"; tail -5 "$f"; done
+  for f in "$T"/q* "$T"/x*; do [ -f "$f" ] && { echo "== $f"; tail -c 400 "$f"; echo; }; done
+  exit 1
+}
 SHARED=${KILN_SHARED_DIR:-$(dirname "$0")/../data/shared}
 TPL=$SHARED/testdata/templates/Qwen-Qwen2.5-7B-Instruct.jinja
 [ -f "$TPL" ] || TPL=$(dirname "$0")/../data/shared/testdata/templates/Qwen-Qwen2.5-7B-Instruct.jinja
