@@ -359,6 +359,12 @@ static void test_attention(void **state) {
             bad += att_case(o, &r, dtype, 10, 5, 48, 0, 0, 1, L1, T1);
             int L7[] = {260, 40}, T7[] = {3, 40};
             bad += att_case(o, &r, dtype, 7, 7, 32, 100, 0, 2, L7, T7);
+            /* head size 128 (the batched AVX2 path, like 64): prefill over a cached
+             * prefix, a softcap, decode with splits */
+            int L8[] = {75, 300}, T8[] = {23, 1};
+            bad += att_case(o, &r, dtype, 8, 2, 128, 0, 0, 2, L8, T8);
+            bad += att_case(o, &r, dtype, 4, 4, 128, 0, 50.0f, 1, L1, T1);
+            bad += att_case(o, &r, dtype, 4, 2, 128, 40, 0, 2, L8, T8);
         }
     }
     assert_int_equal(bad, 0);
