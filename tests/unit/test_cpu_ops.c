@@ -290,6 +290,24 @@ static int att_case(const isa_ops *is, kt_rng *r, uint32_t dtype, int n_head, in
     kiln_kctx kc = {.pool = g_pool};
     assert_int_equal(is->att(&kc, &a), KILN_OK);
     int bad = 0;
+    /* batch invariance, bitwise: each token alone (a tile of one token, its own items and
+     * code path) gives the bits it got in the tiles of the whole call */
+    float *one = malloc(sizeof(float) * (size_t)qs);
+    for (i = 0; i < t && bad < 5; i++) {
+        kiln_attention_args a1 = a;
+        a1.q = q + (size_t)i * qs;
+        a1.out = one;
+        a1.t = 1;
+        a1.tok_seq = tseq + i;
+        a1.tok_pos = tpos + i;
+        assert_int_equal(is->att(&kc, &a1), KILN_OK);
+        if (memcmp(one, out + (size_t)i * qs, sizeof(float) * (size_t)n_head * hd)) {
+            fprintf(stderr, "%s attention %s heads %d/%d hd %d: token %d alone != in its tile\n",
+                    is->name, kiln_dtype_name(dtype), n_head, n_kv, hd, i);
+            bad++;
+        }
+    }
+    free(one);
     double *want = malloc(sizeof(double) * hd), *sc = malloc(sizeof(double) * 1024);
     for (i = 0; i < t && bad < 5; i++)
         for (int h = 0; h < n_head && bad < 5; h++) {
