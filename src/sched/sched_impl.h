@@ -82,6 +82,7 @@ struct ks_req {
     size_t tlen, tcap;
     uint64_t t_submit, t_last;
     bool got_first;
+    bool text_lost; /* a piece of output text could not be buffered (out of memory) */
     bool parked, cancel_seen;
     uint64_t park_since;
     int32_t plan_cnt;      /* tokens in this step's plan */

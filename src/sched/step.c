@@ -67,7 +67,10 @@ static bool tb_add(ks_req *r, const char *p, size_t n) {
         size_t nc = r->tcap ? r->tcap : 256;
         while (nc < r->tlen + n + 1) nc *= 2;
         char *q = kiln_realloc(r->tbuf, nc);
-        if (!q) return false;
+        if (!q) {
+            r->text_lost = true;
+            return false;
+        }
         r->tbuf = q;
         r->tcap = nc;
     }
@@ -272,7 +275,10 @@ static void flush_text(ks_req *r) {
             const char *e;
             size_t en;
             bool stopped = false;
-            if (!kiln_stopper_feed(&r->stopper, p, n, &e, &en, &stopped, NULL)) tb_add(r, e, en);
+            if (kiln_stopper_feed(&r->stopper, p, n, &e, &en, &stopped, NULL))
+                r->text_lost = true;
+            else
+                tb_add(r, e, en);
             if (stopped) return;
         } else {
             tb_add(r, p, n);
@@ -704,12 +710,16 @@ static void on_token(kiln_sched *s, ks_req *r, int32_t tok, const float *row) {
         if (r->ds) {
             const char *p;
             size_t n;
-            if (!kiln_detok_stream_push(r->ds, tok, &p, &n, NULL) && n) {
+            if (kiln_detok_stream_push(r->ds, tok, &p, &n, NULL)) {
+                r->text_lost = true;
+            } else if (n) {
                 if (r->stopper_ok) {
                     const char *e;
                     size_t en;
                     bool stopped = false;
-                    if (!kiln_stopper_feed(&r->stopper, p, n, &e, &en, &stopped, NULL))
+                    if (kiln_stopper_feed(&r->stopper, p, n, &e, &en, &stopped, NULL))
+                        r->text_lost = true;
+                    else
                         tb_add(r, e, en);
                     if (stopped) {
                         fin = KILN_FINISH_STOP;
@@ -724,6 +734,10 @@ static void on_token(kiln_sched *s, ks_req *r, int32_t tok, const float *row) {
             fin = KILN_FINISH_LENGTH;
             flush_text(r);
         }
+    }
+    if (r->text_lost) { /* never a text with a hole in it: the request ends with an error */
+        finish(s, r, KILN_FINISH_ERROR, "out of memory buffering the output text");
+        return;
     }
     if (fin) {
         map_remove(s, r);

@@ -68,6 +68,7 @@ struct kiln_http_conn {
     char *body;
     size_t len, cap;
     bool too_big, started;
+    bool oom; /* the body could not be buffered: answered 500 once the upload is in */
     kiln_srv_tenant *tenant;
     bool admitted;
     kiln_oai_req p;

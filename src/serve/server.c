@@ -67,11 +67,29 @@ static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *j
     return send_buf(c, status, "application/json", s, strlen(s), 0);
 }
 
+/* The answer when kiln cannot allocate what a request needs (its connection state, its
+ * body buffer, its error body): a static 500, so that the client gets a status rather
+ * than a closed connection (test_alloc_fault_serve walks every allocation of a request). */
+static const char k_oom_body[] = "{\"error\":{\"message\":\"the server is out of memory\","
+                                 "\"type\":\"server_error\",\"param\":null,\"code\":"
+                                 "\"out_of_memory\"}}";
+static const char k_oom_conn = 0; /* its address marks a request refused before it had a conn */
+
+static enum MHD_Result send_oom(struct MHD_Connection *c) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        sizeof(k_oom_body) - 1, (void *)k_oom_body, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result ret = MHD_queue_response(c, 500, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 static enum MHD_Result send_error(server *s, conn *cx, struct MHD_Connection *c,
                                   const kiln_oai_error *e, int retry_after) {
     char *b = kiln_oai_error_body(e);
     kiln_srv_count_status(&s->tenants, cx ? cx->tenant : NULL, e->http);
-    if (!b) return MHD_NO;
+    if (!b) return send_oom(c);
     return send_buf(c, e->http, "application/json", b, strlen(b), retry_after);
 }
 
@@ -593,12 +611,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)version;
     server *s = cls;
     conn *cx = *con_cls;
+    if (cx == (const conn *)(const void *)&k_oom_conn) { /* answered 500 already: the upload is
+                                                            discarded */
+        *upload_size = 0;
+        return MHD_YES;
+    }
     if (!cx) {
         /* the request's headers are in: from now on only long silences close it (the
          * daemon-wide timeout is the short header timeout, against half-open clients) */
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)600);
         cx = kiln_calloc(1, sizeof(*cx));
-        if (!cx) return MHD_NO;
+        if (!cx) {
+            *con_cls = (void *)(uintptr_t)&k_oom_conn;
+            return send_oom(c);
+        }
         cx->s = s;
         cx->c = c;
         cx->fd = -1;
@@ -642,13 +668,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 if (cx->len + *upload_size + 1 > cx->cap) {
                     size_t nc = (cx->len + *upload_size + 1) * 2;
                     if (nc > (size_t)s->o.max_body + 1) nc = (size_t)s->o.max_body + 1;
-                    char *q = kiln_realloc(cx->body, nc);
-                    if (!q) return MHD_NO;
-                    cx->body = q;
-                    cx->cap = nc;
+                    char *q = cx->oom ? NULL : kiln_realloc(cx->body, nc);
+                    if (q) {
+                        cx->body = q;
+                        cx->cap = nc;
+                    } else {
+                        cx->oom = true; /* the rest is read and dropped; 500 at the end */
+                    }
                 }
-                memcpy(cx->body + cx->len, upload, *upload_size);
-                cx->len += *upload_size;
+                if (!cx->oom) {
+                    memcpy(cx->body + cx->len, upload, *upload_size);
+                    cx->len += *upload_size;
+                }
             }
         }
         *upload_size = 0;
@@ -657,6 +688,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (cx->started) /* resumed: the prompt worker is done, or the answer moved */
         return cx->prep_done ? respond(s, cx, c) : MHD_YES;
     cx->started = true;
+    if (cx->oom) return send_oom(c);
     if (cx->too_big) {
         char m[128];
         snprintf(m, sizeof(m), "the body is larger than the limit of %lld bytes",
@@ -671,7 +703,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)c;
     server *s = cls;
     conn *cx = *con_cls;
-    if (!cx) return;
+    if (!cx || cx == (const conn *)(const void *)&k_oom_conn) {
+        *con_cls = NULL;
+        return;
+    }
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && cx->r) kiln_srv_cancel(s->loop, cx->r);
     conn_free(s, cx);
     *con_cls = NULL;
