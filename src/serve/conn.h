@@ -91,6 +91,8 @@ struct kiln_http_conn {
     bool role_sent, done_sent;
     char *out;
     size_t out_len, out_off, out_cap;
+    bool out_oom;   /* an event could not be buffered: the stream ends with an error event */
+    size_t oom_off; /* bytes of that static error event handed out */
     /* a content chunk's bytes around its choice, from jansson once per stream
      * ("data: {...,"choices":[" and "]...}\n\n"; chunk_head NULL: not built yet) */
     char *chunk_head, *chunk_tail;

@@ -73,6 +73,9 @@ static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *j
 static const char k_oom_body[] = "{\"error\":{\"message\":\"the server is out of memory\","
                                  "\"type\":\"server_error\",\"param\":null,\"code\":"
                                  "\"out_of_memory\"}}";
+static const char k_oom_sse[] = "data: {\"error\":{\"message\":\"the server is out of memory\","
+                                "\"type\":\"server_error\",\"param\":null,\"code\":"
+                                "\"out_of_memory\"}}\n\ndata: [DONE]\n\n";
 static const char k_oom_conn = 0; /* its address marks a request refused before it had a conn */
 
 static enum MHD_Result send_oom(struct MHD_Connection *c) {
@@ -254,6 +257,14 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
             return (ssize_t)n;
         }
         if (cx->done_sent) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (cx->out_oom) { /* an event could not be buffered: a static error event ends it */
+            if (cx->oom_off == 0) kiln_srv_cancel(s->loop, cx->r);
+            size_t left = sizeof(k_oom_sse) - 1 - cx->oom_off, n = left < max ? left : max;
+            memcpy(buf, k_oom_sse + cx->oom_off, n);
+            cx->oom_off += n;
+            if (cx->oom_off == sizeof(k_oom_sse) - 1) cx->done_sent = true;
+            return (ssize_t)n;
+        }
         uint64_t t0 = kiln_now_ns();
         kiln_srv_lock(s->loop);
         kiln_srv_req *r = cx->r;

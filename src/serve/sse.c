@@ -131,19 +131,30 @@ static bool out_reserve(conn *cx, size_t n) {
     return true;
 }
 
+/* Out of memory here is sticky (cx->out_oom): the stream then ends with a static error
+ * event (server.c's stream_cb), never with a hole in its text. */
 static void out_append(conn *cx, const char *s, size_t n) {
-    if (!out_reserve(cx, n)) return;
+    if (cx->out_oom || !out_reserve(cx, n)) {
+        cx->out_oom = true;
+        return;
+    }
     memcpy(cx->out + cx->out_len, s, n);
     cx->out_len += n;
 }
 
+/* One event; a part that could not be buffered takes the whole event back. */
 static void sse(conn *cx, json_t *j) {
     char *s = json_dumps(j, JSON_COMPACT);
     json_decref(j);
-    if (!s) return;
+    if (!s) {
+        cx->out_oom = true;
+        return;
+    }
+    const size_t mark = cx->out_len;
     out_append(cx, "data: ", 6);
     out_append(cx, s, strlen(s));
     out_append(cx, "\n\n", 2);
+    if (cx->out_oom) cx->out_len = mark;
     kiln_free(s);
 }
 
@@ -262,14 +273,21 @@ void kiln_http_stream_collect(server *s, conn *cx) {
         kiln_oai_error e;
         kiln_oai_fail(&e, 500, "server_error", "", NULL, "generation failed: %s", r->err_msg);
         char *b = kiln_oai_error_body(&e);
+        const size_t mark = cx->out_len;
         if (b) {
             out_append(cx, "data: ", 6);
             out_append(cx, b, strlen(b));
             out_append(cx, "\n\n", 2);
             kiln_free(b);
+        } else {
+            cx->out_oom = true;
+        }
+        if (cx->out_oom) { /* the static error event goes out instead */
+            cx->out_len = mark;
+            return;
         }
         out_append(cx, "data: [DONE]\n\n", 14);
-        cx->done_sent = true;
+        if (!cx->out_oom) cx->done_sent = true;
         return;
     }
     int64_t toks_now = 0;
@@ -361,6 +379,6 @@ void kiln_http_stream_collect(server *s, conn *cx) {
             sse(cx, o);
         }
         out_append(cx, "data: [DONE]\n\n", 14);
-        cx->done_sent = true;
+        if (!cx->out_oom) cx->done_sent = true;
     }
 }
