@@ -103,16 +103,24 @@ static void server_stop(server *s) {
     assert_int_equal(system(cmd), 0);
 }
 
-/* kiln_requests_running from GET /metrics */
-static int metrics_running(int port) {
+/* A connection to the server on loopback (receives time out after 60 s: a hang fails) */
+static int connect_local(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(fd >= 0);
+    struct timeval tv = {60, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_port = htons((uint16_t)port);
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
     assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+/* kiln_requests_running from GET /metrics */
+static int metrics_running(int port) {
+    int fd = connect_local(port);
     const char *req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
     assert_int_equal(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
     static char buf[1 << 16];
@@ -128,16 +136,7 @@ static int metrics_running(int port) {
 /* POSTs body to /v1/completions; the HTTP status (0: the connection closed without one)
  * and the response body (malloc'ed) */
 static int post(int port, const char *body, char **resp) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct timeval tv = {60, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    int fd = connect_local(port);
     char head[256];
     int hn = snprintf(head, sizeof head,
                       "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
@@ -172,14 +171,7 @@ static int post(int port, const char *body, char **resp) {
 /* A long streamed request whose client goes away after its first bytes: the server
  * cancels it. Returns once the server has nothing running. */
 static void cancel_one(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    int fd = connect_local(port);
     const char *body = "{\"model\":\"m\",\"prompt\":\"hello\",\"max_tokens\":100,"
                        "\"temperature\":0,\"stream\":true}";
     char head[256];
