@@ -75,6 +75,10 @@ void *kiln_realloc(void *p, size_t size) {
     return q;
 }
 
+void *kiln_adopt(void *p) {
+    return live_add(p);
+}
+
 char *kiln_strdup(const char *s) {
     return alloc_should_fail() ? NULL : live_add(strdup(s));
 }

@@ -40,6 +40,9 @@ void *kiln_realloc(void *p, size_t size);
 char *kiln_strdup(const char *s);
 char *kiln_strndup(const char *s, size_t n);
 void kiln_free(void *p);
+/* Takes a block that libc allocated outside these functions (json_dumps', asprintf's) into
+ * kiln's count, so that kiln_free releases it like any other; returns p (NULL passes). */
+void *kiln_adopt(void *p);
 
 /* Fault injection (tests): fail the n-th allocation from now (n >= 1; 0 disables); with
  * persistent, every allocation from the n-th on fails. Resets the count. */
@@ -48,9 +51,9 @@ void kiln_alloc_fault_set(uint64_t n, bool persistent);
 void kiln_alloc_fault_reset(void);
 /* Allocations counted since the last set/reset (failed ones included). */
 uint64_t kiln_alloc_count(void);
-/* Blocks allocated through these functions (and kiln_alloc_aligned) and not yet freed
- * through kiln_free / kiln_free_aligned: a leak check for tests (memory from libc freed
- * with kiln_free, e.g. asprintf's, makes it drift down). */
+/* Blocks allocated through these functions (and kiln_alloc_aligned, kiln_adopt) and not
+ * yet freed through kiln_free / kiln_free_aligned: a leak check for tests (memory from libc
+ * freed with kiln_free without kiln_adopt, or kiln's freed with free(), makes it drift). */
 int64_t kiln_alloc_live(void);
 /* Allocations that the injector has failed since the last set/reset. */
 uint64_t kiln_alloc_fault_hits(void);

@@ -196,7 +196,7 @@ int kiln_cmd_explain(int argc, char **argv) {
                    res.cands[0].perf_adj);
     }
     if (json) {
-        char *txt = json_dumps(jsites, JSON_INDENT(1));
+        char *txt = kiln_adopt(json_dumps(jsites, JSON_INDENT(1)));
         if (txt) puts(txt);
         kiln_free(txt);
         json_decref(jsites);

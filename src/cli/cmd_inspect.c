@@ -332,7 +332,7 @@ int kiln_cmd_inspect(int argc, char **argv) {
             kiln_free(rep);
             json_object_set_new(root, "load", rj ? rj : json_null());
         }
-        char *s = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+        char *s = root ? kiln_adopt(json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER)) : NULL;
         if (!s) {
             kiln_err_set(&err, KILN_ERR_NOMEM, "JSON output");
             rc = kiln_cli_fail("inspect", &err);

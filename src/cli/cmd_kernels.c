@@ -161,7 +161,7 @@ int kiln_cmd_kernels(int argc, char **argv) {
                    p->available ? "" : ")");
     }
     if (json) {
-        char *txt = json_dumps(jroot, JSON_INDENT(1));
+        char *txt = kiln_adopt(json_dumps(jroot, JSON_INDENT(1)));
         if (txt) puts(txt);
         kiln_free(txt);
         json_decref(jroot);

@@ -180,8 +180,9 @@ kiln_status kiln_baked_open(const char *path, const kiln_selector *s, const kiln
         json_t *v;
         json_object_foreach(mine, key, v) {
             if (!json_equal(v, json_object_get(sig, key))) {
-                char *x = json_dumps(json_object_get(sig, key), JSON_ENCODE_ANY | JSON_COMPACT);
-                char *y = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+                char *x = kiln_adopt(
+                    json_dumps(json_object_get(sig, key), JSON_ENCODE_ANY | JSON_COMPACT));
+                char *y = kiln_adopt(json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT));
                 snprintf(why, why_size, "signature differs: %s is %s in the table, %s here", key,
                          x ? x : "missing", y ? y : "?");
                 kiln_free(x);

@@ -1,4 +1,5 @@
 /* report.c — the load report as text and JSON (load.h; fields in docs/LOADER.md). */
+#include "base/mem.h"
 #include "format/dtype.h"
 #include "load/load_impl.h"
 
@@ -146,7 +147,7 @@ char *kiln_load_report_json(const kiln_load_plan *p, bool verbose) {
         }
         json_object_set_new(root, "tensors", ts);
     }
-    char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *s = kiln_adopt(json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER));
     json_decref(root);
     return s;
 }

@@ -518,7 +518,7 @@ char *kiln_srv_loop_metrics(kiln_srv_loop *l) {
                  (unsigned long long)st.prefix_hit_tokens, (unsigned long long)st.steps,
                  (unsigned long long)st.prefill_tokens, (unsigned long long)st.decode_tokens,
                  (unsigned long long)(st.preempt_kept + st.preempt_recompute), st.sched_us_mean);
-    return k < 0 ? NULL : s;
+    return k < 0 ? NULL : kiln_adopt(s);
 }
 
 kiln_status kiln_srv_loop_create(const kiln_model *m, kiln_engine *e, const kiln_srv_loop_opts *o,

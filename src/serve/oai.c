@@ -120,7 +120,7 @@ char *kiln_oai_error_body(const kiln_oai_error *e) {
     json_object_set_new(err, "param", e->param[0] ? json_string(e->param) : json_null());
     json_object_set_new(err, "code", e->code ? json_string(e->code) : json_null());
     json_object_set_new(root, "error", err);
-    char *s = json_dumps(root, JSON_COMPACT);
+    char *s = kiln_adopt(json_dumps(root, JSON_COMPACT));
     json_decref(root);
     return s;
 }
@@ -587,7 +587,7 @@ bool kiln_oai_parse_tool_calls(const char *text, size_t len, uint64_t id_seed, j
             json_decref(j);
             goto fail;
         }
-        char *astr = args ? json_dumps(args, JSON_COMPACT) : kiln_strdup("{}");
+        char *astr = args ? kiln_adopt(json_dumps(args, JSON_COMPACT)) : kiln_strdup("{}");
         char id[32];
         snprintf(id, sizeof(id), "call_%016llx%02zx", (unsigned long long)id_seed,
                  json_array_size(arr));

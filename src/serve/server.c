@@ -41,14 +41,16 @@ typedef kiln_http_conn conn;
 
 /* ---- responses ----------------------------------------------------------------------- */
 
+static enum MHD_Result send_oom(struct MHD_Connection *c);
+
+/* Sends buf (kiln's: freed here; NULL: an empty body). libmicrohttpd copies it: what it
+ * frees itself it frees with free(), which would skip kiln's count. */
 static enum MHD_Result send_buf(struct MHD_Connection *c, int status, const char *type, char *buf,
                                 size_t len, int retry_after) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(
-        len, buf, buf ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-    if (!resp) {
-        kiln_free(buf);
-        return MHD_NO;
-    }
+        len, buf ? buf : (void *)"", buf ? MHD_RESPMEM_MUST_COPY : MHD_RESPMEM_PERSISTENT);
+    kiln_free(buf);
+    if (!resp) return send_oom(c);
     MHD_add_response_header(resp, "Content-Type", type);
     if (retry_after > 0) {
         char ra[16];
@@ -61,7 +63,7 @@ static enum MHD_Result send_buf(struct MHD_Connection *c, int status, const char
 }
 
 static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *j) {
-    char *s = json_dumps(j, JSON_COMPACT);
+    char *s = kiln_adopt(json_dumps(j, JSON_COMPACT));
     json_decref(j);
     if (!s) return MHD_NO;
     return send_buf(c, status, "application/json", s, strlen(s), 0);
@@ -575,6 +577,7 @@ static enum MHD_Result handle_get(server *s, conn *cx, struct MHD_Connection *c,
                      (double)atomic_load(&s->prep_cpu_ns) * 1e-9,
                      (unsigned long long)atomic_load(&s->preps)) < 0)
             tail = NULL;
+        kiln_adopt(tail);
         kiln_free(extra);
         kiln_srv_count_status(&s->tenants, NULL, 200);
         char *m = kiln_srv_metrics_text(&s->tenants, tail);

@@ -144,7 +144,7 @@ static void out_append(conn *cx, const char *s, size_t n) {
 
 /* One event; a part that could not be buffered takes the whole event back. */
 static void sse(conn *cx, json_t *j) {
-    char *s = json_dumps(j, JSON_COMPACT);
+    char *s = kiln_adopt(json_dumps(j, JSON_COMPACT));
     json_decref(j);
     if (!s) {
         cx->out_oom = true;
@@ -175,7 +175,7 @@ static bool chunk_frame(server *s, conn *cx) {
     if (cx->chunk_fast_off) return false;
     cx->chunk_fast_off = true;
     json_t *o = chunk(s, cx, json_integer(0));
-    char *d = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    char *d = o ? kiln_adopt(json_dumps(o, JSON_COMPACT)) : NULL;
     json_decref(o);
     if (!d) return false;
     static const char mark[] = ",\"choices\":[0]";

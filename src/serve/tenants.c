@@ -433,7 +433,7 @@ char *kiln_srv_usage_json(kiln_srv_tenants *ts, const kiln_srv_tenant *t) {
         "inter_token_seconds", "p50", hist_pct(&l->hist[KILN_HIST_ITL], 0.5), "p99",
         hist_pct(&l->hist[KILN_HIST_ITL], 0.99));
     pthread_mutex_unlock(&ts->mu);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    char *s = o ? kiln_adopt(json_dumps(o, JSON_COMPACT)) : NULL;
     json_decref(o);
     return s;
 }
