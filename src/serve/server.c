@@ -65,7 +65,7 @@ static enum MHD_Result send_buf(struct MHD_Connection *c, int status, const char
 static enum MHD_Result send_json(struct MHD_Connection *c, int status, json_t *j) {
     char *s = kiln_adopt(json_dumps(j, JSON_COMPACT));
     json_decref(j);
-    if (!s) return MHD_NO;
+    if (!s) return send_oom(c);
     return send_buf(c, status, "application/json", s, strlen(s), 0);
 }
 
@@ -582,7 +582,7 @@ static enum MHD_Result handle_get(server *s, conn *cx, struct MHD_Connection *c,
         kiln_srv_count_status(&s->tenants, NULL, 200);
         char *m = kiln_srv_metrics_text(&s->tenants, tail);
         kiln_free(tail);
-        if (!m) return MHD_NO;
+        if (!m) return send_oom(c);
         return send_buf(c, 200, "text/plain; version=0.0.4", m, strlen(m), 0);
     }
     /* the /v1 routes need a key on a keyed server */
@@ -611,7 +611,7 @@ static enum MHD_Result handle_get(server *s, conn *cx, struct MHD_Connection *c,
                 return fail(s, cx, c, 403, "permission_error", "", "forbidden", 0,
                             "an API key can read only its own tenant's usage");
             char *u = kiln_srv_usage_json(&s->tenants, cx->tenant);
-            if (!u) return MHD_NO;
+            if (!u) return send_oom(c);
             kiln_srv_count_status(&s->tenants, cx->tenant, 200);
             return send_buf(c, 200, "application/json", u, strlen(u), 0);
         }
