@@ -398,6 +398,8 @@ kiln_status kiln_param_decode(kiln_opcode op, const kiln_param_block *in, kiln_p
             bad = "attention heads: n_head must be a positive multiple of n_kv_head";
         else if (a->head_dim <= 0 || a->head_dim > 1024)
             bad = "attention head_dim outside [1, 1024]";
+        else if ((int64_t)a->n_head * a->head_dim > INT32_MAX)
+            bad = "attention n_head * head_dim exceeds 2^31 - 1";
         else if (a->n_rot < 0 || a->n_rot > a->head_dim || a->n_rot % 2)
             bad = "attention n_rot must be even and <= head_dim";
         else if (a->rope_mode != KILN_ROPE_NORM && a->rope_mode != KILN_ROPE_NEOX)
@@ -602,12 +604,12 @@ kiln_status kiln_plan_validate(const kiln_plan *p, const bool *supported, kiln_p
             }
             if (in->opcode == KILN_OP_ATTENTION) {
                 const kiln_attn_params *a = &prm.attn;
-                uint32_t qd = (uint32_t)(a->n_head * a->head_dim);
+                int64_t qd = (int64_t)a->n_head * a->head_dim;
                 const kiln_weight_ref *wq = &p->weights[in->w[KILN_W_ATT_Q]];
                 if (wq->shape[1] != qd) {
                     st = fail(chk, KILN_PLAN_EWEIGHT_SHAPE, i, err,
-                              "attention: '%s' has %lld rows, heads need %u", wq->name,
-                              (long long)wq->shape[1], qd);
+                              "attention: '%s' has %lld rows, heads need %lld", wq->name,
+                              (long long)wq->shape[1], (long long)qd);
                     break;
                 }
             }

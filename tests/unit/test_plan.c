@@ -242,6 +242,20 @@ static void test_param_roundtrip(void **state) {
     a.attn.n_kv_head = 3;
     assert_int_equal(kiln_param_encode(KILN_OP_ATTENTION, &a, &pb, NULL), 0);
     assert_int_equal(kiln_param_decode(KILN_OP_ATTENTION, &pb, &b, NULL), KILN_ERR_PLAN);
+    /* heads x head size past int32 (a fuzzed model: n_head 2^31 - 1, head_dim 16 overflowed
+     * the plan check's int product, a UBSan report) */
+    a.attn.n_head = INT32_MAX, a.attn.n_kv_head = 1, a.attn.head_dim = 16;
+    assert_int_equal(kiln_param_encode(KILN_OP_ATTENTION, &a, &pb, NULL), 0);
+    kiln_err e;
+    assert_int_equal(kiln_param_decode(KILN_OP_ATTENTION, &pb, &b, &e), KILN_ERR_PLAN);
+    assert_non_null(strstr(e.msg, "n_head * head_dim"));
+    a.attn.n_head = 1 << 27; /* 2^27 x 16 = 2^31: one past */
+    assert_int_equal(kiln_param_encode(KILN_OP_ATTENTION, &a, &pb, NULL), 0);
+    assert_int_equal(kiln_param_decode(KILN_OP_ATTENTION, &pb, &b, NULL), KILN_ERR_PLAN);
+    a.attn.head_dim = 8; /* 2^30: allowed by the decoder (the weights' shapes decide) */
+    a.attn.n_rot = 8;
+    assert_int_equal(kiln_param_encode(KILN_OP_ATTENTION, &a, &pb, NULL), 0);
+    assert_int_equal(kiln_param_decode(KILN_OP_ATTENTION, &pb, &b, NULL), 0);
 }
 
 /* Liveness and allocation on a real decoder plan: buffers are reused, no two
