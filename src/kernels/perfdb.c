@@ -58,6 +58,22 @@ kiln_status kiln_perfdb_default_path(char *out, size_t n, kiln_err *err) {
     return mkdirs(out, err);
 }
 
+/* The upsert of kiln_perfdb_put, prepared on first use. */
+static kiln_status prepare_put(kiln_perfdb *p, kiln_err *err) {
+    if (sqlite3_prepare_v2(
+            p->db,
+            "INSERT INTO perf_records VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT(kernel_id, op, device_id, dtype, shape, tok_bucket, seq_bucket) "
+            "DO UPDATE SET "
+            "median_us=excluded.median_us, p95_us=excluded.p95_us, samples=excluded.samples, "
+            "variance_us2=excluded.variance_us2, warmup_ms=excluded.warmup_ms, "
+            "kiln_version=excluded.kiln_version, descriptor_hash=excluded.descriptor_hash, "
+            "measured_at=excluded.measured_at",
+            -1, &p->put, NULL) != SQLITE_OK)
+        return sql_err(p->db, "preparing insert", err);
+    return KILN_OK;
+}
+
 kiln_status kiln_perfdb_open(const char *path, kiln_perfdb **out, kiln_err *err) {
     *out = NULL;
     kiln_perfdb *p = kiln_calloc(1, sizeof *p);
@@ -89,19 +105,6 @@ kiln_status kiln_perfdb_open(const char *path, kiln_perfdb **out, kiln_err *err)
         st = sql_err(p->db, "creating the schema", err);
         goto fail;
     }
-    if (sqlite3_prepare_v2(
-            p->db,
-            "INSERT INTO perf_records VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
-            "ON CONFLICT(kernel_id, op, device_id, dtype, shape, tok_bucket, seq_bucket) "
-            "DO UPDATE SET "
-            "median_us=excluded.median_us, p95_us=excluded.p95_us, samples=excluded.samples, "
-            "variance_us2=excluded.variance_us2, warmup_ms=excluded.warmup_ms, "
-            "kiln_version=excluded.kiln_version, descriptor_hash=excluded.descriptor_hash, "
-            "measured_at=excluded.measured_at",
-            -1, &p->put, NULL) != SQLITE_OK) {
-        st = sql_err(p->db, "preparing insert", err);
-        goto fail;
-    }
     *out = p;
     return KILN_OK;
 fail:
@@ -118,6 +121,11 @@ void kiln_perfdb_close(kiln_perfdb *p) {
 
 kiln_status kiln_perfdb_put(kiln_perfdb *p, const char *device, const kiln_perf_rec *r,
                             kiln_err *err) {
+    if (!p->put) {
+        /* prepared on the first put: readers (every kiln start) never need it */
+        kiln_status st = prepare_put(p, err);
+        if (st) return st;
+    }
     sqlite3_stmt *s = p->put;
     char hash[32];
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)r->descriptor_hash);

@@ -38,10 +38,12 @@ typedef struct kiln_perfdb kiln_perfdb;
 
 /* Default path: $XDG_CACHE_HOME/kiln/perfdb.sqlite (directories created). */
 kiln_status kiln_perfdb_default_path(char *out, size_t n, kiln_err *err);
-/* Opens (creating the schema when new) in WAL mode. */
+/* Opens (creating the schema when new) in WAL mode. A table of another schema (an older
+ * or foreign writer: no primary key) opens and reads; puts to it fail (KILN_ERR_IO). */
 kiln_status kiln_perfdb_open(const char *path, kiln_perfdb **out, kiln_err *err);
 void kiln_perfdb_close(kiln_perfdb *db);
-/* Inserts or replaces the record for its key on `device`. */
+/* Inserts or replaces the record for its key on `device` (the statement is prepared on the
+ * first put: a reader never pays for it). */
 kiln_status kiln_perfdb_put(kiln_perfdb *db, const char *device, const kiln_perf_rec *rec,
                             kiln_err *err);
 /* Number of records (tests). */

@@ -162,6 +162,39 @@ static void test_default_path(void **state) {
     assert_non_null(strstr(dev, "|isa="));
 }
 
+/* A perf_records table written by an older or foreign writer (no key): kiln opens and
+ * reads it (the upsert is prepared on the first put, not at open), and a put fails with an
+ * error instead of writing. */
+static void test_foreign_table(void **state) {
+    (void)state;
+    char p2[320];
+    snprintf(p2, sizeof p2, "%s/foreign.sqlite", dir);
+    sqlite3 *raw;
+    assert_int_equal(sqlite3_open(p2, &raw), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(raw,
+                     "CREATE TABLE perf_records (kernel_id, op, device_id, dtype, shape, "
+                     "tok_bucket, seq_bucket, median_us, p95_us, samples, variance_us2, "
+                     "warmup_ms, kiln_version, descriptor_hash, measured_at);"
+                     "INSERT INTO perf_records VALUES ('ref.matmul', 'matmul', 'dev', 'q4_K', "
+                     "'n=640,k=2048', 2, 0, 7.5, 8, 20, 0.1, 0.5, 'x', '0', 0)",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
+    sqlite3_close(raw);
+    kiln_perfdb *db;
+    kiln_err e;
+    assert_int_equal(kiln_perfdb_open(p2, &db, &e), KILN_OK);
+    kiln_perf_table *t;
+    assert_int_equal(kiln_perfdb_load_table(db, "dev", &t, &e), KILN_OK);
+    assert_int_equal(kiln_perf_table_size(t), 1);
+    kiln_perf_table_free(t);
+    kiln_perf_rec r = mkrec("ref.matmul", 2, 5);
+    assert_int_equal(kiln_perfdb_put(db, "dev", &r, &e), KILN_ERR_IO);
+    assert_non_null(strstr(e.msg, "preparing insert"));
+    assert_int_equal(kiln_perfdb_put(db, "dev", &r, &e), KILN_ERR_IO); /* and again */
+    kiln_perfdb_close(db);
+}
+
 static int setup(void **state) {
     (void)state;
     snprintf(dir, sizeof dir, "/tmp/kiln-test-perfdb-XXXXXX");
@@ -181,6 +214,7 @@ int main(void) {
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_two_processes),
         cmocka_unit_test(test_default_path),
+        cmocka_unit_test(test_foreign_table),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
