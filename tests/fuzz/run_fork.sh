@@ -148,11 +148,18 @@ for t in "${targets[@]}"; do
 done
 (cd "$work" && tar czf "$out/logs.tgz" logs)
 (cd "$work" && tar czf "$out/artifacts.tgz" $(for t in "${targets[@]}"; do [ -d "$t/artifacts" ] && echo "$t/artifacts"; done))
-# the new inputs (16 MiB is what a device call brings back per file)
-(cd "$work" && tar czf "$out/corpus-new.tgz" $(for t in "${targets[@]}"; do [ -d "$t/corpus" ] && echo "$t/corpus"; done))
-if [ "$(stat -c %s "$out/corpus-new.tgz")" -gt $((15 * 1024 * 1024)) ]; then
-  echo "run_fork: corpus-new.tgz over 15 MiB: left out" >&2
+# the new inputs (16 MiB is what a device call brings back per file): the targets' corpora
+# from the smallest up, as many as fit in 15 MiB (a big one, e.g. fuzz_template's after a
+# 64-core run, no longer keeps the small ones from coming back)
+corp=()
+while read -r _ d; do corp+=("$d"); done < <(cd "$work" && for t in "${targets[@]}"; do
+  [ -d "$t/corpus" ] && echo "$(du -sk "$t/corpus" | cut -f1) $t/corpus"; done | sort -n)
+while [ ${#corp[@]} -gt 0 ]; do
+  (cd "$work" && tar czf "$out/corpus-new.tgz" "${corp[@]}")
+  [ "$(stat -c %s "$out/corpus-new.tgz")" -le $((15 * 1024 * 1024)) ] && break
+  echo "run_fork: corpus-new.tgz over 15 MiB: ${corp[-1]} left out" >&2
+  unset 'corp[-1]'
   rm -f "$out/corpus-new.tgz"
-fi
+done
 column -t -s $'\t' "$tsv" 2>/dev/null || cat "$tsv"
 [ -n "${WORK:-}" ] || rm -rf "$work"
