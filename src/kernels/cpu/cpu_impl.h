@@ -63,7 +63,7 @@ size_t kiln_cpu_panel_bytes(uint32_t dtype, int64_t k, int64_t t);
 static inline size_t kiln_cpu_mmf_panel_bytes(int64_t k, int64_t t) {
     size_t f32 = (size_t)KILN_CPU_MMF_ROWS * (size_t)((k + 15) / 16 * 16) * sizeof(float);
     size_t b16 = (size_t)(t + KILN_CPU_MM_ROWS) * (size_t)((k + 31) / 32 * 32) * 2;
-    size_t blk = (size_t)16 * 256 * sizeof(float); /* AVX2: 16 rows x 256 (matmul_f_avx2.c) */
+    size_t blk = (size_t)24 * 256 * sizeof(float); /* AVX2: 24 rows x 256 (matmul_f_avx2.c) */
     if (blk > f32) f32 = blk;
     return (f32 > b16 ? f32 : b16) + 64;
 }

@@ -1,7 +1,7 @@
 /*
  * matmul_f_avx2.c — float-weight matmul (f32, f16, bf16 weights; f32 activations) for
  * AVX2 + FMA + F16C. Weights are widened to f32 exactly; decode is one row at a time
- * (two accumulators); prefill is a 16-row x 6-token micro-kernel on a transposed panel
+ * (two accumulators); prefill is a 24-row x 4-token micro-kernel on a transposed panel
  * of widened weights (below), which needs no transposed activations (kiln_cpu_mm.xt is
  * ignored here).
  */
@@ -54,8 +54,8 @@ INLINE float hsum8(__m256 v) {
 /* Decode: one row at a time, two accumulators. Steps of up to MMF_GEMV_T tokens (a decode
  * step of a few sequences) run the same loop with each row's weights loaded and widened
  * once for all the tokens, each token with its own two accumulators in the same order, so
- * its row is bitwise its one-token result. The 16 x 6 prefill
- * tile keeps only 2T FMA chains at T < 4 (latency-bound) and widens a panel first.
+ * its row is bitwise its one-token result. The prefill tile
+ * keeps only NV T FMA chains at small T (latency-bound) and widens a panel first.
  * bench_cpu_matmul -d f16 -T N (tinyllama shapes, 2 threads, session 13), ms a step, panel
  * -> this, alternating binaries, two rounds: T=2 35.0 / 38.5 -> 15.3 / 21.3, T=3 36.2 / 34.6
  * -> 19.9 / 20.2, T=4 39.0 / 39.7 -> 32.1 / 25.4 (T=1 14.8-18.5). */
@@ -111,18 +111,23 @@ INLINE void gemv_small(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1
 }
 
 /* ---- prefill, row-vectorized (the default for t > 1 since session 4) ----
- * 16 weight rows are widened FKB elements at a time into a transposed panel (for each
- * element, the 16 rows' f32 weights side by side: two ymm), and a 16-row x 6-token
+ * 24 weight rows are widened FKB elements at a time into a transposed panel (for each
+ * element, the 24 rows' f32 weights side by side: three ymm), and a 24-row x 4-token
  * micro-kernel broadcasts each token's activation x[t][i] (no transposed activations)
- * over the two weight vectors: 12 accumulators, per element 2 vector loads, 6 broadcasts,
- * 12 FMAs. The accumulators are 8 consecutive rows of one token, so they live in y
- * between k blocks (contiguous loads and stores), and the result needs no scatter. Each
- * (row, token) sum is the FMA chain over k in order, the same bits as micro_xt().
+ * over the three weight vectors: 12 accumulators, per element 3 vector loads, 4
+ * broadcasts, 12 FMAs (k24x4, inline asm: in C, GCC spilled the accumulators). The
+ * accumulators are 8 consecutive rows of one token, so they live in y between k blocks
+ * (contiguous loads and stores), and the result needs no scatter. Each (row, token) sum
+ * is the FMA chain over k in order, the same bits as micro_xt() and as the 16-row x
+ * 6-token tile this replaced in session 15 (2 loads + 6 broadcasts per 12 FMAs):
+ * `taskset -c 1 bench_cpu_matmul -t 1 -r 5 -b 0 -D 0 -i avx2 -d f16`,
+ * alternating, 69.3 -> 72.6 GFLOP/s (medians of 5); tinyllama f16 pp128 2 threads +3.6 %
+ * (median of 6 pairs, docs/CPU.md).
  * Loop order: k block, then the item's row groups, then token tiles: the block's
  * activations of all tokens (t x FKB floats) stay in L2 across the groups, the group's
- * panel (16 KB) in L1 across the tokens. */
+ * panel (24 KB) in L1 across the tokens. Work items are multiples of 48 rows (matmul.c). */
 #define FKB 256
-#define FTT 6
+#define FTT 4 /* tokens per tile (at most) */
 
 /* 8 rows x 8 floats (v[r] = row r) -> v[e] = element e of the 8 rows. */
 INLINE void tr8(__m256 v[8]) {
@@ -143,104 +148,158 @@ INLINE void tr8(__m256 v[8]) {
     }
 }
 
-/* Rows [r, r + nr) (nr <= 16), elements [k0, k0 + kb), widened into wp[i][16]; rows past
- * nr are zero. */
-INLINE void widen_t16(uint32_t dt, const kiln_cpu_mm *p, int64_t r, int nr, int64_t k0, int64_t kb,
-                      float *wp) {
+/* Rows [r, r + nr) (nr <= 8 NV), elements [k0, k0 + kb), widened into wp[i][8 NV]; rows
+ * past nr are zero. */
+INLINE void widen_t(int NV, uint32_t dt, const kiln_cpu_mm *p, int64_t r, int nr, int64_t k0,
+                    int64_t kb, float *wp) {
+    const int RW = 8 * NV;
     int64_t i = 0;
-    if (nr == 16)
+    if (nr == RW)
         for (; i + 8 <= kb; i += 8)
-            for (int h = 0; h < 2; h++) {
+            for (int h = 0; h < NV; h++) {
                 __m256 v[8];
                 for (int j = 0; j < 8; j++)
                     v[j] = wload8(dt, p->w + (r + 8 * h + j) * p->w_row_bytes, k0 + i);
                 tr8(v);
-                for (int e = 0; e < 8; e++) _mm256_store_ps(wp + (i + e) * 16 + 8 * h, v[e]);
+                for (int e = 0; e < 8; e++) _mm256_store_ps(wp + (i + e) * RW + 8 * h, v[e]);
             }
     for (; i < kb; i++)
-        for (int j = 0; j < 16; j++)
-            wp[i * 16 + j] = j < nr ? wload1(dt, p->w + (r + j) * p->w_row_bytes, k0 + i) : 0.0f;
+        for (int j = 0; j < RW; j++)
+            wp[i * RW + j] = j < nr ? wload1(dt, p->w + (r + j) * p->w_row_bytes, k0 + i) : 0.0f;
 }
 
-/* Tokens [t0, t0 + T) x 16 rows at column r of y over elements [k0, k0 + kb); nr valid
- * rows (masked loads and stores below 16). */
-INLINE void micro_rv(int T, const kiln_cpu_mm *p, const float *wp, int64_t k0, int64_t kb,
+/* The 24-row x 4-token tile's loop over 16-element chunks (n of them), in inline asm: per
+ * element 3 panel loads, 4 broadcasts and 12 FMAs, the 12 accumulators in registers (as C,
+ * GCC spilled them beside the 3 weights and the broadcast). Each accumulator is the same FMA
+ * chain in k order as the C loop (vfmadd231ps: acc = w * x + acc, one rounding). */
+#define K24_EL(X, A, B, C)                                                                         \
+    "vbroadcastss \\j*4" X ", %%ymm15\n\t"                                                         \
+    "vfmadd231ps %%ymm12, %%ymm15, %%ymm" A "\n\t"                                                 \
+    "vfmadd231ps %%ymm13, %%ymm15, %%ymm" B "\n\t"                                                 \
+    "vfmadd231ps %%ymm14, %%ymm15, %%ymm" C "\n\t"
+#define K24_ACC(OP)                                                                                \
+    OP "0*32(%[acc]), %%ymm0\n\t" OP "1*32(%[acc]), %%ymm1\n\t" OP "2*32(%[acc]), %%ymm2\n\t" OP   \
+       "3*32(%[acc]), %%ymm3\n\t" OP "4*32(%[acc]), %%ymm4\n\t" OP "5*32(%[acc]), %%ymm5\n\t" OP   \
+       "6*32(%[acc]), %%ymm6\n\t" OP "7*32(%[acc]), %%ymm7\n\t" OP "8*32(%[acc]), %%ymm8\n\t" OP   \
+       "9*32(%[acc]), %%ymm9\n\t" OP "10*32(%[acc]), %%ymm10\n\t" OP "11*32(%[acc]), %%ymm11\n\t"
+#define K24_ST                                                                                     \
+    "vmovups %%ymm0, 0*32(%[acc])\n\t vmovups %%ymm1, 1*32(%[acc])\n\t"                            \
+    "vmovups %%ymm2, 2*32(%[acc])\n\t vmovups %%ymm3, 3*32(%[acc])\n\t"                            \
+    "vmovups %%ymm4, 4*32(%[acc])\n\t vmovups %%ymm5, 5*32(%[acc])\n\t"                            \
+    "vmovups %%ymm6, 6*32(%[acc])\n\t vmovups %%ymm7, 7*32(%[acc])\n\t"                            \
+    "vmovups %%ymm8, 8*32(%[acc])\n\t vmovups %%ymm9, 9*32(%[acc])\n\t"                            \
+    "vmovups %%ymm10, 10*32(%[acc])\n\t vmovups %%ymm11, 11*32(%[acc])\n\t"
+/* acc[v][t] (v < 3, t < 4: the array is [3][FTT = 4]) lives in ymm(4 v + t) */
+INLINE void k24x4(__m256 acc[3][FTT], const float *w, const float *const x[FTT], int64_t n) {
+    const float *x0 = x[0];
+    const int64_t rs = (const char *)x[1] - (const char *)x[0], r3 = 3 * rs;
+    __asm__ volatile(
+        K24_ACC("vmovups ") "1:\n\t"
+                            "prefetcht0 128(%[x0])\n\t"
+                            "prefetcht0 128(%[x0],%[rs],1)\n\t"
+                            "prefetcht0 128(%[x0],%[rs],2)\n\t"
+                            "prefetcht0 128(%[x0],%[r3],1)\n\t"
+                            ".irp j,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n\t"
+                            "vmovaps \\j*96(%[w]), %%ymm12\n\t"
+                            "vmovaps \\j*96+32(%[w]), %%ymm13\n\t"
+                            "vmovaps \\j*96+64(%[w]), %%ymm14\n\t" K24_EL("(%[x0])", "0", "4", "8")
+                                K24_EL("(%[x0],%[rs],1)", "1", "5", "9") K24_EL("(%[x0],%[rs],2)",
+                                                                                "2", "6", "10")
+                                    K24_EL("(%[x0],%[r3],1)", "3", "7", "11") ".endr\n\t"
+                                                                              "add $1536, %[w]\n\t"
+                                                                              "add $64, %[x0]\n\t"
+                                                                              "dec %[n]\n\t"
+                                                                              "jnz 1b\n\t" K24_ST
+        : [w] "+r"(w), [x0] "+r"(x0), [n] "+r"(n)
+        : [acc] "r"(&acc[0][0]), [rs] "r"(rs), [r3] "r"(r3)
+        : "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7", "ymm8", "ymm9", "ymm10",
+          "ymm11", "ymm12", "ymm13", "ymm14", "ymm15", "cc", "memory");
+}
+#undef K24_ACC
+#undef K24_ST
+#undef K24_EL
+
+/* Tokens [t0, t0 + T) x 8 NV rows at column r of y over elements [k0, k0 + kb); nr valid
+ * rows (masked loads and stores below 8 NV). */
+INLINE void micro_rv(int NV, int T, const kiln_cpu_mm *p, const float *wp, int64_t k0, int64_t kb,
                      int64_t t0, int64_t r, int nr, bool first, bool last) {
+    const int RW = 8 * NV;
     const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), iota);
-    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr - 8), iota);
-    __m256 acc[2][FTT];
+    __m256 acc[3][FTT];
     const float *x[FTT];
 #pragma GCC unroll 6
     for (int t = 0; t < T; t++) {
         x[t] = p->x + (t0 + t) * p->x_stride + k0;
         float *y = p->y + (t0 + t) * p->y_stride + r;
-        if (first) {
-            acc[0][t] = acc[1][t] = _mm256_setzero_ps();
-        } else if (nr == 16) {
-            acc[0][t] = _mm256_loadu_ps(y);
-            acc[1][t] = _mm256_loadu_ps(y + 8);
-        } else {
-            acc[0][t] = _mm256_maskload_ps(y, m0);
-            acc[1][t] = _mm256_maskload_ps(y + 8, m1);
-        }
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++)
+            acc[v][t] =
+                first ? _mm256_setzero_ps()
+                : nr == RW
+                    ? _mm256_loadu_ps(y + 8 * v)
+                    : _mm256_maskload_ps(y + 8 * v,
+                                         _mm256_cmpgt_epi32(_mm256_set1_epi32(nr - 8 * v), iota));
+    }
+    int64_t i = 0;
+    if (NV == 3 && T == 4 && kb >= 16) {
+        k24x4(acc, wp, x, kb / 16);
+        i = kb / 16 * 16;
     }
     /* 16 elements per iteration with constant offsets: one index step and one branch per
      * 16 elements (the per-element loop spent ~10 scalar uops on pointer steps, the
-     * prefetch test and two branches beside its 12 FMAs); the same FMA chain in k order */
-    int64_t i = 0;
+     * prefetch test and two branches beside its FMAs); the same FMA chain in k order */
     for (; i + 16 <= kb; i += 16) {
 #pragma GCC unroll 6
         for (int t = 0; t < T; t++) /* the T activation rows come from L2: the next line */
             _mm_prefetch((const char *)(x[t] + i + 32), _MM_HINT_T0);
 #pragma GCC unroll 16
         for (int j = 0; j < 16; j++) {
-            const __m256 w0 = _mm256_load_ps(wp + 16 * (i + j));
-            const __m256 w1 = _mm256_load_ps(wp + 16 * (i + j) + 8);
+            __m256 w[3];
+#pragma GCC unroll 3
+            for (int v = 0; v < NV; v++) w[v] = _mm256_load_ps(wp + RW * (i + j) + 8 * v);
 #pragma GCC unroll 6
             for (int t = 0; t < T; t++) {
                 const __m256 xv = _mm256_broadcast_ss(x[t] + i + j);
-                acc[0][t] = _mm256_fmadd_ps(w0, xv, acc[0][t]);
-                acc[1][t] = _mm256_fmadd_ps(w1, xv, acc[1][t]);
+#pragma GCC unroll 3
+                for (int v = 0; v < NV; v++) acc[v][t] = _mm256_fmadd_ps(w[v], xv, acc[v][t]);
             }
         }
     }
     for (; i < kb; i++) {
-        const __m256 w0 = _mm256_load_ps(wp + 16 * i), w1 = _mm256_load_ps(wp + 16 * i + 8);
+        __m256 w[3];
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++) w[v] = _mm256_load_ps(wp + RW * i + 8 * v);
 #pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
             const __m256 xv = _mm256_broadcast_ss(x[t] + i);
-            acc[0][t] = _mm256_fmadd_ps(w0, xv, acc[0][t]);
-            acc[1][t] = _mm256_fmadd_ps(w1, xv, acc[1][t]);
+#pragma GCC unroll 3
+            for (int v = 0; v < NV; v++) acc[v][t] = _mm256_fmadd_ps(w[v], xv, acc[v][t]);
         }
     }
 #pragma GCC unroll 6
     for (int t = 0; t < T; t++) {
         float *y = p->y + (t0 + t) * p->y_stride + r;
-        if (last && p->bias) {
-            acc[0][t] = _mm256_add_ps(acc[0][t], _mm256_maskload_ps(p->bias + r, m0));
-            acc[1][t] = _mm256_add_ps(acc[1][t], _mm256_maskload_ps(p->bias + r + 8, m1));
-        }
-        if (nr == 16) {
-            _mm256_storeu_ps(y, acc[0][t]);
-            _mm256_storeu_ps(y + 8, acc[1][t]);
-        } else {
-            _mm256_maskstore_ps(y, m0, acc[0][t]);
-            _mm256_maskstore_ps(y + 8, m1, acc[1][t]);
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++) {
+            const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr - 8 * v), iota);
+            if (last && p->bias)
+                acc[v][t] = _mm256_add_ps(acc[v][t], _mm256_maskload_ps(p->bias + r + 8 * v, m));
+            if (nr == RW)
+                _mm256_storeu_ps(y + 8 * v, acc[v][t]);
+            else
+                _mm256_maskstore_ps(y + 8 * v, m, acc[v][t]);
         }
     }
 }
 
-/* One tile of T (1-6) tokens, with T a compile-time constant in each micro_rv. */
+/* One tile of T (1-4) tokens, with T a compile-time constant in each micro_rv. */
 #define TILE_CASE(N)                                                                               \
     case N:                                                                                        \
-        micro_rv(N, p, wp, k0, kb, t0, r, nr, first, last);                                        \
+        micro_rv(NV, N, p, wp, k0, kb, t0, r, nr, first, last);                                    \
         break
-INLINE void tile_rv(int T, const kiln_cpu_mm *p, const float *wp, int64_t k0, int64_t kb,
+INLINE void tile_rv(int NV, int T, const kiln_cpu_mm *p, const float *wp, int64_t k0, int64_t kb,
                     int64_t t0, int64_t r, int nr, bool first, bool last) {
     switch (T) {
-        TILE_CASE(6);
-        TILE_CASE(5);
         TILE_CASE(4);
         TILE_CASE(3);
         TILE_CASE(2);
@@ -251,25 +310,28 @@ INLINE void tile_rv(int T, const kiln_cpu_mm *p, const float *wp, int64_t k0, in
 }
 #undef TILE_CASE
 
-INLINE void gemm_rv(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1, float *wp) {
+/* NV 3: 24 rows x 4 tokens (3 panel loads and 4 broadcasts per 12 FMAs). NV 2 (16 rows)
+ * would need tiles of 6 tokens to keep 12 FMA chains. */
+INLINE void gemm_rv(int NV, uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1, float *wp) {
+    const int RW = 8 * NV, FT = FTT;
     for (int64_t k0 = 0; k0 < p->k; k0 += FKB) {
         const int64_t kb = p->k - k0 < FKB ? p->k - k0 : FKB;
         const bool first = k0 == 0, last = k0 + kb == p->k;
-        for (int64_t r = r0; r < r1; r += 16) {
-            const int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
-            widen_t16(dt, p, r, nr, k0, kb, wp);
-            /* full tiles, then the rest: a tile of T tokens keeps 2T FMA chains, and the
-             * two FMA pipes need 8 to hide the latency, so a tail of 1-3 tokens shares the
-             * last full tile (6 + r as two tiles of 3-5: t 128 = 20 x 6 + 4 + 4) */
-            const int64_t r6 = p->t % FTT, tfull = p->t >= FTT ? p->t - r6 - (r6 ? FTT : 0) : 0;
+        for (int64_t r = r0; r < r1; r += RW) {
+            const int nr = r1 - r < RW ? (int)(r1 - r) : RW;
+            widen_t(NV, dt, p, r, nr, k0, kb, wp);
+            /* full tiles, then the rest: a tile of T tokens keeps NV T FMA chains, and the
+             * two FMA pipes need 8 to hide the latency, so a short tail shares the last full
+             * tile (FT + rest as two tiles) */
+            const int64_t rt = p->t % FT, tfull = p->t >= FT ? p->t - rt - (rt ? FT : 0) : 0;
             int64_t t0 = 0;
-            for (; t0 < tfull; t0 += FTT) micro_rv(FTT, p, wp, k0, kb, t0, r, nr, first, last);
-            if (p->t - t0 > FTT) { /* 7 to 11 tokens: two tiles */
+            for (; t0 < tfull; t0 += FT) tile_rv(NV, FT, p, wp, k0, kb, t0, r, nr, first, last);
+            if (p->t - t0 > FT) { /* two tiles */
                 const int a = (int)((p->t - t0 + 1) / 2);
-                tile_rv(a, p, wp, k0, kb, t0, r, nr, first, last);
+                tile_rv(NV, a, p, wp, k0, kb, t0, r, nr, first, last);
                 t0 += a;
             }
-            tile_rv((int)(p->t - t0), p, wp, k0, kb, t0, r, nr, first, last);
+            tile_rv(NV, (int)(p->t - t0), p, wp, k0, kb, t0, r, nr, first, last);
         }
     }
 }
@@ -278,7 +340,7 @@ INLINE void mmf_rows(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1, 
     if (p->t <= MMF_GEMV_T)
         gemv_small(dt, p, r0, r1);
     else
-        gemm_rv(dt, p, r0, r1, wp);
+        gemm_rv(3, dt, p, r0, r1, wp);
 }
 
 void kiln_cpu_mmf_avx2(const kiln_cpu_mm *pp, int64_t r0, int64_t r1, uint8_t *panel) {
