@@ -16,6 +16,9 @@
 # THREADS threads, 2 MiB pages, best of 5) before and after the models; each tg row then
 # also shows kiln's and llama.cpp's weight stream (bytes of weights read per token x t/s,
 # from `kiln inspect`) and its fraction of the larger of the two bandwidth runs.
+# The bandwidth of this VM moves by +-30 % within minutes, so it is also measured before
+# every round (best of 3), and each tg row shows kiln's stream over that round's own
+# bandwidth: the median and range of the per-round fractions ("kiln of round bw").
 #
 # -g GGUF: also sampled generation (-G tokens, default 64) with each tool's default
 # sampler: `kiln run -m GGUF -p PROMPT -n N --ignore-eos $KILN_RUN_ARGS` against
@@ -89,11 +92,14 @@ bw0=$(bandwidth)
 echo "# memory read bandwidth before: ${bw0:-0} GB/s (2 MiB pages, $threads threads, best of 5)"
 echo
 
-declare -A K L
+declare -A K L B
 i=0
 for m in "$@"; do
   i=$((i + 1))
   for r in $(seq 1 "$reps"); do
+    bwr=$("$bwbench" -t "$threads" -r 3 -d none 2>/dev/null |
+      sed -n 's/.*2 MiB pages): best \([0-9.]*\) GB\/s.*/\1/p' | head -1)
+    B[$i]+="${bwr:-0} "
     "$kiln" bench -m "$m" -t "$threads" -p "$n_prompt" -n "$n_gen" -r 1 -o json > "$tmp/k.json"
     "$LLAMA_BENCH" -m "$m" -t "$threads" -p "$n_prompt" -n "$n_gen" -r 1 -o json \
       > "$tmp/l.json" 2> "$tmp/l.err" || { cat "$tmp/l.err" >&2; exit 1; }
@@ -106,8 +112,8 @@ for m in "$@"; do
       fi
       K[$i,$test]+="$kv "
       L[$i,$test]+="$lv "
-      printf '{"model":"%s","test":"%s","round":%d,"kiln_ts":%s,"llama_ts":%s,"t":"%s"}\n' \
-        "$(basename "$m")" "$test" "$r" "$kv" "$lv" "$(date -u +%T)" >> "$raw"
+      printf '{"model":"%s","test":"%s","round":%d,"kiln_ts":%s,"llama_ts":%s,"bw_gbs":%s,"t":"%s"}\n' \
+        "$(basename "$m")" "$test" "$r" "$kv" "$lv" "${bwr:-0}" "$(date -u +%T)" >> "$raw"
     done
   done
 done
@@ -117,8 +123,8 @@ bw=$(awk -v a="${bw0:-0}" -v b="${bw1:-0}" 'BEGIN { print (a > b ? a : b) }')
 echo "# memory read bandwidth after: ${bw1:-0} GB/s; the tg rows use $bw GB/s; finished $(date -u +%T)," \
      "load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-printf '| model | test | kiln t/s median [min-max] | llama.cpp t/s median [min-max] | kiln / llama.cpp | pairs | weights MB/token | kiln GB/s (of bw) | llama.cpp GB/s (of bw) |\n'
-printf '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n'
+printf '| model | test | kiln t/s median [min-max] | llama.cpp t/s median [min-max] | kiln / llama.cpp | pairs | weights MB/token | kiln GB/s (of bw) | llama.cpp GB/s (of bw) | kiln of round bw | llama.cpp of round bw |\n'
+printf '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n'
 i=0
 for m in "$@"; do
   i=$((i + 1))
@@ -129,12 +135,18 @@ for m in "$@"; do
     read -r _ pmin pmax <<< "$(paste -d' ' <(tr ' ' '\n' <<< "${K[$i,$test]}" | grep .) \
       <(tr ' ' '\n' <<< "${L[$i,$test]}" | grep .) | awk '$2 > 0 { print $1 / $2 }' | stats)"
     ratio=$(awk -v a="$km" -v b="$lm" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
-    extra=" | |"
+    extra=" | | | |"
     if [ "${test#tg}" != "$test" ] && [ "${wb:-0}" -gt 0 ]; then
       extra=$(awk -v w="$wb" -v k="$km" -v l="$lm" -v bw="$bw" 'BEGIN {
         kg = w * k / 1e9; lg = w * l / 1e9
         if (bw > 0) printf "%.1f | %.1f (%.0f %%) | %.1f (%.0f %%)", w / 1e6, kg, 100 * kg / bw, lg, 100 * lg / bw
         else printf "%.1f | %.1f | %.1f", w / 1e6, kg, lg }')
+      # per round: that round's stream over that round's bandwidth (percent)
+      frac() { paste -d' ' <(tr ' ' '\n' <<< "$1" | grep .) <(tr ' ' '\n' <<< "${B[$i]}" | grep .) |
+        awk -v w="$wb" '$2 > 0 { print 100 * w * $1 / 1e9 / $2 }' | stats; }
+      read -r fkm fkmin fkmax <<< "$(frac "${K[$i,$test]}")"
+      read -r flm flmin flmax <<< "$(frac "${L[$i,$test]}")"
+      extra+=$(printf ' | %.0f %% [%.0f-%.0f] | %.0f %% [%.0f-%.0f]' "$fkm" "$fkmin" "$fkmax" "$flm" "$flmin" "$flmax")
     fi
     printf '| %s | %s | %.2f [%.2f-%.2f] | %.2f [%.2f-%.2f] | %s | %.2f-%.2f | %s |\n' "$(basename "$m")" \
       "$test" "$km" "$kmin" "$kmax" "$lm" "$lmin" "$lmax" "$ratio" "$pmin" "$pmax" "$extra"
