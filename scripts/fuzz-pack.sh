@@ -8,12 +8,13 @@
 #   corpus/   <target>/: the committed seeds, plus EXTRA/<target>/ when given (e.g. a
 #             merged long-run corpus)
 #   tests/fuzz/corpus/fuzz_template/{qwen3,llama31}.jinja (fuzz_chat_json's templates)
+#   tests/fuzz/corpus/fuzz_model_gguf/llama-q8_0.gguf (fuzz_http's server model)
 #   testdata/tokenizer/ggml-vocab-{llama-spm,gpt-2}.gguf (fuzz_tokenizer's vocabularies)
 #   run_fork.sh, max_len.sh
 # The build should have neither OpenBLAS nor oneDNN (-DKILN_OPENBLAS=OFF -DKILN_ONEDNN=OFF:
 # their libraries are large and no fuzz target needs them).
 # usage: scripts/fuzz-pack.sh BUILD_DIR DEST [EXTRA_CORPUS_ROOT] [TARGET...]
-#   default targets: the seven slow ones of run_fork.sh
+#   default targets: the eight slow ones of run_fork.sh
 # then, on the device (carry [".carry-fuzz"] when DEST is .carry-fuzz):
 #   mkdir -p /tmp/fz && (tar xJf .carry-fuzz/fuzz-pack.tar.xz -C /tmp/fz || python3 -c \
 #   'import sys,tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
@@ -34,7 +35,7 @@ fi
 [ -d "${shared:-}/testdata/tokenizer" ] || { echo "fuzz-pack: no shared/testdata/tokenizer (set KILN_SHARED_DIR)" >&2; exit 1; }
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_chat_json fuzz_perfdb fuzz_hf_tokenizer fuzz_tokenizer
-                                     fuzz_model_gguf fuzz_template fuzz_quants)
+                                     fuzz_model_gguf fuzz_template fuzz_quants fuzz_http)
 if grep -qE '^KILN_(OPENBLAS|ONEDNN):BOOL=ON' "$build/CMakeCache.txt"; then
   echo "fuzz-pack: $build has KILN_OPENBLAS or KILN_ONEDNN on (their libraries would travel)" >&2
   exit 1
@@ -51,8 +52,10 @@ for t in "${targets[@]}"; do
   cp "$src/tests/fuzz/corpus/$t"/* "$stage/corpus/$t/"
   if [ -n "$extra" ] && [ -d "$extra/$t" ]; then cp -n "$extra/$t"/* "$stage/corpus/$t/"; fi
 done
-mkdir -p "$stage/tests/fuzz/corpus/fuzz_template" "$stage/testdata/tokenizer"
+mkdir -p "$stage/tests/fuzz/corpus/fuzz_template" "$stage/tests/fuzz/corpus/fuzz_model_gguf" \
+  "$stage/testdata/tokenizer"
 cp "$src/tests/fuzz/corpus/fuzz_template/"{qwen3,llama31}.jinja "$stage/tests/fuzz/corpus/fuzz_template/"
+cp "$src/tests/fuzz/corpus/fuzz_model_gguf/llama-q8_0.gguf" "$stage/tests/fuzz/corpus/fuzz_model_gguf/"
 cp "$shared/testdata/tokenizer/ggml-vocab-"{llama-spm,gpt-2}.gguf "$stage/testdata/tokenizer/"
 cp "$src/tests/fuzz/run_fork.sh" "$src/tests/fuzz/max_len.sh" "$stage/"
 mkdir -p "$dest"

@@ -8,7 +8,7 @@
 # and the new corpus inputs (corpus-new.tgz) into OUT (at most 4 files, for a device call's
 # $OUT). results.tsv is also printed.
 #
-# usage: tests/fuzz/run_fork.sh [TARGET...]        (default: the seven slow targets)
+# usage: tests/fuzz/run_fork.sh [TARGET...]        (default: the eight slow targets)
 # env:
 #   SECONDS_MAX  fuzzing time of every target, all at the same time (default 420). libFuzzer's
 #                fork mode lets running jobs finish after it (a job runs min(300, its number)
@@ -25,7 +25,8 @@
 #   OUT          results (default build-fuzz/fuzz-fork); WORK: scratch (default mktemp -d)
 #   TIMEOUT      seconds per input (default 10); RSS_MB per job (default 2048)
 #   COMMIT       the commit the binaries were built from (default: BIN_DIR/COMMIT or git)
-# KILN_SOURCE_DIR (fuzz_chat_json's templates: $KILN_SOURCE_DIR/tests/fuzz/corpus/fuzz_template)
+# KILN_SOURCE_DIR (fuzz_chat_json's templates: $KILN_SOURCE_DIR/tests/fuzz/corpus/fuzz_template;
+# fuzz_http's model: .../fuzz_model_gguf/llama-q8_0.gguf)
 # and KILN_SHARED_DIR (fuzz_tokenizer's vocabularies: $KILN_SHARED_DIR/testdata/tokenizer)
 # default to this checkout and ../shared.
 #
@@ -65,7 +66,7 @@ fi
 
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_chat_json fuzz_perfdb fuzz_hf_tokenizer fuzz_tokenizer
-                                     fuzz_model_gguf fuzz_template fuzz_quants)
+                                     fuzz_model_gguf fuzz_template fuzz_quants fuzz_http)
 # -max_len per target: fuzz_max_len of max_len.sh (beside this script)
 . "$here/max_len.sh"
 # share of the cores (out of 64): enough for 10 M executions in ~7 minutes for the four
@@ -78,6 +79,7 @@ weight() {
     fuzz_chat_json) echo 11 ;;
     fuzz_quants | fuzz_template | fuzz_model_gguf) echo 8 ;;
     fuzz_perfdb) echo 5 ;;
+    fuzz_http) echo 8 ;; # ~700 exec/s a job on this VM (a server round trip per input)
     *) echo 4 ;;
   esac
 }
