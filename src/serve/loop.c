@@ -546,8 +546,16 @@ kiln_status kiln_srv_loop_create(const kiln_model *m, kiln_engine *e, const kiln
         int q = kiln_qos_parse(tenants->t[i].qos);
         if (q >= 0) tc.qos = (kiln_qos)q;
         /* the server's queue limit is the scheduler's global one (503 when full); the
-         * per-tenant limits are tenants.c's (max_concurrent, tokens_per_minute: 429) */
+         * per-tenant limits are tenants.c's (max_concurrent, tokens_per_minute: 429) and
+         * the scheduler's quotas from the same entry */
         tc.max_queued = o->max_queue + 1;
+        tc.max_slots = (int32_t)tenants->t[i].max_slots;
+        tc.max_kv_blocks = tenants->t[i].max_kv_blocks;
+        tc.max_context = (int32_t)tenants->t[i].max_context;
+        tc.decode_tokens_per_s = tenants->t[i].decode_tokens_per_s;
+        tc.prefill_tokens_per_s = tenants->t[i].prefill_tokens_per_s;
+        tc.isolation_group =
+            tenants->t[i].isolation_group[0] ? tenants->t[i].isolation_group : NULL;
         st = kiln_sched_add_tenant(l->s, &tc, err);
     }
     if (!st) st = kiln_sched_start(l->s, err);

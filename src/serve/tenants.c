@@ -72,6 +72,28 @@ static kiln_status parse_int(const char *path, yaml_node_t *n, const char *key, 
     return KILN_OK;
 }
 
+/* A non-negative integer at most max. */
+static kiln_status parse_int_max(const char *path, yaml_node_t *n, const char *key, int64_t max,
+                                 int64_t *out, kiln_err *err) {
+    KILN_TRY(parse_int(path, n, key, out, err));
+    if (*out > max)
+        return yerr(err, path, n, "tenants: '%s' must be at most %lld", key, (long long)max);
+    return KILN_OK;
+}
+
+/* A finite non-negative number (tokens per second). */
+static kiln_status parse_rate(const char *path, yaml_node_t *n, const char *key, double *out,
+                              kiln_err *err) {
+    const char *s = scalar(NULL, n);
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || !*s || *end || errno || !(v >= 0) || v > 1e15)
+        return yerr(err, path, n, "tenants: '%s' must be a non-negative number", key);
+    *out = v;
+    return KILN_OK;
+}
+
 static kiln_status parse_tenant(const char *path, yaml_document_t *d, yaml_node_t *tn,
                                 kiln_srv_tenant *t, kiln_err *err) {
     if (tn->type != YAML_MAPPING_NODE)
@@ -89,7 +111,7 @@ static kiln_status parse_tenant(const char *path, yaml_document_t *d, yaml_node_
                             "tenants: 'id' must be a string of 1..63 characters "
                             "without '/' or '\"'");
             snprintf(t->id, sizeof(t->id), "%s", v);
-        } else if (!strcmp(k, "key") || !strcmp(k, "keys")) {
+        } else if (!strcmp(k, "key") || !strcmp(k, "keys") || !strcmp(k, "api_keys")) {
             if (vn->type == YAML_SCALAR_NODE) {
                 KILN_TRY(
                     add_key(t, (const char *)vn->data.scalar.value, vn->data.scalar.length, err));
@@ -114,10 +136,27 @@ static kiln_status parse_tenant(const char *path, yaml_document_t *d, yaml_node_
             KILN_TRY(parse_int(path, vn, k, &t->max_concurrent, err));
         } else if (!strcmp(k, "tokens_per_minute")) {
             KILN_TRY(parse_int(path, vn, k, &t->tokens_per_minute, err));
+        } else if (!strcmp(k, "max_slots")) {
+            KILN_TRY(parse_int_max(path, vn, k, INT32_MAX, &t->max_slots, err));
+        } else if (!strcmp(k, "max_kv_blocks")) {
+            KILN_TRY(parse_int(path, vn, k, &t->max_kv_blocks, err));
+        } else if (!strcmp(k, "max_context")) {
+            KILN_TRY(parse_int_max(path, vn, k, INT32_MAX, &t->max_context, err));
+        } else if (!strcmp(k, "decode_tokens_per_s")) {
+            KILN_TRY(parse_rate(path, vn, k, &t->decode_tokens_per_s, err));
+        } else if (!strcmp(k, "prefill_tokens_per_s")) {
+            KILN_TRY(parse_rate(path, vn, k, &t->prefill_tokens_per_s, err));
+        } else if (!strcmp(k, "isolation_group")) {
+            const char *v = scalar(d, vn);
+            if (!v || !*v || strlen(v) >= sizeof(t->isolation_group))
+                return yerr(err, path, vn,
+                            "tenants: 'isolation_group' must be a string of 1..63 characters");
+            snprintf(t->isolation_group, sizeof(t->isolation_group), "%s", v);
         } else {
             return yerr(err, path, kn,
-                        "tenants: unknown key '%s' (id, keys, qos, max_concurrent, "
-                        "tokens_per_minute)",
+                        "tenants: unknown key '%s' (id, keys / api_keys, qos, max_concurrent, "
+                        "tokens_per_minute, max_slots, max_kv_blocks, decode_tokens_per_s, "
+                        "prefill_tokens_per_s, max_context, isolation_group)",
                         k);
         }
     }

@@ -5,10 +5,18 @@
  *
  *   tenants:
  *     - id: alice
- *       keys: [sk-alice-1, sk-alice-2]   # or key: sk-alice-1
+ *       keys: [sk-alice-1, sk-alice-2]   # or key: sk-alice-1, or api_keys: [...]
  *       qos: interactive                 # interactive | standard (default) | batch
  *       max_concurrent: 8                # requests running or waiting (0: no limit)
  *       tokens_per_minute: 60000         # prompt + output tokens per minute (0: none)
+ *       # the scheduler's quotas (issue #12's shape, docs/SCHED.md; 0: no limit), given
+ *       # to kiln_sched_add_tenant as they are:
+ *       max_slots: 4
+ *       max_kv_blocks: 4096
+ *       decode_tokens_per_s: 1000
+ *       prefill_tokens_per_s: 100000
+ *       max_context: 8192
+ *       isolation_group: team-a          # tenants of one group share prefix-cache blocks
  *
  * No tenants configured = an open server with one tenant "default" (no limits). Keys
  * are compared in constant time over every configured key (no early exit) and never
@@ -50,6 +58,10 @@ typedef struct kiln_srv_tenant {
     int n_keys;
     char qos[16];
     int64_t max_concurrent, tokens_per_minute;
+    /* the scheduler's quotas (kiln_tenant_config's fields; 0: no limit; "" no group) */
+    int64_t max_slots, max_kv_blocks, max_context;
+    double decode_tokens_per_s, prefill_tokens_per_s;
+    char isolation_group[64];
     /* guarded by the tenants' mutex */
     int64_t active;
     double window_start;

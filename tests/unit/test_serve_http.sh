@@ -214,6 +214,12 @@ tenants:
   - id: bob
     key: sk-bob
     tokens_per_minute: 40
+  - id: carol
+    api_keys: [sk-carol]
+    qos: batch
+    max_slots: 1
+    max_context: 16
+    isolation_group: team-c
 EOF
 start b --config "$T/kiln.yaml"
 U=http://127.0.0.1:$PORT
@@ -228,6 +234,11 @@ grep -qi '^Retry-After: [0-9]' "$T/hdr" || fail "429 without Retry-After"
 [ "$(code $U/v1/tenants/bob/usage -H 'Authorization: Bearer sk-bob')" = 200 ] || fail "bob usage"
 [ "$(jqf "d['completion_tokens'] > 0 and d['rejected_quota'] == 1" < "$T/body")" = True ] || fail "ledger $(cat "$T/body")"
 [ "$(code $U/v1/tenants/bob/usage -H 'Authorization: Bearer sk-alice')" = 403 ] || fail "alice read bob's usage"
+# issue #12's keys reach the scheduler: carol's max_context (16) refuses what alice's allows
+[ "$(post /v1/completions -H 'Authorization: Bearer sk-carol' -d "{$B}")" = 200 ] || fail "carol 1: $(cat "$T/body")"
+[ "$(post /v1/completions -H 'Authorization: Bearer sk-carol' -d "{$B,\"max_tokens\":40}")" = 400 ] || fail "carol over max_context: $(cat "$T/body")"
+grep -q 'tenant max_context' "$T/body" || fail "carol's refusal does not name max_context: $(cat "$T/body")"
+[ "$(post /v1/completions -H 'Authorization: Bearer sk-alice' -d "{$B,\"max_tokens\":40}")" = 200 ] || fail "alice 40 tokens: $(cat "$T/body")"
 ! grep -q 'sk-' "$T/log.b" || fail "a key was logged"
 kill -INT "$PID_b"
 rc=0; wait "$PID_b" || rc=$?

@@ -289,6 +289,26 @@ static void test_tenants(void **state) {
     json_decref(j);
     free(u);
     kiln_srv_tenants_free(&ts);
+    /* issue #12's shape (docs/SCHED.md): api_keys and the scheduler's quotas, kept for
+     * kiln_sched_add_tenant (loop.c) */
+    p = write_yaml("tenants:\n  - id: alice\n    api_keys: [sk-alice-1]\n    qos: interactive\n"
+                   "    max_slots: 4\n    max_kv_blocks: 4096\n    decode_tokens_per_s: 1000\n"
+                   "    prefill_tokens_per_s: 100000.5\n    max_context: 8192\n"
+                   "    isolation_group: team-a\n  - id: bob\n    api_keys: [sk-bob]\n"
+                   "    qos: batch\n");
+    kiln_err_clear(&err);
+    assert_int_equal(kiln_srv_tenants_load(p, &ts, &err), KILN_OK);
+    assert_string_equal(kiln_srv_auth(&ts, "Bearer sk-alice-1")->id, "alice");
+    assert_string_equal(kiln_srv_auth(&ts, "Bearer sk-bob")->id, "bob");
+    assert_int_equal(ts.t[0].max_slots, 4);
+    assert_int_equal(ts.t[0].max_kv_blocks, 4096);
+    assert_int_equal(ts.t[0].max_context, 8192);
+    assert_true(ts.t[0].decode_tokens_per_s == 1000.0);
+    assert_true(ts.t[0].prefill_tokens_per_s == 100000.5);
+    assert_string_equal(ts.t[0].isolation_group, "team-a");
+    assert_int_equal(ts.t[1].max_slots, 0);
+    assert_string_equal(ts.t[1].isolation_group, "");
+    kiln_srv_tenants_free(&ts);
     /* errors name the file and line */
     const char *bads[] = {"tenants:\n  - id: x\n",
                           "tenants:\n  - keys: [k]\n",
@@ -297,6 +317,10 @@ static void test_tenants(void **state) {
                           "tenants:\n  - id: x\n    key: k\n  - id: x\n    key: j\n",
                           "tenants: 5\n",
                           "tenants:\n  - id: x\n    key: k\n    max_concurrent: -1\n",
+                          "tenants:\n  - id: x\n    key: k\n    max_slots: 4294967296\n",
+                          "tenants:\n  - id: x\n    key: k\n    decode_tokens_per_s: nan\n",
+                          "tenants:\n  - id: x\n    key: k\n    prefill_tokens_per_s: -1\n",
+                          "tenants:\n  - id: x\n    api_keys: k\n    isolation_group: [a]\n",
                           "tenants: [\n"};
     for (size_t i = 0; i < sizeof(bads) / sizeof(bads[0]); i++) {
         const char *q = write_yaml(bads[i]);

@@ -61,10 +61,19 @@ INLINE float hsum8(__m256 v) {
  * -> this, alternating binaries, two rounds: T=2 35.0 / 38.5 -> 15.3 / 21.3, T=3 36.2 / 34.6
  * -> 19.9 / 20.2, T=4 39.0 / 39.7 -> 32.1 / 25.4 (T=1 14.8-18.5). */
 #define MMF_GEMV_T 4
+/* Software prefetch distance of the rows' stream (bytes ahead; 0 = off): float weights are
+ * read in place from the model's mapping (4 KiB pages), where the hardware prefetchers stop
+ * at every page boundary (docs/CPU.md "Decode streaming"; the R16 kernels' 2 KiB). */
+#define MMF_GEMV_PF 2048
 INLINE void gemv_rows_t(uint32_t dt, int T, const kiln_cpu_mm *p, int64_t r0, int64_t r1) {
     const int64_t k = p->k;
     const float *x[MMF_GEMV_T];
     for (int t = 0; t < T; t++) x[t] = p->x + t * p->x_stride;
+    const char *pfe = getenv("KILN_CPU_GEMV_PF"); /* "0": off, for A/B runs */
+    const int64_t es = dt == KILN_DTYPE_F32 ? 4 : 2;
+    /* prefetch once per 64-byte line: every iteration (16 elements) for f32, every
+     * second for 2-byte types */
+    const int64_t pf_mask = pfe && pfe[0] == '0' ? -1 : (es == 4 ? 0 : 16);
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = p->w + r * p->w_row_bytes;
         __m256 a0[MMF_GEMV_T], a1[MMF_GEMV_T];
@@ -72,6 +81,8 @@ INLINE void gemv_rows_t(uint32_t dt, int T, const kiln_cpu_mm *p, int64_t r0, in
         for (int t = 0; t < T; t++) a0[t] = a1[t] = _mm256_setzero_ps();
         int64_t i = 0;
         for (; i + 16 <= k; i += 16) {
+            if (pf_mask >= 0 && !(i & pf_mask))
+                _mm_prefetch((const char *)row + i * es + MMF_GEMV_PF, _MM_HINT_T0);
             const __m256 w0 = wload8(dt, row, i), w1 = wload8(dt, row, i + 8);
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
