@@ -31,9 +31,11 @@ static const char *const schema_sql =
     " PRIMARY KEY (kernel_id, op, device_id, dtype, shape, tok_bucket, seq_bucket));"
     "CREATE INDEX IF NOT EXISTS perf_by_device ON perf_records(device_id);";
 
+/* The error of the last call on db, naming the database file (what: the step). */
 static kiln_status sql_err(sqlite3 *db, const char *what, kiln_err *err) {
-    return kiln_err_set(err, KILN_ERR_IO, "perfdb: %s: %s", what,
-                        db ? sqlite3_errmsg(db) : "cannot allocate");
+    const char *f = db ? sqlite3_db_filename(db, "main") : NULL;
+    return kiln_err_set(err, KILN_ERR_IO, "perfdb%s%s: %s: %s", f && *f ? " " : "", f ? f : "",
+                        what, db ? sqlite3_errmsg(db) : "cannot allocate");
 }
 
 static kiln_status mkdirs(char *path, kiln_err *err) {
@@ -81,7 +83,8 @@ kiln_status kiln_perfdb_open(const char *path, kiln_perfdb **out, kiln_err *err)
     kiln_status st = KILN_OK;
     if (sqlite3_open_v2(path, &p->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
         SQLITE_OK) {
-        st = sql_err(p->db, path, err);
+        st = kiln_err_set(err, KILN_ERR_IO, "perfdb: %s: %s", path,
+                          p->db ? sqlite3_errmsg(p->db) : "cannot allocate");
         goto fail;
     }
     sqlite3_busy_timeout(p->db, 10000);

@@ -191,6 +191,7 @@ static void test_foreign_table(void **state) {
     kiln_perf_rec r = mkrec("ref.matmul", 2, 5);
     assert_int_equal(kiln_perfdb_put(db, "dev", &r, &e), KILN_ERR_IO);
     assert_non_null(strstr(e.msg, "preparing insert"));
+    assert_non_null(strstr(e.msg, p2)); /* the error names the database file */
     assert_int_equal(kiln_perfdb_put(db, "dev", &r, &e), KILN_ERR_IO); /* and again */
     kiln_perfdb_close(db);
 }
