@@ -548,7 +548,8 @@ kiln_status kiln_srv_loop_create(const kiln_model *m, kiln_engine *e, const kiln
         /* the server's queue limit is the scheduler's global one (503 when full); the
          * per-tenant limits are tenants.c's (max_concurrent, tokens_per_minute: 429) and
          * the scheduler's quotas from the same entry */
-        tc.max_queued = o->max_queue + 1;
+        tc.max_queued =
+            tenants->t[i].max_queued > 0 ? (int32_t)tenants->t[i].max_queued : o->max_queue + 1;
         tc.max_slots = (int32_t)tenants->t[i].max_slots;
         tc.max_kv_blocks = tenants->t[i].max_kv_blocks;
         tc.max_context = (int32_t)tenants->t[i].max_context;

@@ -142,6 +142,8 @@ static kiln_status parse_tenant(const char *path, yaml_document_t *d, yaml_node_
             KILN_TRY(parse_int(path, vn, k, &t->max_kv_blocks, err));
         } else if (!strcmp(k, "max_context")) {
             KILN_TRY(parse_int_max(path, vn, k, INT32_MAX, &t->max_context, err));
+        } else if (!strcmp(k, "max_queued")) {
+            KILN_TRY(parse_int_max(path, vn, k, INT32_MAX, &t->max_queued, err));
         } else if (!strcmp(k, "decode_tokens_per_s")) {
             KILN_TRY(parse_rate(path, vn, k, &t->decode_tokens_per_s, err));
         } else if (!strcmp(k, "prefill_tokens_per_s")) {
@@ -156,7 +158,7 @@ static kiln_status parse_tenant(const char *path, yaml_document_t *d, yaml_node_
             return yerr(err, path, kn,
                         "tenants: unknown key '%s' (id, keys / api_keys, qos, max_concurrent, "
                         "tokens_per_minute, max_slots, max_kv_blocks, decode_tokens_per_s, "
-                        "prefill_tokens_per_s, max_context, isolation_group)",
+                        "prefill_tokens_per_s, max_context, max_queued, isolation_group)",
                         k);
         }
     }

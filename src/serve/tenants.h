@@ -16,6 +16,7 @@
  *       decode_tokens_per_s: 1000
  *       prefill_tokens_per_s: 100000
  *       max_context: 8192
+ *       max_queued: 100                  # waiting requests (default: the server's --queue)
  *       isolation_group: team-a          # tenants of one group share prefix-cache blocks
  *
  * No tenants configured = an open server with one tenant "default" (no limits). Keys
@@ -59,7 +60,7 @@ typedef struct kiln_srv_tenant {
     char qos[16];
     int64_t max_concurrent, tokens_per_minute;
     /* the scheduler's quotas (kiln_tenant_config's fields; 0: no limit; "" no group) */
-    int64_t max_slots, max_kv_blocks, max_context;
+    int64_t max_slots, max_kv_blocks, max_context, max_queued;
     double decode_tokens_per_s, prefill_tokens_per_s;
     char isolation_group[64];
     /* guarded by the tenants' mutex */

@@ -291,11 +291,12 @@ static void test_tenants(void **state) {
     kiln_srv_tenants_free(&ts);
     /* issue #12's shape (docs/SCHED.md): api_keys and the scheduler's quotas, kept for
      * kiln_sched_add_tenant (loop.c) */
-    p = write_yaml("tenants:\n  - id: alice\n    api_keys: [sk-alice-1]\n    qos: interactive\n"
-                   "    max_slots: 4\n    max_kv_blocks: 4096\n    decode_tokens_per_s: 1000\n"
-                   "    prefill_tokens_per_s: 100000.5\n    max_context: 8192\n"
-                   "    isolation_group: team-a\n  - id: bob\n    api_keys: [sk-bob]\n"
-                   "    qos: batch\n");
+    p = write_yaml(
+        "tenants:\n  - id: alice\n    api_keys: [sk-alice-1]\n    qos: interactive\n"
+        "    max_slots: 4\n    max_kv_blocks: 4096\n    decode_tokens_per_s: 1000\n"
+        "    prefill_tokens_per_s: 100000.5\n    max_context: 8192\n    max_queued: 100\n"
+        "    isolation_group: team-a\n  - id: bob\n    api_keys: [sk-bob]\n"
+        "    qos: batch\n");
     kiln_err_clear(&err);
     assert_int_equal(kiln_srv_tenants_load(p, &ts, &err), KILN_OK);
     assert_string_equal(kiln_srv_auth(&ts, "Bearer sk-alice-1")->id, "alice");
@@ -303,6 +304,7 @@ static void test_tenants(void **state) {
     assert_int_equal(ts.t[0].max_slots, 4);
     assert_int_equal(ts.t[0].max_kv_blocks, 4096);
     assert_int_equal(ts.t[0].max_context, 8192);
+    assert_int_equal(ts.t[0].max_queued, 100);
     assert_true(ts.t[0].decode_tokens_per_s == 1000.0);
     assert_true(ts.t[0].prefill_tokens_per_s == 100000.5);
     assert_string_equal(ts.t[0].isolation_group, "team-a");
