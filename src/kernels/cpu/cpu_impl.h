@@ -56,6 +56,18 @@ bool kiln_cpu_mmq_supports(uint32_t dtype);
  * t tokens, rounded up to 64: the larger of the plain-row and R16 needs (matmul.c). */
 size_t kiln_cpu_panel_bytes(uint32_t dtype, int64_t k, int64_t t);
 
+/* Rows per work item of a matmul (matmul.c) or matmul group (matmul_group.c): a multiple of
+ * m (16; 48 for float weights: the AVX2 float GEMM's 24-row groups, none partial inside an
+ * item), about 8 items per thread, at least m; big outputs (an LM head: 262,144 rows) in
+ * items of at most 1024 rows, so that the threads finish together (16 items of 16,384 rows
+ * left one thread waiting). */
+static inline int64_t kiln_cpu_row_grain(int64_t n, int nth, int64_t m) {
+    int64_t g = n / ((int64_t)nth * 8);
+    g = (g + m - 1) / m * m;
+    if (g > 1024) g = 1024 / m * m;
+    return g < m ? m : g;
+}
+
 /* Float weights (f32, f16, bf16) with f32 activations. panel: scratch of
  * kiln_cpu_mmf_panel_bytes(k, t), used when t > 1: an f32 panel of 4 rows, or with
  * bf16 the t activation rows and 4 weight rows as bf16 (k padded to 32). */

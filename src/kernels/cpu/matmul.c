@@ -150,17 +150,6 @@ static void rows_f(void *ctx, int64_t b, int64_t e, int ith) {
     j->isa->mmf(&j->mm, b, e, j->panels + (size_t)ith * j->panel_stride);
 }
 
-/* Rows per work item: a multiple of m (16; 48 for float weights: the AVX2 float GEMM's
- * 24-row groups), about 8 items per thread, at least m. */
-static int64_t row_grain(int64_t n, int nth, int64_t m) {
-    int64_t g = n / ((int64_t)nth * 8);
-    g = (g + m - 1) / m * m;
-    /* big outputs (an LM head: 262,144 rows) in chunks of at most 1024 rows, so that the
-     * threads finish together (16 chunks of 16,384 rows left one thread waiting) */
-    if (g > 1024) g = 1024 / m * m;
-    return g < m ? m : g;
-}
-
 static kiln_status matmul(const isa_impl *isa, const kiln_kctx *c, const kiln_matmul_args *a,
                           bool bf16) {
     const bool r16 = a->w_layout == KILN_CPU_WLAYOUT_R16;
@@ -215,7 +204,7 @@ static kiln_status matmul(const isa_impl *isa, const kiln_kctx *c, const kiln_ma
     }
     j.panels = ws + act_bytes;
     j.panel_stride = kiln_cpu_panel_bytes(a->w_dtype, a->k, a->t);
-    kiln_pool_for(pool, a->n, row_grain(a->n, nth, !r16 && !quant ? 48 : 16),
+    kiln_pool_for(pool, a->n, kiln_cpu_row_grain(a->n, nth, !r16 && !quant ? 48 : 16),
                   r16     ? rows_r16
                   : quant ? rows_q
                           : rows_f,

@@ -9,7 +9,6 @@
 #include "kernels/cpu/cpu_impl.h"
 
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define INLINE static inline __attribute__((always_inline))
@@ -61,19 +60,21 @@ INLINE float hsum8(__m256 v) {
  * -> this, alternating binaries, two rounds: T=2 35.0 / 38.5 -> 15.3 / 21.3, T=3 36.2 / 34.6
  * -> 19.9 / 20.2, T=4 39.0 / 39.7 -> 32.1 / 25.4 (T=1 14.8-18.5). */
 #define MMF_GEMV_T 4
-/* Software prefetch distance of the rows' stream (bytes ahead; 0 = off): float weights are
- * read in place from the model's mapping (4 KiB pages), where the hardware prefetchers stop
- * at every page boundary (docs/CPU.md "Decode streaming"; the R16 kernels' 2 KiB). */
-#define MMF_GEMV_PF 2048
+/* Software prefetch distance of the rows' stream (bytes ahead; -DKILN_MMF_GEMV_PF=0: off, the
+ * A/B build): float weights are read in place from the model's mapping (4 KiB pages), where
+ * the hardware prefetchers stop at every page boundary (docs/CPU.md "Decode streaming"; the
+ * R16 kernels' KILN_R16_PF is the same idea). */
+#ifndef KILN_MMF_GEMV_PF
+#define KILN_MMF_GEMV_PF 2048
+#endif
 INLINE void gemv_rows_t(uint32_t dt, int T, const kiln_cpu_mm *p, int64_t r0, int64_t r1) {
     const int64_t k = p->k;
     const float *x[MMF_GEMV_T];
     for (int t = 0; t < T; t++) x[t] = p->x + t * p->x_stride;
-    const char *pfe = getenv("KILN_CPU_GEMV_PF"); /* "0": off, for A/B runs */
     const int64_t es = dt == KILN_DTYPE_F32 ? 4 : 2;
-    /* prefetch once per 64-byte line: every iteration (16 elements) for f32, every
-     * second for 2-byte types */
-    const int64_t pf_mask = pfe && pfe[0] == '0' ? -1 : (es == 4 ? 0 : 16);
+    /* one prefetch per 64-byte line: every iteration (16 elements) for f32, every second
+     * for 2-byte types */
+    const int64_t pf_mask = es == 4 ? 0 : 16;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = p->w + r * p->w_row_bytes;
         __m256 a0[MMF_GEMV_T], a1[MMF_GEMV_T];
@@ -81,8 +82,8 @@ INLINE void gemv_rows_t(uint32_t dt, int T, const kiln_cpu_mm *p, int64_t r0, in
         for (int t = 0; t < T; t++) a0[t] = a1[t] = _mm256_setzero_ps();
         int64_t i = 0;
         for (; i + 16 <= k; i += 16) {
-            if (pf_mask >= 0 && !(i & pf_mask))
-                _mm_prefetch((const char *)row + i * es + MMF_GEMV_PF, _MM_HINT_T0);
+            if (KILN_MMF_GEMV_PF > 0 && !(i & pf_mask))
+                _mm_prefetch((const char *)row + i * es + KILN_MMF_GEMV_PF, _MM_HINT_T0);
             const __m256 w0 = wload8(dt, row, i), w1 = wload8(dt, row, i + 8);
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
@@ -328,6 +329,9 @@ INLINE void tile_rv(int NV, int T, const kiln_cpu_mm *p, const float *wp, int64_
  * cache lines per f16 panel, more streams than the hardware prefetchers follow): 23 % of
  * the kernel's samples in `perf annotate` on tinyllama f16 pp128, against the ~6 % its
  * instructions cost. */
+#ifndef KILN_MMF_PANEL_PF
+#define KILN_MMF_PANEL_PF 1 /* -DKILN_MMF_PANEL_PF=0: off, the A/B build */
+#endif
 typedef struct pf_panel {
     const char *row; /* the row being asked for */
     size_t rs;
@@ -353,8 +357,6 @@ INLINE void pf_some(pf_panel *q, int64_t m) {
  * would need tiles of 6 tokens to keep 12 FMA chains. */
 INLINE void gemm_rv(int NV, uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1, float *wp) {
     const int RW = 8 * NV, FT = FTT;
-    const char *nopf = getenv("KILN_CPU_PANEL_PF"); /* "0": off, for A/B runs */
-    const bool pf = !(nopf && nopf[0] == '0');
     for (int64_t k0 = 0; k0 < p->k; k0 += FKB) {
         const int64_t kb = p->k - k0 < FKB ? p->k - k0 : FKB;
         const bool first = k0 == 0, last = k0 + kb == p->k;
@@ -369,7 +371,7 @@ INLINE void gemm_rv(int NV, uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64
                         p->k - k0 - kb < FKB ? p->k - k0 - kb : FKB);
             else
                 q.n = 0;
-            if (!pf) q.n = 0;
+            if (!KILN_MMF_PANEL_PF) q.n = 0;
             const int64_t ntile = (p->t + FT - 1) / FT, per = (q.n + ntile - 1) / ntile;
             /* full tiles, then the rest: a tile of T tokens keeps NV T FMA chains, and the
              * two FMA pipes need 8 to hide the latency, so a short tail shares the last full

@@ -76,14 +76,6 @@ static void run_rows(const isa_impl *isa, const kiln_cpu_mm *mm, uint32_t layout
         isa->mmf(mm, r0, r1, panel);
 }
 
-/* Rows per work item: a multiple of m (16; 48 for float weights: the AVX2 float GEMM's
- * 24-row groups), about 8 items per thread, at least m. */
-static int64_t row_grain(int64_t n, int nth, int64_t m) {
-    int64_t g = n / ((int64_t)nth * 8);
-    g = (g + m - 1) / m * m;
-    return g < m ? m : g;
-}
-
 /* Scratch: [q8 activations][per-thread areas]; own allocation when kctx's is small. */
 typedef struct scratch {
     uint8_t *ws, *own;
@@ -251,10 +243,10 @@ static kiln_status matmul_group(const isa_impl *isa, const kiln_kctx *c,
             j.act = a->act;
             j.glu_y = a->glu_y;
             j.glu_y_stride = a->glu_y_stride;
-            j.grain = row_grain(j.mm[0].n, nth, any_quant ? 16 : 48);
+            j.grain = kiln_cpu_row_grain(j.mm[0].n, nth, any_quant ? 16 : 48);
             items = (j.mm[0].n + j.grain - 1) / j.grain;
         } else {
-            j.grain = row_grain(rows, nth, any_quant ? 16 : 48);
+            j.grain = kiln_cpu_row_grain(rows, nth, any_quant ? 16 : 48);
             items = 0;
             for (int m = 0; m < j.nm; m++) {
                 j.first[m] = items;
