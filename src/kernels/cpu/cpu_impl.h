@@ -68,6 +68,10 @@ static inline int64_t kiln_cpu_row_grain(int64_t n, int nth, int64_t m) {
     return g < m ? m : g;
 }
 
+/* The AVX2 float GEMM's k block and panel (matmul_f_avx2.c: 24 rows x FKB widened to f32) */
+#define KILN_CPU_MMF_AVX2_FKB   448
+#define KILN_CPU_MMF_AVX2_PANEL ((size_t)24 * KILN_CPU_MMF_AVX2_FKB * sizeof(float))
+
 /* Float weights (f32, f16, bf16) with f32 activations. panel: scratch of
  * kiln_cpu_mmf_panel_bytes(k, t), used when t > 1: an f32 panel of 4 rows, or with
  * bf16 the t activation rows and 4 weight rows as bf16 (k padded to 32). */
@@ -75,7 +79,7 @@ static inline int64_t kiln_cpu_row_grain(int64_t n, int nth, int64_t m) {
 static inline size_t kiln_cpu_mmf_panel_bytes(int64_t k, int64_t t) {
     size_t f32 = (size_t)KILN_CPU_MMF_ROWS * (size_t)((k + 15) / 16 * 16) * sizeof(float);
     size_t b16 = (size_t)(t + KILN_CPU_MM_ROWS) * (size_t)((k + 31) / 32 * 32) * 2;
-    size_t blk = (size_t)24 * 256 * sizeof(float); /* AVX2: 24 rows x 256 (matmul_f_avx2.c) */
+    size_t blk = KILN_CPU_MMF_AVX2_PANEL;
     if (blk > f32) f32 = blk;
     return (f32 > b16 ? f32 : b16) + 64;
 }

@@ -138,8 +138,15 @@ INLINE void gemv_small(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1
  * (median of 6 pairs, docs/CPU.md).
  * Loop order: k block, then the item's row groups, then token tiles: the block's
  * activations of all tokens (t x FKB floats) stay in L2 across the groups, the group's
- * panel (24 KB) in L1 across the tokens. Work items are multiples of 48 rows (matmul.c). */
-#define FKB 256
+ * panel (42 KB at FKB 448) in L1 / L2 across the tokens. Work items are multiples of 48
+ * rows (matmul.c). FKB: each tile loads and stores its 12 accumulators from y once per k
+ * block (4 token rows a y_stride apart, L2 and beyond): at FKB 256 (a 24 KB panel that fit
+ * L1) those loads were ~12 % of the kernel's samples; 320-768 all ran ~10 % faster than
+ * 256 (`taskset -c 1 bench_cpu_matmul -t 1 -r 3 -b 0 -D 0 -P 2 -i avx2 -d f16,bf16`, three
+ * rounds, session 17: f16 66 -> 71-73 GFLOP/s), the panel's loads from L2 cost less than
+ * the accumulators' round trips. At two threads on this VM no difference showed (bench -t 2
+ * ~119 GFLOP/s both; tinyllama f16 pp128 within the spread, 4 pairs). */
+#define FKB KILN_CPU_MMF_AVX2_FKB
 #define FTT 4 /* tokens per tile (at most) */
 
 /* 8 rows x 8 floats (v[r] = row r) -> v[e] = element e of the 8 rows. */
