@@ -177,31 +177,16 @@ static kiln_status add_default(kiln_srv_tenants *ts, kiln_err *err) {
     return KILN_OK;
 }
 
-kiln_status kiln_srv_tenants_load(const char *path, kiln_srv_tenants *ts, kiln_err *err) {
-    memset(ts, 0, sizeof(*ts));
-    if (pthread_mutex_init(&ts->mu, NULL)) return kiln_err_set(err, KILN_ERR_INTERNAL, "mutex");
-    if (!path) return add_default(ts, err);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        kiln_status st = kiln_err_errno(err, errno, "opening %s", path);
-        pthread_mutex_destroy(&ts->mu);
-        return st;
-    }
-    yaml_parser_t p;
+/* The document of p (input set by the caller) -> ts; ts->mu is initialized by the caller
+ * and destroyed here on failure (kiln_srv_tenants_free). */
+static kiln_status load_doc(yaml_parser_t *p, const char *path, kiln_srv_tenants *ts,
+                            kiln_err *err) {
     yaml_document_t d;
     kiln_status st = KILN_OK;
-    if (!yaml_parser_initialize(&p)) {
-        fclose(f);
-        pthread_mutex_destroy(&ts->mu);
-        return kiln_err_set(err, KILN_ERR_NOMEM, "yaml parser");
-    }
-    yaml_parser_set_input_file(&p, f);
-    if (!yaml_parser_load(&p, &d)) {
-        st = kiln_err_set(err, KILN_ERR_FORMAT, "%s:%zu: %s", path, p.problem_mark.line + 1,
-                          p.problem ? p.problem : "YAML error");
-        yaml_parser_delete(&p);
-        fclose(f);
-        pthread_mutex_destroy(&ts->mu);
+    if (!yaml_parser_load(p, &d)) {
+        st = kiln_err_set(err, KILN_ERR_FORMAT, "%s:%zu: %s", path, p->problem_mark.line + 1,
+                          p->problem ? p->problem : "YAML error");
+        kiln_srv_tenants_free(ts);
         return st;
     }
     yaml_node_t *root = yaml_document_get_root_node(&d);
@@ -231,10 +216,47 @@ kiln_status kiln_srv_tenants_load(const char *path, kiln_srv_tenants *ts, kiln_e
         }
     }
     yaml_document_delete(&d);
-    yaml_parser_delete(&p);
-    fclose(f);
     if (!st && ts->n == 0) st = add_default(ts, err);
     if (st) kiln_srv_tenants_free(ts);
+    return st;
+}
+
+kiln_status kiln_srv_tenants_load(const char *path, kiln_srv_tenants *ts, kiln_err *err) {
+    memset(ts, 0, sizeof(*ts));
+    if (pthread_mutex_init(&ts->mu, NULL)) return kiln_err_set(err, KILN_ERR_INTERNAL, "mutex");
+    if (!path) return add_default(ts, err);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        kiln_status st = kiln_err_errno(err, errno, "opening %s", path);
+        pthread_mutex_destroy(&ts->mu);
+        return st;
+    }
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p)) {
+        fclose(f);
+        pthread_mutex_destroy(&ts->mu);
+        return kiln_err_set(err, KILN_ERR_NOMEM, "yaml parser");
+    }
+    yaml_parser_set_input_file(&p, f);
+    kiln_status st = load_doc(&p, path, ts, err);
+    yaml_parser_delete(&p);
+    fclose(f);
+    return st;
+}
+
+kiln_status kiln_srv_tenants_parse(const char *data, size_t n, const char *name,
+                                   kiln_srv_tenants *ts, kiln_err *err) {
+    memset(ts, 0, sizeof(*ts));
+    if (!data && n) return kiln_err_set(err, KILN_ERR_INVALID_ARG, "tenants: no text");
+    if (pthread_mutex_init(&ts->mu, NULL)) return kiln_err_set(err, KILN_ERR_INTERNAL, "mutex");
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p)) {
+        pthread_mutex_destroy(&ts->mu);
+        return kiln_err_set(err, KILN_ERR_NOMEM, "yaml parser");
+    }
+    yaml_parser_set_input_string(&p, (const unsigned char *)(data ? data : ""), n);
+    kiln_status st = load_doc(&p, name ? name : "kiln.yaml", ts, err);
+    yaml_parser_delete(&p);
     return st;
 }
 

@@ -83,6 +83,10 @@ typedef struct kiln_srv_tenants {
 /* Loads `tenants:` from a kiln.yaml (path NULL: the open default). Errors name the
  * file, line and key. */
 kiln_status kiln_srv_tenants_load(const char *path, kiln_srv_tenants *ts, kiln_err *err);
+/* The same from n bytes of YAML text in memory (not NUL-terminated; name: what errors
+ * call it). On failure ts is left empty (nothing to free). */
+kiln_status kiln_srv_tenants_parse(const char *data, size_t n, const char *name,
+                                   kiln_srv_tenants *ts, kiln_err *err);
 void kiln_srv_tenants_free(kiln_srv_tenants *ts);
 
 /* The tenant of an Authorization header value (may be NULL). Returns NULL for a

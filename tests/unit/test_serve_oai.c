@@ -329,7 +329,26 @@ static void test_tenants(void **state) {
         kiln_err_clear(&err);
         assert_int_not_equal(kiln_srv_tenants_load(q, &ts, &err), KILN_OK);
         assert_non_null(strstr(err.msg, q));
+        /* the same text from memory (kiln_srv_tenants_parse, what fuzz_serve_tenants
+         * drives): rejected too, the error naming the given name and the line */
+        kiln_err_clear(&err);
+        assert_int_not_equal(
+            kiln_srv_tenants_parse(bads[i], strlen(bads[i]), "mem.yaml", &ts, &err), KILN_OK);
+        assert_non_null(strstr(err.msg, "mem.yaml:"));
+        assert_null(ts.t);
     }
+    /* from memory, not NUL-terminated: the bytes given, no more */
+    const char txt[] = "tenants:\n  - id: carol\n    key: sk-c\n    max_context: 16\nXXXX";
+    kiln_err_clear(&err);
+    assert_int_equal(kiln_srv_tenants_parse(txt, sizeof txt - 5, NULL, &ts, &err), KILN_OK);
+    assert_int_equal(ts.n, 1);
+    assert_string_equal(kiln_srv_auth(&ts, "Bearer sk-c")->id, "carol");
+    assert_int_equal(ts.t[0].max_context, 16);
+    kiln_srv_tenants_free(&ts);
+    /* empty text: the open default, as a file without `tenants:` */
+    assert_int_equal(kiln_srv_tenants_parse("", 0, NULL, &ts, &err), KILN_OK);
+    assert_true(ts.open);
+    kiln_srv_tenants_free(&ts);
 }
 
 /* kiln_oai_json_quote(s) must be byte for byte json_dumps(json_stringn(s)), and refuse
