@@ -32,6 +32,17 @@ static void tenant_free(kiln_srv_tenant *t) {
     kiln_free(t->key_len);
 }
 
+/* An API key as a client can send it: `Authorization: Bearer KEY` skips the spaces after
+ * "Bearer" and a header value cannot carry control bytes, so a key is 1 or more visible
+ * ASCII characters (0x21-0x7e). An empty key would let a request with no key in
+ * (`Bearer ` and nothing after it matched it: found by fuzz_serve_tenants). */
+static bool key_ok(const char *k, size_t n) {
+    if (n == 0) return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)k[i] < 0x21 || (unsigned char)k[i] > 0x7e) return false;
+    return true;
+}
+
 static kiln_status add_key(kiln_srv_tenant *t, const char *k, size_t n, kiln_err *err) {
     char **nk = kiln_realloc(t->keys, (size_t)(t->n_keys + 1) * sizeof(char *));
     if (!nk) return kiln_err_set(err, KILN_ERR_NOMEM, "tenant keys");
@@ -94,6 +105,9 @@ static kiln_status parse_rate(const char *path, yaml_node_t *n, const char *key,
     return KILN_OK;
 }
 
+static const char bad_key[] =
+    "a key must be 1 or more visible ASCII characters (no spaces or control bytes)";
+
 static kiln_status parse_tenant(const char *path, yaml_document_t *d, yaml_node_t *tn,
                                 kiln_srv_tenant *t, kiln_err *err) {
     if (tn->type != YAML_MAPPING_NODE)
@@ -113,14 +127,18 @@ static kiln_status parse_tenant(const char *path, yaml_document_t *d, yaml_node_
             snprintf(t->id, sizeof(t->id), "%s", v);
         } else if (!strcmp(k, "key") || !strcmp(k, "keys") || !strcmp(k, "api_keys")) {
             if (vn->type == YAML_SCALAR_NODE) {
+                if (!key_ok((const char *)vn->data.scalar.value, vn->data.scalar.length))
+                    return yerr(err, path, vn, "tenants: %s", bad_key);
                 KILN_TRY(
                     add_key(t, (const char *)vn->data.scalar.value, vn->data.scalar.length, err));
             } else if (vn->type == YAML_SEQUENCE_NODE) {
                 for (yaml_node_item_t *it = vn->data.sequence.items.start;
                      it < vn->data.sequence.items.top; it++) {
                     yaml_node_t *s = yaml_document_get_node(d, *it);
-                    if (!s || s->type != YAML_SCALAR_NODE || s->data.scalar.length == 0)
+                    if (!s || s->type != YAML_SCALAR_NODE)
                         return yerr(err, path, s ? s : vn, "tenants: keys must be strings");
+                    if (!key_ok((const char *)s->data.scalar.value, s->data.scalar.length))
+                        return yerr(err, path, s, "tenants: %s", bad_key);
                     KILN_TRY(
                         add_key(t, (const char *)s->data.scalar.value, s->data.scalar.length, err));
                 }
@@ -202,9 +220,10 @@ static kiln_status load_doc(yaml_parser_t *p, const char *path, kiln_srv_tenants
     }
     if (!st && list && list->type != YAML_SEQUENCE_NODE)
         st = yerr(err, path, list, "'tenants' must be a list of {id, keys, ...}");
-    if (!st && list) {
-        size_t n = (size_t)(list->data.sequence.items.top - list->data.sequence.items.start);
-        ts->t = kiln_calloc(n ? n : 1, sizeof(kiln_srv_tenant));
+    size_t n =
+        !st && list ? (size_t)(list->data.sequence.items.top - list->data.sequence.items.start) : 0;
+    if (n) { /* `tenants: []` is the open default below (allocated there) */
+        ts->t = kiln_calloc(n, sizeof(kiln_srv_tenant));
         if (!ts->t) st = kiln_err_set(err, KILN_ERR_NOMEM, "tenants");
         for (size_t i = 0; !st && i < n; i++) {
             yaml_node_t *tn = yaml_document_get_node(&d, list->data.sequence.items.start[i]);

@@ -8,7 +8,7 @@ fuzz_max_len() {
     fuzz_model_gguf | fuzz_gguf | fuzz_safetensors) echo 262144 ;;
     fuzz_template | fuzz_oai) echo 65536 ;;
     fuzz_hf_tokenizer) echo 32768 ;;
-    fuzz_chat_json | fuzz_perfdb) echo 16384 ;;
+    fuzz_chat_json | fuzz_perfdb | fuzz_serve_tenants) echo 16384 ;;
     fuzz_quants) echo 8193 ;;
     fuzz_tokenizer | fuzz_cli_args) echo 4096 ;;
     *) echo 65536 ;;
