@@ -43,6 +43,18 @@ static bool key_ok(const char *k, size_t n) {
     return true;
 }
 
+/* A tenant id is a path segment (`/v1/tenants/{id}/usage`) and a Prometheus label value
+ * printed as is: visible ASCII without '/', '"' or '\\' (a newline or a backslash in a
+ * label broke the metrics text). */
+static bool id_ok(const char *v, size_t n, size_t cap) {
+    if (n == 0 || n >= cap) return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c < 0x21 || c > 0x7e || c == '/' || c == '"' || c == '\\') return false;
+    }
+    return true;
+}
+
 static kiln_status add_key(kiln_srv_tenant *t, const char *k, size_t n, kiln_err *err) {
     char **nk = kiln_realloc(t->keys, (size_t)(t->n_keys + 1) * sizeof(char *));
     if (!nk) return kiln_err_set(err, KILN_ERR_NOMEM, "tenant keys");
@@ -120,10 +132,10 @@ static kiln_status parse_tenant(const char *path, yaml_document_t *d, yaml_node_
         if (!k) return yerr(err, path, kn, "tenants: keys of an entry must be scalars");
         if (!strcmp(k, "id")) {
             const char *v = scalar(d, vn);
-            if (!v || !*v || strlen(v) >= sizeof(t->id) || strchr(v, '/') || strchr(v, '"'))
+            if (!v || !id_ok(v, vn->data.scalar.length, sizeof(t->id)))
                 return yerr(err, path, vn,
-                            "tenants: 'id' must be a string of 1..63 characters "
-                            "without '/' or '\"'");
+                            "tenants: 'id' must be 1..63 visible ASCII characters other than "
+                            "'/', '\"' and '\\'");
             snprintf(t->id, sizeof(t->id), "%s", v);
         } else if (!strcmp(k, "key") || !strcmp(k, "keys") || !strcmp(k, "api_keys")) {
             if (vn->type == YAML_SCALAR_NODE) {

@@ -325,7 +325,9 @@ static void test_tenants(void **state) {
         /* keys a client cannot send: empty (would match `Bearer ` with no
          * key: fuzz_serve_tenants), spaces, control bytes */
         "tenants:\n  - id: x\n    key:\n", "tenants:\n  - id: x\n    key: ''\n",
-        "tenants:\n  - id: x\n    keys: [ok, '']\n",
+        /* ids: path segments and Prometheus labels */
+        "tenants:\n  - id: \"a\\nb\"\n    key: k\n", "tenants:\n  - id: 'a\\b'\n    key: k\n",
+        "tenants:\n  - id: 'a b'\n    key: k\n", "tenants:\n  - id: x\n    keys: [ok, '']\n",
         "tenants:\n  - id: x\n    api_keys: ['sk-secret x']\n",
         "tenants:\n  - id: x\n    key: \"sk-secret\\ty\"\n"};
     for (size_t i = 0; i < sizeof(bads) / sizeof(bads[0]); i++) {
