@@ -246,6 +246,19 @@ static kiln_status load_doc(yaml_parser_t *p, const char *path, kiln_srv_tenants
                     st = yerr(err, path, tn, "tenants: duplicate id '%s'", ts->t[i].id);
         }
     }
+    /* a key configured twice (for two tenants, or twice for one) would authenticate as
+     * whichever tenant kiln_srv_auth meets last: refused, as kiln_sched_add_tenant refuses
+     * it (the message names the tenants, never the key) */
+    for (int i = 0; !st && i < ts->n; i++)
+        for (int k = 0; !st && k < ts->t[i].n_keys; k++)
+            for (int j = i; !st && j < ts->n; j++)
+                for (int q = j == i ? k + 1 : 0; !st && q < ts->t[j].n_keys; q++)
+                    if (ts->t[i].key_len[k] == ts->t[j].key_len[q] &&
+                        !memcmp(ts->t[i].keys[k], ts->t[j].keys[q], ts->t[i].key_len[k]))
+                        st = kiln_err_set(err, KILN_ERR_FORMAT,
+                                          "%s: tenants: a key of tenant '%s' is configured again "
+                                          "for tenant '%s'",
+                                          path, ts->t[i].id, ts->t[j].id);
     yaml_document_delete(&d);
     if (!st && ts->n == 0) st = add_default(ts, err);
     if (st) kiln_srv_tenants_free(ts);

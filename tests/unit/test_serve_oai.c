@@ -329,6 +329,9 @@ static void test_tenants(void **state) {
         "tenants:\n  - id: \"a\\nb\"\n    key: k\n", "tenants:\n  - id: 'a\\b'\n    key: k\n",
         "tenants:\n  - id: 'a b'\n    key: k\n", "tenants:\n  - id: x\n    keys: [ok, '']\n",
         "tenants:\n  - id: x\n    api_keys: ['sk-secret x']\n",
+        /* a key for two tenants (or twice for one): who would it be? */
+        "tenants:\n  - id: a\n    key: sk-secret-1\n  - id: b\n    keys: [k2, sk-secret-1]\n",
+        "tenants:\n  - id: a\n    keys: [sk-secret-2, sk-secret-2]\n",
         "tenants:\n  - id: x\n    key: \"sk-secret\\ty\"\n"};
     for (size_t i = 0; i < sizeof(bads) / sizeof(bads[0]); i++) {
         const char *q = write_yaml(bads[i]);
