@@ -32,25 +32,17 @@ static void tenant_free(kiln_srv_tenant *t) {
     kiln_free(t->key_len);
 }
 
-/* An API key as a client can send it: `Authorization: Bearer KEY` skips the spaces after
- * "Bearer" and a header value cannot carry control bytes, so a key is 1 or more visible
- * ASCII characters (0x21-0x7e). An empty key would let a request with no key in
- * (`Bearer ` and nothing after it matched it: found by fuzz_serve_tenants). */
-static bool key_ok(const char *k, size_t n) {
+/* 1 or more visible ASCII characters (0x21-0x7e), none of them in `reject`. An API key as a
+ * client sends it (`Authorization: Bearer KEY` skips the spaces after "Bearer" and a header
+ * value cannot carry control bytes; an empty key let `Bearer ` with nothing after it in:
+ * found by fuzz_serve_tenants), and a tenant id, which is a path segment
+ * (`/v1/tenants/{id}/usage`) and a Prometheus label value printed as is (a newline or a
+ * backslash broke the metrics text). */
+static bool visible_ascii(const char *s, size_t n, const char *reject) {
     if (n == 0) return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)k[i] < 0x21 || (unsigned char)k[i] > 0x7e) return false;
-    return true;
-}
-
-/* A tenant id is a path segment (`/v1/tenants/{id}/usage`) and a Prometheus label value
- * printed as is: visible ASCII without '/', '"' or '\\' (a newline or a backslash in a
- * label broke the metrics text). */
-static bool id_ok(const char *v, size_t n, size_t cap) {
-    if (n == 0 || n >= cap) return false;
     for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)v[i];
-        if (c < 0x21 || c > 0x7e || c == '/' || c == '"' || c == '\\') return false;
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x21 || c > 0x7e || strchr(reject, c)) return false;
     }
     return true;
 }
@@ -66,6 +58,20 @@ static kiln_status add_key(kiln_srv_tenant *t, const char *k, size_t n, kiln_err
     if (!t->keys[t->n_keys]) return kiln_err_set(err, KILN_ERR_NOMEM, "tenant keys");
     t->key_len[t->n_keys++] = n;
     return KILN_OK;
+}
+
+static kiln_status yerr(kiln_err *err, const char *path, yaml_node_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* A key node of an entry: a non-empty scalar a client can send (the error names the file
+ * and line, never the key). */
+static kiln_status take_key(const char *path, yaml_node_t *n, kiln_srv_tenant *t, kiln_err *err) {
+    if (n->type != YAML_SCALAR_NODE) return yerr(err, path, n, "tenants: keys must be strings");
+    if (!visible_ascii((const char *)n->data.scalar.value, n->data.scalar.length, ""))
+        return yerr(err, path, n,
+                    "tenants: a key must be 1 or more visible ASCII characters (no spaces or "
+                    "control bytes)");
+    return add_key(t, (const char *)n->data.scalar.value, n->data.scalar.length, err);
 }
 
 static const char *scalar(yaml_document_t *d, yaml_node_t *n) {
@@ -117,9 +123,6 @@ static kiln_status parse_rate(const char *path, yaml_node_t *n, const char *key,
     return KILN_OK;
 }
 
-static const char bad_key[] =
-    "a key must be 1 or more visible ASCII characters (no spaces or control bytes)";
-
 static kiln_status parse_tenant(const char *path, yaml_document_t *d, yaml_node_t *tn,
                                 kiln_srv_tenant *t, kiln_err *err) {
     if (tn->type != YAML_MAPPING_NODE)
@@ -132,27 +135,20 @@ static kiln_status parse_tenant(const char *path, yaml_document_t *d, yaml_node_
         if (!k) return yerr(err, path, kn, "tenants: keys of an entry must be scalars");
         if (!strcmp(k, "id")) {
             const char *v = scalar(d, vn);
-            if (!v || !id_ok(v, vn->data.scalar.length, sizeof(t->id)))
+            if (!v || vn->data.scalar.length >= sizeof(t->id) ||
+                !visible_ascii(v, vn->data.scalar.length, "/\"\\"))
                 return yerr(err, path, vn,
                             "tenants: 'id' must be 1..63 visible ASCII characters other than "
                             "'/', '\"' and '\\'");
             snprintf(t->id, sizeof(t->id), "%s", v);
         } else if (!strcmp(k, "key") || !strcmp(k, "keys") || !strcmp(k, "api_keys")) {
             if (vn->type == YAML_SCALAR_NODE) {
-                if (!key_ok((const char *)vn->data.scalar.value, vn->data.scalar.length))
-                    return yerr(err, path, vn, "tenants: %s", bad_key);
-                KILN_TRY(
-                    add_key(t, (const char *)vn->data.scalar.value, vn->data.scalar.length, err));
+                KILN_TRY(take_key(path, vn, t, err));
             } else if (vn->type == YAML_SEQUENCE_NODE) {
                 for (yaml_node_item_t *it = vn->data.sequence.items.start;
                      it < vn->data.sequence.items.top; it++) {
                     yaml_node_t *s = yaml_document_get_node(d, *it);
-                    if (!s || s->type != YAML_SCALAR_NODE)
-                        return yerr(err, path, s ? s : vn, "tenants: keys must be strings");
-                    if (!key_ok((const char *)s->data.scalar.value, s->data.scalar.length))
-                        return yerr(err, path, s, "tenants: %s", bad_key);
-                    KILN_TRY(
-                        add_key(t, (const char *)s->data.scalar.value, s->data.scalar.length, err));
+                    KILN_TRY(take_key(path, s ? s : vn, t, err));
                 }
             } else {
                 return yerr(err, path, vn, "tenants: 'keys' must be a string or a list");

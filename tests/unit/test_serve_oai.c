@@ -312,38 +312,51 @@ static void test_tenants(void **state) {
     assert_string_equal(ts.t[1].isolation_group, "");
     kiln_srv_tenants_free(&ts);
     /* errors name the file and line */
-    const char *bads[] = {
-        "tenants:\n  - id: x\n", "tenants:\n  - keys: [k]\n",
-        "tenants:\n  - id: x\n    key: k\n    qos: fast\n",
-        "tenants:\n  - id: x\n    key: k\n    colour: red\n",
-        "tenants:\n  - id: x\n    key: k\n  - id: x\n    key: j\n", "tenants: 5\n",
-        "tenants:\n  - id: x\n    key: k\n    max_concurrent: -1\n",
-        "tenants:\n  - id: x\n    key: k\n    max_slots: 4294967296\n",
-        "tenants:\n  - id: x\n    key: k\n    decode_tokens_per_s: nan\n",
-        "tenants:\n  - id: x\n    key: k\n    prefill_tokens_per_s: -1\n",
-        "tenants:\n  - id: x\n    api_keys: k\n    isolation_group: [a]\n", "tenants: [\n",
-        /* keys a client cannot send: empty (would match `Bearer ` with no
-         * key: fuzz_serve_tenants), spaces, control bytes */
-        "tenants:\n  - id: x\n    key:\n", "tenants:\n  - id: x\n    key: ''\n",
+    /* each rejected for its own reason (the message's fragment) */
+    static const struct {
+        const char *yaml, *why;
+    } bads[] = {
+        {"tenants:\n  - id: x\n", "has no keys"},
+        {"tenants:\n  - keys: [k]\n", "has no 'id'"},
+        {"tenants:\n  - id: x\n    key: k\n    qos: fast\n", "'qos'"},
+        {"tenants:\n  - id: x\n    key: k\n    colour: red\n", "unknown key 'colour'"},
+        {"tenants:\n  - id: x\n    key: k\n  - id: x\n    key: j\n", "duplicate id"},
+        {"tenants: 5\n", "must be a list"},
+        {"tenants:\n  - id: x\n    key: k\n    max_concurrent: -1\n", "max_concurrent"},
+        {"tenants:\n  - id: x\n    key: k\n    max_slots: 4294967296\n", "max_slots"},
+        {"tenants:\n  - id: x\n    key: k\n    decode_tokens_per_s: nan\n", "decode_tokens"},
+        {"tenants:\n  - id: x\n    key: k\n    prefill_tokens_per_s: -1\n", "prefill_tokens"},
+        {"tenants:\n  - id: x\n    api_keys: k\n    isolation_group: [a]\n", "isolation_group"},
+        {"tenants: [\n", ":"},
+        /* keys a client cannot send: empty (would match `Bearer ` with no key:
+         * fuzz_serve_tenants), spaces, control bytes */
+        {"tenants:\n  - id: x\n    key:\n", "visible ASCII"},
+        {"tenants:\n  - id: x\n    key: ''\n", "visible ASCII"},
+        {"tenants:\n  - id: x\n    keys: [ok, '']\n", "visible ASCII"},
+        {"tenants:\n  - id: x\n    api_keys: ['sk-secret x']\n", "visible ASCII"},
+        {"tenants:\n  - id: x\n    key: \"sk-secret\\ty\"\n", "visible ASCII"},
+        {"tenants:\n  - id: x\n    keys: [[a]]\n", "keys must be strings"},
         /* ids: path segments and Prometheus labels */
-        "tenants:\n  - id: \"a\\nb\"\n    key: k\n", "tenants:\n  - id: 'a\\b'\n    key: k\n",
-        "tenants:\n  - id: 'a b'\n    key: k\n", "tenants:\n  - id: x\n    keys: [ok, '']\n",
-        "tenants:\n  - id: x\n    api_keys: ['sk-secret x']\n",
+        {"tenants:\n  - id: \"a\\nb\"\n    key: k\n", "'id' must be"},
+        {"tenants:\n  - id: 'a\\b'\n    key: k\n", "'id' must be"},
+        {"tenants:\n  - id: 'a b'\n    key: k\n", "'id' must be"},
         /* a key for two tenants (or twice for one): who would it be? */
-        "tenants:\n  - id: a\n    key: sk-secret-1\n  - id: b\n    keys: [k2, sk-secret-1]\n",
-        "tenants:\n  - id: a\n    keys: [sk-secret-2, sk-secret-2]\n",
-        "tenants:\n  - id: x\n    key: \"sk-secret\\ty\"\n"};
+        {"tenants:\n  - id: a\n    key: sk-secret-1\n  - id: b\n    keys: [k2, sk-secret-1]\n",
+         "tenant 'a' is configured again for tenant 'b'"},
+        {"tenants:\n  - id: a\n    keys: [sk-secret-2, sk-secret-2]\n", "configured again"}};
     for (size_t i = 0; i < sizeof(bads) / sizeof(bads[0]); i++) {
-        const char *q = write_yaml(bads[i]);
+        const char *q = write_yaml(bads[i].yaml);
         kiln_err_clear(&err);
         assert_int_not_equal(kiln_srv_tenants_load(q, &ts, &err), KILN_OK);
         assert_non_null(strstr(err.msg, q));
+        if (!strstr(err.msg, bads[i].why)) fail_msg("case %zu: %s", i, err.msg);
         assert_null(strstr(err.msg, "sk-secret")); /* keys never in messages */
         /* the same text from memory (kiln_srv_tenants_parse, what fuzz_serve_tenants
          * drives): rejected too, the error naming the given name and the line */
         kiln_err_clear(&err);
         assert_int_not_equal(
-            kiln_srv_tenants_parse(bads[i], strlen(bads[i]), "mem.yaml", &ts, &err), KILN_OK);
+            kiln_srv_tenants_parse(bads[i].yaml, strlen(bads[i].yaml), "mem.yaml", &ts, &err),
+            KILN_OK);
         assert_non_null(strstr(err.msg, "mem.yaml:"));
         assert_null(ts.t);
     }
