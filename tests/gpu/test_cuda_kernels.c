@@ -349,6 +349,11 @@ static void t16_group_sweep(bool gemm) {
         {3, {KILN_DTYPE_F16, KILN_DTYPE_F16, KILN_DTYPE_F16}, {300, 37, 37}, 512, false},
         {2, {KILN_DTYPE_F16, KILN_DTYPE_F16}, {1000, 1000}, 1024, true},
         {3, {KILN_DTYPE_F16, KILN_DTYPE_Q4_0, KILN_DTYPE_F16}, {129, 71, 16}, 384, false},
+        /* session 18: the GLU after q4_0 and q6_K members, ragged n, the 8B gate / up
+         * shape (a fused GLU was measured against this check, docs/CUDA.md) */
+        {2, {KILN_DTYPE_Q4_0, KILN_DTYPE_Q4_0}, {300, 300}, 512, true},
+        {2, {KILN_DTYPE_Q6_K, KILN_DTYPE_Q6_K}, {33, 33}, 768, true},
+        {2, {KILN_DTYPE_Q4_0, KILN_DTYPE_Q4_0}, {14336, 14336}, 4096, true},
     };
     static const int64_t ts[] = {1, 3, 8, 9, 17}, tg[] = {1, 12, 17, 40, 100};
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
@@ -385,21 +390,36 @@ static void t16_group_sweep(bool gemm) {
                 g.fn[i] = gemm ? kiln_cuda_matmul_t16_gemm : kiln_cuda_matmul_t16;
                 free(w);
             }
-            float *glu_d = NULL;
-            if (c->glu) {
-                g.glu_fn = kiln_cuda_glu, g.act = KILN_GLU_SWIGLU;
+            float *glu_d = NULL, *glu_ref = NULL;
+            if (c->glu) { /* every activation in turn */
+                g.glu_fn = kiln_cuda_glu, g.act = (kiln_glu_act)((ci + ti) % 3);
                 g.glu_y_stride = c->n[0];
                 glu_d = poisoned(sizeof(float) * (size_t)(t * c->n[0]));
                 g.glu_y = glu_d;
             }
-            /* each member alone, fusion off: the reference */
+            /* each member alone, fusion off: the reference (and the GLU on its outputs) */
             kiln_cuda_decode_fusion(0);
             for (int i = 0; i < c->nm; i++) {
                 assert_int_equal(kiln_cuda_matmul_t16(&kc, &g.m[i]), KILN_OK);
                 yref[i] = malloc(ybytes[i]);
                 get(yref[i], g.m[i].y, ybytes[i]);
-                CK(cudaMemset(g.m[i].y, 0xFF, ybytes[i]));
             }
+            if (c->glu) {
+                const kiln_glu_args ga = {.gate = g.m[0].y,
+                                          .up = g.m[1].y,
+                                          .y = glu_d,
+                                          .t = t,
+                                          .n = c->n[0],
+                                          .gate_stride = g.m[0].y_stride,
+                                          .up_stride = g.m[1].y_stride,
+                                          .y_stride = c->n[0],
+                                          .act = g.act};
+                assert_int_equal(kiln_cuda_glu(&kc, &ga), KILN_OK);
+                glu_ref = malloc(sizeof(float) * (size_t)(t * c->n[0]));
+                get(glu_ref, glu_d, sizeof(float) * (size_t)(t * c->n[0]));
+                CK(cudaMemset(glu_d, 0xFF, sizeof(float) * (size_t)(t * c->n[0])));
+            }
+            for (int i = 0; i < c->nm; i++) CK(cudaMemset(g.m[i].y, 0xFF, ybytes[i]));
             kiln_cuda_decode_fusion(1);
             assert_int_equal(kiln_cuda_matmul_group(&kc, &g), KILN_OK);
             for (int i = 0; i < c->nm; i++) {
@@ -414,13 +434,17 @@ static void t16_group_sweep(bool gemm) {
                                  gemm ? "GEMM " : "", ci, (long long)t, i,
                                  kiln_dtype_get(c->dt[i])->name, (long long)c->n[i], (long long)r);
             }
-            if (c->glu) { /* the GLU ran on the group's outputs: every element written */
+            if (c->glu) { /* the group's GLU: bitwise kiln_cuda_glu on the members alone */
                 float *gy = malloc(sizeof(float) * (size_t)(t * c->n[0]));
                 get(gy, glu_d, sizeof(float) * (size_t)(t * c->n[0]));
                 for (int64_t i = 0; i < t * c->n[0]; i++)
-                    if (isnan(gy[i]))
-                        fail_msg("t16 group glu: element %lld unwritten", (long long)i);
-                free(gy);
+                    if (isnan(gy[i]) || memcmp(&gy[i], &glu_ref[i], sizeof(float)) != 0)
+                        fail_msg("t16 %sgroup case %zu t=%lld glu (act %d): element %lld %s "
+                                 "(%g, GLU of the members alone %g)",
+                                 gemm ? "GEMM " : "", ci, (long long)t, (int)g.act,
+                                 (long long)i, isnan(gy[i]) ? "unwritten" : "differs",
+                                 (double)gy[i], (double)glu_ref[i]);
+                free(gy), free(glu_ref);
                 cudaFree(glu_d);
             }
             for (int i = 0; i < c->nm; i++) {
