@@ -1,5 +1,7 @@
 #include "base/utf8.h"
 
+#include <string.h>
+
 int kiln_utf8_seq_len(uint8_t b) {
     if (b < 0x80) return 1;
     if (b >= 0xC2 && b <= 0xDF) return 2;
@@ -104,4 +106,13 @@ size_t kiln_utf8_complete_prefix(const uint8_t *s, size_t n) {
         return n;
     }
     return n;
+}
+
+bool kiln_ascii_visible(const char *s, size_t n, const char *reject) {
+    if (!s || n == 0) return false;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        if (c < 0x21 || c > 0x7e || strchr(reject, c)) return false;
+    }
+    return true;
 }

@@ -23,6 +23,11 @@ int kiln_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
  * cp is not a Unicode scalar value. */
 int kiln_utf8_encode(uint32_t cp, char out[4]);
 
+/* True when s[0..n) is 1 or more visible ASCII characters (0x21..0x7E), none of them in
+ * reject (a C string; "" rejects none): the rule for API keys (the server's kiln.yaml, the
+ * scheduler's tenants) and tenant ids. */
+bool kiln_ascii_visible(const char *s, size_t n, const char *reject);
+
 /* True when s[0..n) is valid UTF-8. *bad_offset (if not NULL) gets the first bad byte. */
 bool kiln_utf8_valid(const void *s, size_t n, size_t *bad_offset);
 

@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "base/timer.h"
+#include "base/utf8.h"
 #include "tok/tok.h"
 
 #include <math.h>
@@ -206,6 +207,12 @@ static kiln_status add_tenant(kiln_sched *s, const kiln_tenant_config *c, kiln_e
     for (int32_t k = 0; k < c->n_api_keys; k++) {
         if (!c->api_keys[k] || !*c->api_keys[k])
             return kiln_err_set(err, KILN_ERR_INVALID_ARG, "tenant '%s': empty API key", c->id);
+        /* the server's rule (serve/tenants.c): a key as a client can send it */
+        if (!kiln_ascii_visible(c->api_keys[k], strlen(c->api_keys[k]), ""))
+            return kiln_err_set(err, KILN_ERR_INVALID_ARG,
+                                "tenant '%s': API key %d has a space, a control byte or a "
+                                "non-ASCII byte (keys are visible ASCII)",
+                                c->id, (int)k);
         for (int32_t i = 0; i < s->n_t; i++)
             for (int32_t j = 0; j < s->t[i].cfg.n_api_keys; j++)
                 if (!strcmp(s->t[i].cfg.api_keys[j], c->api_keys[k]))

@@ -5,6 +5,7 @@
  */
 #include "sched/sched.h"
 #include "base/mem.h"
+#include "base/utf8.h"
 
 #include <errno.h>
 #include <math.h>
@@ -173,6 +174,11 @@ static kiln_status parse_tenant(yctx *x, yaml_node_t *tn, kiln_tenant_config *c)
                 if (!v || !*v)
                     return kiln_err_set(x->err, KILN_ERR_FORMAT,
                                         "%s:%d: tenant '%s': api_keys[%d] must be a string",
+                                        x->name, line_of(en), tid, (int)i);
+                if (!kiln_ascii_visible(v, en->data.scalar.length, ""))
+                    return kiln_err_set(x->err, KILN_ERR_FORMAT,
+                                        "%s:%d: tenant '%s': api_keys[%d] must be visible ASCII "
+                                        "(no spaces or control bytes)",
                                         x->name, line_of(en), tid, (int)i);
                 keys[i] = arena_dup(x->a, v);
                 if (!keys[i]) return kiln_err_set(x->err, KILN_ERR_NOMEM, "tenants: out of memory");

@@ -1,6 +1,7 @@
 /* tenants.c — tenants from kiln.yaml, key lookup, quotas, ledger, Prometheus text. */
 #include "serve/tenants.h"
 #include "base/mem.h"
+#include "base/utf8.h"
 
 #include "base/timer.h"
 
@@ -32,20 +33,13 @@ static void tenant_free(kiln_srv_tenant *t) {
     kiln_free(t->key_len);
 }
 
-/* 1 or more visible ASCII characters (0x21-0x7e), none of them in `reject`. An API key as a
+/* Keys and ids are kiln_ascii_visible: 1 or more visible ASCII characters (0x21-0x7e), none
+ * of them in a reject set. An API key as a
  * client sends it (`Authorization: Bearer KEY` skips the spaces after "Bearer" and a header
  * value cannot carry control bytes; an empty key let `Bearer ` with nothing after it in:
  * found by fuzz_serve_tenants), and a tenant id, which is a path segment
  * (`/v1/tenants/{id}/usage`) and a Prometheus label value printed as is (a newline or a
  * backslash broke the metrics text). */
-static bool visible_ascii(const char *s, size_t n, const char *reject) {
-    if (n == 0) return false;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x21 || c > 0x7e || strchr(reject, c)) return false;
-    }
-    return true;
-}
 
 static kiln_status add_key(kiln_srv_tenant *t, const char *k, size_t n, kiln_err *err) {
     char **nk = kiln_realloc(t->keys, (size_t)(t->n_keys + 1) * sizeof(char *));
@@ -67,7 +61,7 @@ static kiln_status yerr(kiln_err *err, const char *path, yaml_node_t *n, const c
  * and line, never the key). */
 static kiln_status take_key(const char *path, yaml_node_t *n, kiln_srv_tenant *t, kiln_err *err) {
     if (n->type != YAML_SCALAR_NODE) return yerr(err, path, n, "tenants: keys must be strings");
-    if (!visible_ascii((const char *)n->data.scalar.value, n->data.scalar.length, ""))
+    if (!kiln_ascii_visible((const char *)n->data.scalar.value, n->data.scalar.length, ""))
         return yerr(err, path, n,
                     "tenants: a key must be 1 or more visible ASCII characters (no spaces or "
                     "control bytes)");
@@ -136,7 +130,7 @@ static kiln_status parse_tenant(const char *path, yaml_document_t *d, yaml_node_
         if (!strcmp(k, "id")) {
             const char *v = scalar(d, vn);
             if (!v || vn->data.scalar.length >= sizeof(t->id) ||
-                !visible_ascii(v, vn->data.scalar.length, "/\"\\"))
+                !kiln_ascii_visible(v, vn->data.scalar.length, "/\"\\"))
                 return yerr(err, path, vn,
                             "tenants: 'id' must be 1..63 visible ASCII characters other than "
                             "'/', '\"' and '\\'");

@@ -441,9 +441,9 @@ static void t16_group_sweep(bool gemm) {
                     if (isnan(gy[i]) || memcmp(&gy[i], &glu_ref[i], sizeof(float)) != 0)
                         fail_msg("t16 %sgroup case %zu t=%lld glu (act %d): element %lld %s "
                                  "(%g, GLU of the members alone %g)",
-                                 gemm ? "GEMM " : "", ci, (long long)t, (int)g.act,
-                                 (long long)i, isnan(gy[i]) ? "unwritten" : "differs",
-                                 (double)gy[i], (double)glu_ref[i]);
+                                 gemm ? "GEMM " : "", ci, (long long)t, (int)g.act, (long long)i,
+                                 isnan(gy[i]) ? "unwritten" : "differs", (double)gy[i],
+                                 (double)glu_ref[i]);
                 free(gy), free(glu_ref);
                 cudaFree(glu_d);
             }

@@ -141,6 +141,23 @@ static void yaml_tenants(void **st) {
     assert_false(kiln_sched_tenant_by_key(s, "sk-nobody", id, sizeof(id)));
     assert_int_equal(kiln_sched_add_tenants(s, &l, &err), KILN_ERR_INVALID_ARG); /* duplicate */
     kiln_tenant_list_free(&l);
+    /* through the C API too: a key a client cannot send is refused, naming the tenant */
+    {
+        kiln_tenant_config c;
+        kiln_tenant_config_default(&c);
+        const char *keys[2] = {"sk-carol", "sk carol"};
+        c.id = "carol";
+        c.api_keys = keys;
+        c.n_api_keys = 2;
+        kiln_err_clear(&err);
+        assert_int_equal(kiln_sched_add_tenant(s, &c, &err), KILN_ERR_INVALID_ARG);
+        assert_non_null(strstr(err.msg, "tenant 'carol': API key 1"));
+        assert_false(kiln_sched_tenant_by_key(s, "sk-carol", id, sizeof(id)));
+        c.n_api_keys = 1;
+        assert_int_equal(kiln_sched_add_tenant(s, &c, &err), KILN_OK);
+        assert_true(kiln_sched_tenant_by_key(s, "sk-carol", id, sizeof(id)));
+        assert_string_equal(id, "carol");
+    }
     /* the kernel-policy parser accepts (ignores) the tenants key */
     kiln_policy p;
     kiln_policy_init(&p);
@@ -158,6 +175,13 @@ static void yaml_tenants(void **st) {
         {"tenants: 5\n", "'tenants' must be a list"},
         {"tenants:\n  - id: a\n    max_slots: many\n", "'max_slots' must be a number"},
         {"tenants: [\n", "YAML syntax error"},
+        /* keys as a client can send them (the server's rule, session 18) */
+        {"tenants:\n  - id: a\n    api_keys: [\"sk a\"]\n",
+         "k.yaml:3: tenant 'a': api_keys[0] must be visible ASCII"},
+        {"tenants:\n  - id: a\n    api_keys: [ok, \"sk\\tb\"]\n",
+         "k.yaml:3: tenant 'a': api_keys[1] must be visible ASCII"},
+        {"tenants:\n  - id: a\n    api_keys: [\"sk\\0c\"]\n", "api_keys[0] must be visible ASCII"},
+        {"tenants:\n  - id: a\n    api_keys: [\"clé\"]\n", "api_keys[0] must be visible ASCII"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         kiln_err_clear(&err);
