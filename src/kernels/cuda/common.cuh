@@ -47,6 +47,11 @@ __device__ __forceinline__ void kc_prefetch_l2(const void *p, uint32_t bytes) {
 #endif
 }
 
+/* the 128-byte line at p into L2 (a hint: no registers, nothing waits on it) */
+__device__ __forceinline__ void kc_prefetch_line_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 #ifdef __CUDACC__
 /* kernel<<<grid, block, 0, s>>>(args...), with programmatic stream serialization when pdl */
 template <typename... KArgs, typename... Args>

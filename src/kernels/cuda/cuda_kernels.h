@@ -86,6 +86,10 @@ void kiln_cuda_t16k_occupancy(int mb);
 /* Benchmarks: the f16 rows' gemv at one token at 1 CTA of 16 warps per SM (no register cap,
  * the default) or 2 (64 registers; KILN_F16R_MB=2); 0: by the environment again. */
 void kiln_cuda_f16r_occupancy(int mb);
+/* Benchmarks: the q4_0 / q8_0 T16 gemv's L2 prefetch distance in rounds of loads for every
+ * dtype (0: none, up to 4), or -1: the defaults (q4_0 1, q8_0 0) or KILN_T16_PF. Values never
+ * change with it. Process-wide. */
+void kiln_cuda_t16_prefetch(int rounds);
 /* matmul.cu: a matmul group's members at one token that each run the tiled fma gemv (the
  * dtypes without a tensor-core or T16 path: q4_1, q5_0, q5_1, plain K-quants, f32, bf16)
  * in one launch per dtype (session 11); off with KILN_CUDA_GEMV_GROUP=0 or

@@ -22,7 +22,8 @@
  *
  * Session 9 (docs/CUDA.md "Decode fusion"): a pass of one token splits x inside the gemv
  * (FS: no prep launch); a matmul group's members sharing x run as one launch per dtype
- * (t16_jobs); the gemv is a programmatic dependent launch (t16_pdl_start).
+ * (t16_jobs); the gemv is a programmatic dependent launch (t16_pdl_start). Session 18:
+ * q4_0 prefetches each warp's next superchunk into L2 (t16_pf).
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -94,6 +95,7 @@ struct t16_job {
 };
 struct t16_jobs {
     t16_job m[T16_JOBS];
+    int pf; /* gemv_t16_kernel: L2 prefetch this many rounds ahead (t16_pf; 0: none) */
 };
 
 /* this CTA's member and tile (uniform per CTA): its weights first, its outputs at the
@@ -207,6 +209,15 @@ __global__ void __launch_bounds__(SW * 32, FS &&SW <= 16 ? 1024 / (SW * 32) : 1)
     const float *ip = inv + 2 * tig;                       /* + 8 per block */
     float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t s0 = w; s0 < nsc; s0 += (int64_t)SW * U) {
+        /* the warp's superchunks pf rounds ahead into L2, one 128-byte line a lane (session
+         * 18: q4_0 at pf = 1, t16_pf) */
+        if (J.pf > 0 && lane < SCB / 128) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t sa = s0 + (int64_t)J.pf * SW * U + (int64_t)u * SW;
+                if (sa < nsc) kc_prefetch_line_l2(tb + (size_t)sa * SCB + lane * 128);
+            }
+        }
         uint4 q[U][NQ], sd[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -656,6 +667,27 @@ static int kc_t16k_mb2(void) {
     return kc_mb2;
 }
 
+/* gemv_t16_kernel's L2 prefetch distance in rounds of loads (session 18, docs/CUDA.md): before
+ * it loads a round, each warp asks for its superchunk of the round pf later with one
+ * `prefetch.global.L2` a lane (a 128-byte line each). q4_0:
+ * 1 (8B decode matmuls 2.322 -> 2.237 ms, tg128 302-305 -> 312-316 tok/s, same host); q8_0:
+ * 0 (2.977 -> 3.165 ms with it: its loads already stream at ~90 %); 2 rounds was slower for
+ * q4_0 too. KILN_T16_PF=N (0-4) or kiln_cuda_t16_prefetch(N) sets every dtype (A/B; -1: the
+ * defaults again). Values never change with it. */
+static int kc_t16_pf = -1, kc_t16_pf_env = -2;
+extern "C" void kiln_cuda_t16_prefetch(int rounds) {
+    kc_t16_pf = rounds < 0 ? -1 : rounds > 4 ? 4 : rounds;
+}
+static int t16_pf(uint32_t dt) {
+    if (kc_t16_pf >= 0) return kc_t16_pf;
+    if (kc_t16_pf_env == -2) {
+        const char *e = getenv("KILN_T16_PF");
+        kc_t16_pf_env = e && e[0] >= '0' && e[0] <= '4' && !e[1] ? e[0] - '0' : -1;
+    }
+    if (kc_t16_pf_env >= 0) return kc_t16_pf_env;
+    return dt == KILN_DTYPE_Q4_0 ? 1 : 0;
+}
+
 template <int DT, bool FS>
 static void launch_t16(cudaStream_t s, const t16_jobs &J, unsigned grid, int64_t k, const float *x,
                        const uint4 *xf, const float *inv, int T, bool pdl) {
@@ -843,6 +875,7 @@ static kiln_status t16_run(const kiln_kctx *c, const kiln_matmul_args *m, int nm
             /* this dtype's members, T16_JOBS at a time (all of them when fused) */
             t16_jobs J;
             memset(&J, 0, sizeof J);
+            J.pf = fs ? t16_pf(m[i].w_dtype) : 0; /* measured at one token only */
             int nj = 0;
             for (int j = i; j < nm && nj < (fused ? T16_JOBS : 1); j++) {
                 if (done[j] || m[j].w_dtype != m[i].w_dtype) continue;
