@@ -69,6 +69,10 @@ static int decode_ab(const char *path, int threads, int n_tok) {
     kiln_err *err = kiln_err_new();
     kiln_model *m = NULL;
     kiln_engine *e = NULL;
+    kiln_sampler *smp = NULL;
+    float *logits = NULL;
+    double *ta = NULL, *tb = NULL, *ts = NULL; /* every exit frees them (fail below) */
+    int rc = 1;
     if (!err || kiln_model_load(path, &m, err) || kiln_model_load_tokenizer(m, err)) goto fail;
     kiln_engine_opts eo;
     kiln_engine_opts_default(&eo);
@@ -78,19 +82,18 @@ static int decode_ab(const char *path, int threads, int n_tok) {
     eo.max_seqs = 2;
     if (kiln_engine_create(m, &eo, &e, err)) goto fail;
     const int32_t nv = kiln_model_n_vocab(m), nt = (int32_t)kiln_vocab_n_tokens(m->vocab);
-    float *logits = malloc((size_t)nv * sizeof(float));
-    double *ta = malloc((size_t)n_tok * sizeof(double)),
-           *tb = malloc((size_t)n_tok * sizeof(double)),
-           *ts = malloc((size_t)n_tok * sizeof(double));
-    if (!logits || !ta || !tb || !ts) return 1;
+    logits = malloc((size_t)nv * sizeof(float));
+    ta = malloc((size_t)n_tok * sizeof(double));
+    tb = malloc((size_t)n_tok * sizeof(double));
+    ts = malloc((size_t)n_tok * sizeof(double));
+    if (!logits || !ta || !tb || !ts) goto fail;
     int32_t prompt[64], np;
     const char *text = "The capital of France is";
     if (kiln_model_tokenize(m, text, strlen(text), 1, 0, prompt, 64, &np, err)) goto fail;
     int32_t seq[2], last[2];
     kiln_sampler_params sp;
     kiln_sampler_params_default(&sp);
-    kiln_sampler *smp = NULL;
-    if (kiln_sampler_create(&sp, nv, &smp, NULL)) return 1;
+    if (kiln_sampler_create(&sp, nv, &smp, err)) goto fail;
     for (int s = 0; s < 2; s++) {
         if (kiln_seq_create(e, &seq[s], err)) goto fail;
         kiln_batch_entry b[64];
@@ -131,15 +134,17 @@ static int decode_ab(const char *path, int threads, int n_tok) {
     printf("  of which the sampler chain: median %.3f ms/token, p90 %.3f\n", ts[n_tok / 2],
            ts[n_tok * 9 / 10]);
     printf("  sampled / greedy speed: %.3f\n", mb / ma);
+    rc = 0;
+fail:
+    if (rc)
+        fprintf(stderr, "bench_sample: %s\n",
+                err && kiln_err_message(err)[0] ? kiln_err_message(err) : "out of memory");
     kiln_sampler_free(smp);
     free(logits), free(ta), free(tb), free(ts);
     kiln_engine_free(e);
     kiln_model_free(m);
     kiln_err_free(err);
-    return 0;
-fail:
-    fprintf(stderr, "bench_sample: %s\n", err ? kiln_err_message(err) : "out of memory");
-    return 1;
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -159,11 +164,15 @@ int main(int argc, char **argv) {
     }
     kiln_rng r;
     kiln_rng_seed(&r, 1234);
-    float *peaked[ROWS], *flat[ROWS];
+    float *peaked[ROWS] = {NULL}, *flat[ROWS] = {NULL};
     for (int k = 0; k < ROWS; k++) {
         peaked[k] = malloc((size_t)n * sizeof(float));
         flat[k] = malloc((size_t)n * sizeof(float));
-        if (!peaked[k] || !flat[k]) return 1;
+        if (!peaked[k] || !flat[k]) {
+            fprintf(stderr, "bench_sample: out of memory\n");
+            for (int j = 0; j <= k; j++) free(peaked[j]), free(flat[j]);
+            return 1;
+        }
         for (int32_t i = 0; i < n; i++) flat[k][i] = peaked[k][i] = 2.0f * gauss(&r);
         for (int j = 0; j < 10; j++) peaked[k][kiln_rng_next(&r) % (uint64_t)n] = 6.0f + (float)j;
     }
