@@ -238,6 +238,72 @@ static void test_chi_square(void **state) {
     free(lg);
 }
 
+/* Session 18: with top-k off over a large vocabulary the chain takes topk_off_first (the
+ * maximum, then one pass of p, z and min-p's survivors) instead of materializing every
+ * candidate for head() and filter_unsorted(); draw keeps its terms. Both must give the same
+ * tokens for the same seed, bit for bit: min-p off / on / 1, top-p from 0.5 to 1, several
+ * temperatures, penalties and biases (a banned token), NaN / -inf logits, ties, two vocab
+ * sizes on either side of the heap limit. KILN_SAMPLER_GENERAL=1 at create turns the fast
+ * path off. */
+static void test_topk_off_paths_agree(void **state) {
+    (void)state;
+    const int32_t vocabs[2] = {4100, 40000};
+    const float mps[4] = {0.0f, 0.05f, 0.3f, 1.0f}, tps[4] = {0.5f, 0.9f, 0.95f, 1.0f},
+                temps[2] = {0.4f, 1.3f};
+    kt_rng r;
+    kt_rng_seed(&r, 77);
+    long draws = 0;
+    for (int vi = 0; vi < 2; vi++) {
+        const int32_t n = vocabs[vi];
+        float *lg = malloc(sizeof(float) * (size_t)n);
+        assert_non_null(lg);
+        for (int c = 0; c < 4 * 4 * 2 * 2; c++) {
+            const int mi = c % 4, ti = (c / 4) % 4, te = (c / 16) % 2, pen = c / 32;
+            kiln_sampler_params p;
+            kiln_sampler_params_default(&p);
+            p.top_k = c % 3 == 0 ? -1 : 0;
+            p.min_p = mps[mi], p.top_p = tps[ti], p.temperature = temps[te];
+            p.seed = 99 + (uint64_t)c;
+            const kiln_logit_bias lb[3] = {{7, 3.5f}, {11, -INFINITY}, {n - 1, 2.0f}};
+            if (pen) {
+                p.repeat_penalty = 1.3f, p.presence_penalty = 0.4f;
+                p.logit_bias = lb, p.n_logit_bias = 3;
+            }
+            kiln_sampler *fast = NULL, *gen = NULL;
+            assert_int_equal(kiln_sampler_create(&p, n, &fast, NULL), KILN_OK);
+            setenv("KILN_SAMPLER_GENERAL", "1", 1);
+            assert_int_equal(kiln_sampler_create(&p, n, &gen, NULL), KILN_OK);
+            unsetenv("KILN_SAMPLER_GENERAL");
+            for (int step = 0; step < 6; step++) {
+                const float amp = (step + te) % 2 ? 1.0f : 4.0f; /* flat or peaked */
+                kt_fill_normal(&r, lg, (size_t)n, amp);
+                for (int j = 0; j < 10; j++) lg[kt_rng_u64(&r) % (uint64_t)n] = 6.0f + (float)j;
+                if (step % 3 == 1) {
+                    lg[kt_rng_u64(&r) % (uint64_t)n] = NAN;
+                    lg[kt_rng_u64(&r) % (uint64_t)n] = -INFINITY;
+                }
+                if (step == 4)
+                    for (int32_t i = 0; i < n; i += 2) lg[i] = lg[1]; /* many ties */
+                const int32_t a = kiln_sampler_sample(fast, lg, n),
+                              b = kiln_sampler_sample(gen, lg, n);
+                if (a != b)
+                    fail_msg(
+                        "vocab %d case %d step %d (min_p %g top_p %g temp %g pen %d): fast %d, "
+                        "general %d",
+                        (int)n, c, step, (double)p.min_p, (double)p.top_p, (double)p.temperature,
+                        pen, (int)a, (int)b);
+                kiln_sampler_accept(fast, a < 0 ? 0 : a);
+                kiln_sampler_accept(gen, b < 0 ? 0 : b);
+                draws++;
+            }
+            kiln_sampler_free(fast);
+            kiln_sampler_free(gen);
+        }
+        free(lg);
+    }
+    assert_int_equal(draws, 2 * 64 * 6);
+}
+
 static void test_seed_batch_threads(void **state);
 
 static void test_logit_bias_and_logprobs(void **state) {
@@ -370,6 +436,7 @@ int main(void) {
         cmocka_unit_test(test_chi_square),
         cmocka_unit_test(test_logit_bias_and_logprobs),
         cmocka_unit_test(test_seed_batch_threads),
+        cmocka_unit_test(test_topk_off_paths_agree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
