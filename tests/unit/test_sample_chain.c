@@ -5,6 +5,7 @@
 #include "testutil.h"
 
 #include "sample/sample.h"
+#include "base/cpu.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -304,6 +305,49 @@ static void test_topk_off_paths_agree(void **state) {
     assert_int_equal(draws, 2 * 64 * 6);
 }
 
+/* Session 18: the row's exps 8 at a time (AVX2, where the CPU has it) give the same bits as
+ * 4 at a time: logprobs (which use the row's sum) and temperature-only draws (block sums)
+ * equal with KILN_SAMPLER_NO_AVX2=1 at create. Skipped, saying so, without AVX2. */
+static void test_avx2_sums_agree(void **state) {
+    (void)state;
+    if (!(kiln_cpu_info()->isa & KILN_ISA_AVX2)) {
+        print_message("test_avx2_sums_agree: skipped: this CPU has no AVX2\n");
+        return;
+    }
+    const int32_t n = 70001; /* not a multiple of 8: the 4-wide and scalar tails too */
+    float *lg = malloc(sizeof(float) * (size_t)n);
+    assert_non_null(lg);
+    kt_rng r;
+    kt_rng_seed(&r, 5);
+    for (int c = 0; c < 2; c++) {
+        kiln_sampler_params p;
+        kiln_sampler_params_default(&p);
+        p.n_logprobs = 5;
+        if (c == 1) p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f, p.temperature = 0.9f;
+        kiln_sampler *a = NULL, *b = NULL;
+        assert_int_equal(kiln_sampler_create(&p, n, &a, NULL), KILN_OK);
+        setenv("KILN_SAMPLER_NO_AVX2", "1", 1);
+        assert_int_equal(kiln_sampler_create(&p, n, &b, NULL), KILN_OK);
+        unsetenv("KILN_SAMPLER_NO_AVX2");
+        for (int step = 0; step < 20; step++) {
+            kt_fill_normal(&r, lg, (size_t)n, step % 2 ? 1.0f : 5.0f);
+            lg[kt_rng_u64(&r) % (uint64_t)n] = NAN;
+            lg[kt_rng_u64(&r) % (uint64_t)n] = -INFINITY;
+            kiln_sample_out oa, ob;
+            const kiln_sample_row ra = {a, lg}, rb = {b, lg};
+            assert_int_equal(kiln_sample_batch(&ra, 1, n, &oa, NULL), KILN_OK);
+            assert_int_equal(kiln_sample_batch(&rb, 1, n, &ob, NULL), KILN_OK);
+            assert_int_equal(oa.token, ob.token);
+            assert_memory_equal(&oa.logprob, &ob.logprob, sizeof(float));
+            assert_int_equal(oa.n_top, ob.n_top);
+            assert_memory_equal(oa.top_logprob, ob.top_logprob, sizeof(float) * (size_t)oa.n_top);
+        }
+        kiln_sampler_free(a);
+        kiln_sampler_free(b);
+    }
+    free(lg);
+}
+
 static void test_seed_batch_threads(void **state);
 
 static void test_logit_bias_and_logprobs(void **state) {
@@ -437,6 +481,7 @@ int main(void) {
         cmocka_unit_test(test_logit_bias_and_logprobs),
         cmocka_unit_test(test_seed_batch_threads),
         cmocka_unit_test(test_topk_off_paths_agree),
+        cmocka_unit_test(test_avx2_sums_agree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
