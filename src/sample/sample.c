@@ -749,10 +749,9 @@ static void top_p_hist(chain_state *cs, float tp, float mx, double z) {
     while (bstar < NBUCKET - 1 && cum + mass[bstar] < target) cum += mass[bstar++];
     /* kept: buckets < bstar first, then bucket bstar (sorted). Two swap partitions written
      * as selects (session 18: -25 % on peaked rows; the compiler keeps some branches; an xor
-     * swap under a mask was slower): the same swaps, so the same arrangement. A bucket test
-     * as a float compare:
-     * for d >= 0 (or inf, or NaN: bucket NBUCKET - 1) and an integer k <= NBUCKET - 1, the
-     * bucket (int)d (clamped) is below k exactly when d < k. */
+     * swap under a mask was slower): the same swaps, so the same arrangement. The bucket
+     * test is a float compare: for d >= 0 (or inf, or NaN: bucket NBUCKET - 1) and an
+     * integer k <= NBUCKET - 1, the clamped bucket (int)d is below k exactly when d < k. */
     int32_t w = 0;
     const float lt = (float)bstar;
     for (int32_t i = 0; i < n; i++) {
@@ -789,9 +788,10 @@ static void top_p_hist(chain_state *cs, float tp, float mx, double z) {
  * every finite logit then filter_unsorted(), in two passes over the row instead of a pass
  * per stage over 12-byte candidates. min-p needs only the maximum (it keeps logit >= max +
  * log(min_p)), so one pass takes the maximum and a second computes p = fast_exp(l - max)
- * four at a time (fast_exp_ps: the same bits), sums z in id order (the same sequential
- * double sum) and keeps the survivors, in id order, in s->all; top-p then runs on them as
- * filter_unsorted would. bench_sample "top-k off (p.95 m.05)": 3.7 -> 1.1 ms. */
+ * 4 or 8 at a time (fast_exp_ps / exp8_row: the same bits), sums z in id order (the same
+ * sequential double sum) and keeps the survivors, in id order, in s->all; top-p then runs on
+ * them as filter_unsorted would. bench_sample "top-k off (p.95 m.05)": 2.4-3.9 -> 1.0-1.3 ms
+ * (PERF.md "Sampling", session 18). */
 static kiln_status topk_off_first(kiln_sampler *s, const float *lg, int32_t n, chain_state *cs,
                                   kiln_err *err) {
     KILN_TRY(ensure_all(s, err));
@@ -805,7 +805,7 @@ static kiln_status topk_off_first(kiln_sampler *s, const float *lg, int32_t n, c
     const float thr = s->p.min_p > 0.0f ? mx + logf(s->p.min_p) : -INFINITY;
     double z = 0;
     int32_t m = 0, oi = 0, alive_n = 0;
-    float lb[256], pb[256]; /* a chunk's effective logits and their fast_exp (SSE2: 4 a time) */
+    float lb[256], pb[256]; /* a chunk's effective logits and their fast_exp */
     for (int32_t i0 = 0; i0 < n; i0 += 256) {
         const int32_t len = n - i0 < 256 ? n - i0 : 256;
         memcpy(lb, lg + i0, (size_t)len * sizeof(float));

@@ -239,6 +239,16 @@ static void test_chi_square(void **state) {
     free(lg);
 }
 
+/* Two samplers of the same parameters, the second created with env=1 (a switch the sampler
+ * reads at create: KILN_SAMPLER_GENERAL, KILN_SAMPLER_NO_AVX2) */
+static void sampler_pair(const kiln_sampler_params *p, int32_t n, const char *env, kiln_sampler **a,
+                         kiln_sampler **b) {
+    assert_int_equal(kiln_sampler_create(p, n, a, NULL), KILN_OK);
+    setenv(env, "1", 1);
+    assert_int_equal(kiln_sampler_create(p, n, b, NULL), KILN_OK);
+    unsetenv(env);
+}
+
 /* Session 18: with top-k off over a large vocabulary the chain takes topk_off_first (the
  * maximum, then one pass of p, z and min-p's survivors) instead of materializing every
  * candidate for head() and filter_unsorted(); draw keeps its terms. Both must give the same
@@ -271,10 +281,7 @@ static void test_topk_off_paths_agree(void **state) {
                 p.logit_bias = lb, p.n_logit_bias = 3;
             }
             kiln_sampler *fast = NULL, *gen = NULL;
-            assert_int_equal(kiln_sampler_create(&p, n, &fast, NULL), KILN_OK);
-            setenv("KILN_SAMPLER_GENERAL", "1", 1);
-            assert_int_equal(kiln_sampler_create(&p, n, &gen, NULL), KILN_OK);
-            unsetenv("KILN_SAMPLER_GENERAL");
+            sampler_pair(&p, n, "KILN_SAMPLER_GENERAL", &fast, &gen);
             for (int step = 0; step < 6; step++) {
                 const float amp = (step + te) % 2 ? 1.0f : 4.0f; /* flat or peaked */
                 kt_fill_normal(&r, lg, (size_t)n, amp);
@@ -325,10 +332,7 @@ static void test_avx2_sums_agree(void **state) {
         p.n_logprobs = 5;
         if (c == 1) p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f, p.temperature = 0.9f;
         kiln_sampler *a = NULL, *b = NULL;
-        assert_int_equal(kiln_sampler_create(&p, n, &a, NULL), KILN_OK);
-        setenv("KILN_SAMPLER_NO_AVX2", "1", 1);
-        assert_int_equal(kiln_sampler_create(&p, n, &b, NULL), KILN_OK);
-        unsetenv("KILN_SAMPLER_NO_AVX2");
+        sampler_pair(&p, n, "KILN_SAMPLER_NO_AVX2", &a, &b);
         for (int step = 0; step < 20; step++) {
             kt_fill_normal(&r, lg, (size_t)n, step % 2 ? 1.0f : 5.0f);
             lg[kt_rng_u64(&r) % (uint64_t)n] = NAN;
