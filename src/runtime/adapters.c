@@ -272,10 +272,16 @@ static kiln_status lm_head_adapter(kiln_exec *x, const kiln_bound_insn *bi) {
     const kiln_bound_weight *w = &bi->w[KILN_W_LM_HEAD];
     const int64_t E = bi->width_in[0];
     const float *h = kiln_reg_in(x, bi, 0);
-    /* gather the rows that want logits (contiguous in the workspace), on the device */
+    /* gather the rows that want logits (contiguous in the workspace), on the device; rows
+     * already contiguous in the step (a decode step: every token wants logits) are read in
+     * place (rows of 16 floats' multiples keep the buffer's 64-byte alignment) */
     float *rows = x->work;
     const size_t rb = (size_t)E * sizeof(float);
-    for (int32_t i = 0; i < x->n_logits; i++) {
+    bool in_place = E % 16 == 0;
+    for (int32_t i = 1; i < x->n_logits && in_place; i++)
+        in_place = x->logit_rows[i] == x->logit_rows[0] + i;
+    if (in_place) rows = (float *)h + (int64_t)x->logit_rows[0] * E;
+    for (int32_t i = 0; i < x->n_logits && !in_place; i++) {
         kiln_buf dst = {.ptr = rows + (int64_t)i * E, .size = rb, .space = KILN_MEM_DEVICE};
         kiln_buf src = {.ptr = (void *)(h + (int64_t)x->logit_rows[i] * E),
                         .size = rb,

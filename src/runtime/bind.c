@@ -7,6 +7,7 @@
 #include "runtime/kselect.h"
 
 #include "base/log.h"
+#include "base/timer.h"
 #include "format/dtype.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda_t16.h"
@@ -609,6 +610,12 @@ kiln_status kiln_exec_run(const kiln_bound_plan *bp, kiln_exec *x, kiln_err *err
         if (x->counters) x->counters[bi->insn->opcode]++;
         x->cur_site = -1;
         kiln_status st = KILN_ERR_UNSUPPORTED;
+        uint64_t t0 = 0;
+        if (x->op_ns) {
+            if ((st = kiln_device_sync(x->dev, err)) != KILN_OK) return st;
+            st = KILN_ERR_UNSUPPORTED;
+            t0 = kiln_now_ns();
+        }
         if (bi->insn->opcode == KILN_OP_RESIDUAL_ADD && i + 1 < bp->plan.n_insns &&
             ad == kiln_adapters) {
             st = kiln_adapter_add_norm(x, bi, &bp->bi[i + 1]);
@@ -618,6 +625,12 @@ kiln_status kiln_exec_run(const kiln_bound_plan *bp, kiln_exec *x, kiln_err *err
             }
         }
         if (st == KILN_ERR_UNSUPPORTED) st = ad[bi->insn->opcode](x, bi);
+        if (!st && x->op_ns) { /* the profile: this instruction's launch + run */
+            st = kiln_device_sync(x->dev, err);
+            const uint64_t now = kiln_now_ns();
+            x->op_ns[bi->insn->opcode] += now - t0;
+            x->op_ns[KILN_OP_LIMIT + bi->insn->opcode]++;
+        }
         if (st) {
             x->failed_insn = x->cur_site >= 0 ? i : -1;
             if (bi->insn->layer >= 0)

@@ -7,6 +7,7 @@
 #include "runtime/kselect.h"
 
 #include "base/log.h"
+#include "base/timer.h"
 #include "base/mapguard.h"
 #include "base/mem.h"
 #include "format/dtype.h"
@@ -15,6 +16,7 @@
 #include "runtime/comm.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -105,7 +107,20 @@ kiln_status kiln_engine_create_rank(const kiln_model *m, const kiln_engine_opts 
     {
         const char *g = getenv("KILN_GRAPHS"); /* step graphs: on unless "0" (A/B runs) */
         /* dispatch counters are host-side: a replayed graph would not count */
-        e->graphs_on = !(g && strcmp(g, "0") == 0) && !o->counters && n_ranks == 1;
+        const char *prof = getenv("KILN_OP_PROFILE");
+        const bool profile = prof && prof[0] && strcmp(prof, "0") != 0;
+        e->graphs_on = !(g && strcmp(g, "0") == 0) && !o->counters && n_ranks == 1 && !profile;
+        if (profile) {
+            e->op_prof = kiln_calloc((size_t)KILN_BUCKETS * 2 * KILN_OP_LIMIT, sizeof(uint64_t));
+            if (!e->op_prof) {
+                kiln_free(e);
+                return kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
+            }
+        }
+        /* graphs for pure-decode steps of up to this bucket (KILN_GRAPH_BUCKET, default 1:
+         * 1-8 tokens; 2: up to 64) */
+        const char *gb = getenv("KILN_GRAPH_BUCKET");
+        e->graph_bucket = gb && gb[0] >= '0' && gb[0] <= '4' && !gb[1] ? gb[0] - '0' : 1;
     }
     for (int b = 0; b < KILN_BUCKETS; b++) e->scratch_need[b] = SIZE_MAX;
     int64_t n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
@@ -206,6 +221,31 @@ kiln_status kiln_engine_create_rank(const kiln_model *m, const kiln_engine_opts 
     return KILN_OK;
 }
 
+/* KILN_OP_PROFILE's table: per opcode the calls and wall time (device synced around each
+ * instruction), and what the engine's steps spent outside the plan (inputs, sampling,
+ * outputs to the host) */
+static void print_op_profile(const kiln_engine *e) {
+    static const char *const bucket_name[KILN_BUCKETS] = {"1", "2-8", "9-64", "65-512", ">512"};
+    fprintf(stderr, "op profile (KILN_OP_PROFILE; the device synced around each instruction)\n");
+    for (int b = 0; b < KILN_BUCKETS; b++) {
+        const uint64_t *p = e->op_prof + (size_t)b * 2 * KILN_OP_LIMIT, steps = e->prof_steps[b];
+        if (!steps) continue;
+        fprintf(stderr, " steps of %s tokens: %llu steps, %.3f ms/step\n", bucket_name[b],
+                (unsigned long long)steps, e->prof_step_ns[b] / 1e6 / (double)steps);
+        uint64_t in_plan = 0;
+        for (int op = 0; op < KILN_OP_LIMIT; op++) {
+            const uint64_t ns = p[op], calls = p[KILN_OP_LIMIT + op];
+            if (!calls) continue;
+            in_plan += ns;
+            fprintf(stderr, "  %-14s %8llu calls %8.2f us/call %8.3f ms/step\n",
+                    kiln_opcode_name((uint32_t)op), (unsigned long long)calls,
+                    ns / 1e3 / (double)calls, ns / 1e6 / (double)steps);
+        }
+        const uint64_t rest = e->prof_step_ns[b] > in_plan ? e->prof_step_ns[b] - in_plan : 0;
+        fprintf(stderr, "  %-14s %37.3f ms/step\n", "outside plan", rest / 1e6 / (double)steps);
+    }
+}
+
 void kiln_engine_free(kiln_engine *e) {
     if (!e) return;
     kiln_device *dev = &e->dev;
@@ -253,6 +293,8 @@ void kiln_engine_free(kiln_engine *e) {
     kiln_free(e->seq_slot);
     kiln_free(e->row_of_entry);
     kiln_free(e->counters);
+    if (e->op_prof) print_op_profile(e);
+    kiln_free(e->op_prof);
     kiln_free(e);
 }
 
@@ -778,6 +820,7 @@ kiln_status kiln_engine_exec_setup(kiln_engine *e, const kiln_prepared *pp, cons
     x->work_floats = e->work_floats;
     x->kv = &e->kv;
     x->counters = e->counters;
+    x->op_ns = e->op_prof ? e->op_prof + (size_t)x->bucket * 2 * KILN_OP_LIMIT : NULL;
     x->comm = e->comm;
     x->comm_rank = e->tp_rank;
     return KILN_OK;
@@ -801,6 +844,7 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
     kiln_prepared *pp = &e->prep;
     if (!pp->ready) return kiln_err_set(err, KILN_ERR_STATE, "no step is prepared");
     pp->ready = false; /* from here the step either runs or is dropped */
+    const uint64_t prof_t0 = e->op_prof ? kiln_now_ns() : 0;
     e->n_out = 0;
     const int32_t n = pp->t;
     if (n == 0) return KILN_OK;
@@ -851,7 +895,9 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
          * would have to capture its collectives too */
         st = kiln_tp_run(e, &x, out_logits, err);
     } else {
-        if (e->graphs_on && x.bucket <= 1) { /* decode buckets: gemv kernels, no cuBLAS */
+        /* decode buckets (gemv kernels, no cuBLAS); pure-decode steps of up to 64 tokens
+         * with KILN_GRAPH_BUCKET=2 */
+        if (e->graphs_on && (x.bucket <= 1 || (x.bucket <= e->graph_bucket && x.n_decode == n))) {
             kiln_graph_key gk;
             kiln_graph_key_of(&x, mode, &gk);
             st = kiln_graph_run(&e->graphs, &e->dev, &gk, &e->bp, &x, err);
@@ -924,6 +970,7 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
      * memory took the outputs (kiln_engine_step wrappers, which do not use accessors) */
     e->out_caller =
         (pp->greedy ? ids != NULL : logits != NULL) && host && !tp_greedy && !pp->sampled;
+    if (e->op_prof) e->prof_step_ns[x.bucket] += kiln_now_ns() - prof_t0, e->prof_steps[x.bucket]++;
     return KILN_OK;
 }
 

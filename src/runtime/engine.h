@@ -119,10 +119,15 @@ struct kiln_engine {
     /* step scratch (host) */
     int32_t *seq_slot, *row_of_entry;
     uint64_t *counters;
+    /* KILN_OP_PROFILE=1: per tokens bucket, per opcode wall ns and calls ([KILN_BUCKETS][2 *
+     * KILN_OP_LIMIT], exec.h), and the engine steps' wall ns and count; printed to stderr
+     * when the engine is freed */
+    uint64_t *op_prof, prof_step_ns[KILN_BUCKETS], prof_steps[KILN_BUCKETS];
     /* replayable decode-step graphs (runtime/graph.h; device backends with graph hooks,
      * buckets 0-1 only; KILN_GRAPHS=0 turns them off) */
     kiln_graph_cache graphs;
     bool graphs_on;
+    int graph_bucket; /* the largest tokens bucket whose pure-decode steps replay graphs */
     /* tensor parallelism (engine_tp.c, docs/TP.md). Every rank is an engine with its own
      * device, bound plan (its shard: plan/tp.h), buffers and KV memory. Rank 0, the
      * leader, is the engine callers see: it owns the group (tp), keeps the sequences and

@@ -53,6 +53,9 @@ typedef struct kiln_exec {
     size_t work_floats;
     kiln_kv_pool *kv;
     uint64_t *counters; /* [KILN_OP_LIMIT] dispatch counts, or NULL (off) */
+    /* KILN_OP_PROFILE (engine.c): [2 * KILN_OP_LIMIT] wall ns then calls per opcode, the
+     * device synced before and after each instruction (so launch + run), or NULL (off) */
+    uint64_t *op_ns;
     /* tensor parallelism (plan/tp.h, runtime/tp.c): the group and this rank's index in it;
      * NULL on one device. With a vocabulary-sharded LM head, logits is this rank's shard
      * [n_logits][n_vocab / ranks] and gather_logits writes the full rows to logits_full
