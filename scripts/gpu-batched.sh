@@ -73,7 +73,7 @@ for s in "$@"; do
     ncu)
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
       t=${T8%% *}
-      step ncu 400 "$NCU" --metrics gpu__time_duration.sum --clock-control none --csv \
+      step ncu 200 "$NCU" --metrics gpu__time_duration.sum --clock-control none --csv \
         --log-file "$LOG/ncu.csv" $N/bench/bench_sched -m $M/llama3-8b-$t.gguf -b cuda \
         --mode decode --npl 16 --pp 16 --tg 5
       # per kernel: calls and total us (all steps of the run: one 256-token prefill, 4 decode steps)
