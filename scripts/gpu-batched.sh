@@ -75,8 +75,8 @@ for s in "$@"; do
       t=${T8%% *}
       step ncu 200 "$NCU" --metrics gpu__time_duration.sum --clock-control none --csv \
         --log-file "$LOG/ncu.csv" $N/bench/bench_sched -m $M/llama3-8b-$t.gguf -b cuda \
-        --mode decode --npl 16 --pp 16 --tg 5
-      # per kernel: calls and total us (all steps of the run: one 256-token prefill, 4 decode steps)
+        --mode decode --npl 16 --pp 32 --tg 5
+      # per kernel: calls and total us (all steps of the run: one 512-token prefill, 4 decode steps)
       python3 - "$LOG/ncu.csv" >"$LOG/ncu-sum.txt" <<'EOF'
 import csv, sys, collections
 rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
