@@ -10,8 +10,9 @@
  * same bits (deterministic). Then: 4 row tiles per warp above 64 tokens, the GEMM from 1
  * token (its small-t paths), the fallbacks with the GEMM off (KILN_CUDA_NO_I8's previous
  * selection, bitwise the T16 GEMM up to 64 tokens), and a matmul group (q / k / v, gate / up
- * + GLU, mixed dtypes) bitwise equal to its members alone; the registry's choice per bucket
- * and policy.
+ * + GLU, mixed dtypes; one dtype: one launch, at a forced k split) bitwise equal to its
+ * members alone; the k split reduced in thread-block clusters bitwise equal to the partial
+ * sums' reduction kernel; the registry's choice per bucket and policy.
  *
  * Skips (exit 77) when no usable GPU is present.
  */
@@ -268,88 +269,135 @@ static void test_gemm_i8_group(void **state) {
     kiln_cuda_gemm_i8_set(1);
     kiln_cuda_gemm_i8_config(0, 0, 0);
     static const int64_t ts[] = {16, 64, 130};
-    for (int ti = 0; ti < 3; ti++)
-        for (int glu = 0; glu < 2; glu++) {
-            const int nm = glu ? 2 : 3;
-            const int64_t k = 512, t = ts[ti], xs = k + 4;
-            const int64_t ns[3] = {glu ? 300 : 256, glu ? 300 : 64, 64};
-            float *x = malloc(sizeof(float) * (size_t)(t * xs));
-            assert_non_null(x);
-            kt_fill_normal(&rng, x, (size_t)(t * xs), 1.0f);
-            float *xd = dup_dev(x, sizeof(float) * (size_t)(t * xs));
-            kiln_matmul_group_args g = {.n = nm};
-            void *wd[3];
-            float *yd[3], *ya[3], *yg[3];
-            for (int i = 0; i < nm; i++) {
-                const uint32_t dt = i == 1 ? KILN_DTYPE_Q8_0 : KILN_DTYPE_Q4_0;
-                const kiln_dtype_info *info = kiln_dtype_get(dt);
-                const size_t rb = (size_t)(k / info->block_size) * info->block_bytes;
-                const size_t tb = (size_t)((ns[i] + 15) / 16) * 16 * rb;
-                uint8_t *w = malloc((size_t)ns[i] * rb), *r = malloc(tb);
-                assert_true(w && r);
-                kt_fill_weights(&rng, dt, w, ns[i], k, rb);
-                assert_int_equal(kiln_cuda_t16_repack(dt, w, rb, ns[i], k, r, NULL), KILN_OK);
-                wd[i] = dup_dev(r, tb);
-                const size_t yb = sizeof(float) * (size_t)(t * ns[i]);
-                yd[i] = poisoned(yb);
-                ya[i] = malloc(yb), yg[i] = malloc(yb);
-                assert_true(ya[i] && yg[i]);
-                g.m[i] = (kiln_matmul_args){.w = wd[i],
-                                            .w_dtype = dt,
-                                            .w_row_bytes = rb,
-                                            .w_layout = KILN_WLAYOUT_CUDA_T16,
-                                            .n = ns[i],
-                                            .k = k,
-                                            .x = xd,
-                                            .x_stride = xs,
-                                            .y = yd[i],
-                                            .y_stride = ns[i],
-                                            .t = t};
-                g.fn[i] = kiln_cuda_matmul_i8;
-                assert_int_equal(kiln_cuda_matmul_i8(&kc, &g.m[i]), KILN_OK);
-                get(ya[i], yd[i], yb);
-                CK(cudaMemset(yd[i], 0xFF, yb));
-                free(w), free(r);
+    /* mixed dtypes: a launch per member (their own k splits); one dtype: one launch for the
+     * group (clusters), whose k split follows the whole grid, so the members alone are
+     * compared at the same forced split */
+    for (int same = 0; same < 2; same++)
+        for (int ti = 0; ti < 3; ti++)
+            for (int glu = 0; glu < 2; glu++) {
+                kiln_cuda_gemm_i8_ksplit(same ? 3 : 0);
+                const int nm = glu ? 2 : 3;
+                const int64_t k = 512, t = ts[ti], xs = k + 4;
+                const int64_t ns[3] = {glu ? 300 : 256, glu ? 300 : 64, 64};
+                float *x = malloc(sizeof(float) * (size_t)(t * xs));
+                assert_non_null(x);
+                kt_fill_normal(&rng, x, (size_t)(t * xs), 1.0f);
+                float *xd = dup_dev(x, sizeof(float) * (size_t)(t * xs));
+                kiln_matmul_group_args g = {.n = nm};
+                void *wd[3];
+                float *yd[3], *ya[3], *yg[3];
+                for (int i = 0; i < nm; i++) {
+                    const uint32_t dt = i == 1 && !same ? KILN_DTYPE_Q8_0 : KILN_DTYPE_Q4_0;
+                    const kiln_dtype_info *info = kiln_dtype_get(dt);
+                    const size_t rb = (size_t)(k / info->block_size) * info->block_bytes;
+                    const size_t tb = (size_t)((ns[i] + 15) / 16) * 16 * rb;
+                    uint8_t *w = malloc((size_t)ns[i] * rb), *r = malloc(tb);
+                    assert_true(w && r);
+                    kt_fill_weights(&rng, dt, w, ns[i], k, rb);
+                    assert_int_equal(kiln_cuda_t16_repack(dt, w, rb, ns[i], k, r, NULL), KILN_OK);
+                    wd[i] = dup_dev(r, tb);
+                    const size_t yb = sizeof(float) * (size_t)(t * ns[i]);
+                    yd[i] = poisoned(yb);
+                    ya[i] = malloc(yb), yg[i] = malloc(yb);
+                    assert_true(ya[i] && yg[i]);
+                    g.m[i] = (kiln_matmul_args){.w = wd[i],
+                                                .w_dtype = dt,
+                                                .w_row_bytes = rb,
+                                                .w_layout = KILN_WLAYOUT_CUDA_T16,
+                                                .n = ns[i],
+                                                .k = k,
+                                                .x = xd,
+                                                .x_stride = xs,
+                                                .y = yd[i],
+                                                .y_stride = ns[i],
+                                                .t = t};
+                    g.fn[i] = kiln_cuda_matmul_i8;
+                    assert_int_equal(kiln_cuda_matmul_i8(&kc, &g.m[i]), KILN_OK);
+                    get(ya[i], yd[i], yb);
+                    CK(cudaMemset(yd[i], 0xFF, yb));
+                    free(w), free(r);
+                }
+                float *gd = NULL, *gh = NULL, *gr = NULL;
+                const size_t gb = sizeof(float) * (size_t)(t * ns[0]);
+                if (glu) {
+                    gd = poisoned(gb);
+                    gh = malloc(gb), gr = malloc(gb);
+                    assert_true(gh && gr);
+                    g.glu_fn = kiln_cuda_glu;
+                    g.act = KILN_GLU_SWIGLU;
+                    g.glu_y = gd;
+                    g.glu_y_stride = ns[0];
+                }
+                assert_int_equal(kiln_cuda_matmul_group(&kc, &g), KILN_OK);
+                for (int i = 0; i < nm; i++) {
+                    get(yg[i], yd[i], sizeof(float) * (size_t)(t * ns[i]));
+                    if (memcmp(ya[i], yg[i], sizeof(float) * (size_t)(t * ns[i])) != 0)
+                        fail_msg("i8 group t=%lld member %d (%s dtypes): differs from the member "
+                                 "alone",
+                                 (long long)t, i, same ? "one" : "mixed");
+                }
+                if (glu) {
+                    /* the GLU of the members' own outputs, the same kernel */
+                    kiln_glu_args ga = {.gate = yd[0],
+                                        .up = yd[1],
+                                        .y = gd,
+                                        .t = t,
+                                        .n = ns[0],
+                                        .gate_stride = ns[0],
+                                        .up_stride = ns[1],
+                                        .y_stride = ns[0],
+                                        .act = KILN_GLU_SWIGLU};
+                    get(gh, gd, gb);
+                    CK(cudaMemset(gd, 0xFF, gb));
+                    assert_int_equal(kiln_cuda_glu(&kc, &ga), KILN_OK);
+                    get(gr, gd, gb);
+                    if (memcmp(gh, gr, gb) != 0)
+                        fail_msg("i8 group t=%lld: GLU differs", (long long)t);
+                    cudaFree(gd), free(gh), free(gr);
+                }
+                for (int i = 0; i < nm; i++)
+                    cudaFree(wd[i]), cudaFree(yd[i]), free(ya[i]), free(yg[i]);
+                cudaFree(xd), free(x);
             }
-            float *gd = NULL, *gh = NULL, *gr = NULL;
-            const size_t gb = sizeof(float) * (size_t)(t * ns[0]);
-            if (glu) {
-                gd = poisoned(gb);
-                gh = malloc(gb), gr = malloc(gb);
-                assert_true(gh && gr);
-                g.glu_fn = kiln_cuda_glu;
-                g.act = KILN_GLU_SWIGLU;
-                g.glu_y = gd;
-                g.glu_y_stride = ns[0];
+    kiln_cuda_gemm_i8_ksplit(0);
+}
+
+/* version 2's k split reduced in thread-block clusters (the default on sm_90) against the
+ * partial sums and i8_reduce_kernel: the same bits at the same split (the clusters hold at
+ * most 8 CTAs, so splits of 2-8, and 16 with KILN_I8_CLUSTER_MAX=16) */
+static void test_gemm_i8_cluster(void **state) {
+    (void)state;
+    kiln_cuda_gemm_i8_set(1);
+    kiln_cuda_gemm_i8_config(0, 0, 0);
+    static const int kss[] = {2, 5, 8};
+    for (size_t d = 0; d < 2; d++)
+        for (size_t i = 0; i < NCS; i++) {
+            if (cs[i].t < 12) continue;
+            dev_mm m;
+            mm_make(&m, dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, 1.0f, 0);
+            float *y0 = malloc(m.yb);
+            assert_non_null(y0);
+            for (int a = 0; a < 3; a++) {
+                kiln_cuda_gemm_i8_ksplit(kss[a]);
+                kiln_cuda_gemm_i8_cluster(0);
+                assert_int_equal(kiln_cuda_matmul_i8(&kc, &m.a), KILN_OK);
+                get(y0, m.a.y, m.yb);
+                CK(cudaMemset(m.a.y, 0xFF, m.yb));
+                kiln_cuda_gemm_i8_cluster(1);
+                assert_int_equal(kiln_cuda_matmul_i8(&kc, &m.a), KILN_OK);
+                get(m.y, m.a.y, m.yb);
+                check_pad(&m, "cluster");
+                if (memcmp(y0, m.y, m.yb) != 0)
+                    fail_msg("gemm_i8 %s n=%lld k=%lld t=%lld split %d: clusters differ from "
+                             "the partial sums",
+                             kiln_dtype_get(dts[d])->name, (long long)cs[i].n, (long long)cs[i].k,
+                             (long long)cs[i].t, kss[a]);
             }
-            assert_int_equal(kiln_cuda_matmul_group(&kc, &g), KILN_OK);
-            for (int i = 0; i < nm; i++) {
-                get(yg[i], yd[i], sizeof(float) * (size_t)(t * ns[i]));
-                if (memcmp(ya[i], yg[i], sizeof(float) * (size_t)(t * ns[i])) != 0)
-                    fail_msg("i8 group t=%lld member %d: differs from the member alone",
-                             (long long)t, i);
-            }
-            if (glu) {
-                /* the GLU of the members' own outputs, the same kernel */
-                kiln_glu_args ga = {.gate = yd[0],
-                                    .up = yd[1],
-                                    .y = gd,
-                                    .t = t,
-                                    .n = ns[0],
-                                    .gate_stride = ns[0],
-                                    .up_stride = ns[1],
-                                    .y_stride = ns[0],
-                                    .act = KILN_GLU_SWIGLU};
-                get(gh, gd, gb);
-                CK(cudaMemset(gd, 0xFF, gb));
-                assert_int_equal(kiln_cuda_glu(&kc, &ga), KILN_OK);
-                get(gr, gd, gb);
-                if (memcmp(gh, gr, gb) != 0) fail_msg("i8 group t=%lld: GLU differs", (long long)t);
-                cudaFree(gd), free(gh), free(gr);
-            }
-            for (int i = 0; i < nm; i++) cudaFree(wd[i]), cudaFree(yd[i]), free(ya[i]), free(yg[i]);
-            cudaFree(xd), free(x);
+            free(y0);
+            mm_free(&m);
         }
+    kiln_cuda_gemm_i8_ksplit(0);
+    kiln_cuda_gemm_i8_cluster(-1);
 }
 
 /* the registry's choice for an 8B-shaped q4_0 / q8_0 matmul on this device: the int8 GEMM
@@ -398,9 +446,10 @@ static void test_gemm_i8_selection(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm_i8_shapes),  cmocka_unit_test(test_gemm_i8_magnitudes),
-        cmocka_unit_test(test_gemm_i8_configs), cmocka_unit_test(test_gemm_i8_fallback),
-        cmocka_unit_test(test_gemm_i8_group),   cmocka_unit_test(test_gemm_i8_selection),
+        cmocka_unit_test(test_gemm_i8_shapes),    cmocka_unit_test(test_gemm_i8_magnitudes),
+        cmocka_unit_test(test_gemm_i8_configs),   cmocka_unit_test(test_gemm_i8_fallback),
+        cmocka_unit_test(test_gemm_i8_group),     cmocka_unit_test(test_gemm_i8_cluster),
+        cmocka_unit_test(test_gemm_i8_selection),
     };
     return kt_cuda_main("test_cuda_gemm_i8", tests, sizeof tests / sizeof tests[0],
                         0x6b696c6e69386d6dull, SCRATCH_BYTES);

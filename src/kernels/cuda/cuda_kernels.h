@@ -143,6 +143,9 @@ void kiln_cuda_gemm_i8_ksplit(int ks);
 /* Which kernel: 1 (version 1: loads through L1), 2 (version 2: activations and weights staged
  * in shared memory by cp.async, the default); 0: KILN_I8_V=1, else 2. Process-wide. */
 void kiln_cuda_gemm_i8_variant(int v);
+/* The cluster reduction of version 2's k split (sm_90; a group of one dtype in one launch):
+ * 1 on, 0 off (one launch per member, i8_reduce_kernel), -1 KILN_I8_CLUSTER (default on) */
+void kiln_cuda_gemm_i8_cluster(int on);
 
 /* T16 weights (n x k) -> f16 hi halves at out[0, n k), 2^11-scaled lo at out[n k, 2 n k)
  * (the cuBLAS path's split-f16 weights), on the stream. */

@@ -50,8 +50,11 @@
 #include "kernels/select.h"
 #include "kernels/spec.h"
 
+#include <cooperative_groups.h>
 #include <stdlib.h>
 #include <string.h>
+
+namespace cg = cooperative_groups;
 
 #define I8_WARPS      8   /* warps per CTA */
 #define I8_CHUNK      512 /* most tokens quantized per prep launch (the workspace holds them) */
@@ -132,7 +135,7 @@ __device__ __forceinline__ void i8_mma(int c[4], const uint32_t a[4], uint32_t b
 #else
     (void)a, (void)b0, (void)b1;
     c[0] = c[1] = c[2] = c[3] = 0;
-    __trap(); /* the spec asks for sm_80; never reached */
+    __trap();     /* the spec asks for sm_80; never reached */
 #endif
 }
 
@@ -315,18 +318,42 @@ template <int DT, int NT> struct i8s_smem {
     uint4 w[2][I8_WARPS][I8S_MT][i8_geom<DT>::SCB / 16]; /* [buffer][warp][tile][T16 bytes] */
 };
 
-template <int DT, int NT>
+/* The matmuls of one version-2 launch: one, or the members of a group sharing x, k and the
+ * dtype (grid y: member i's row groups from gy0[i]) */
+struct i8_mm {
+    const uint8_t *W;
+    float *y;
+    const float *bias;
+    int64_t n, ys;
+    int gy0;
+};
+struct i8_grp {
+    i8_mm m[KILN_MATMUL_GROUP_MAX];
+    int nm;
+};
+
+/* CL: the grid's k split (grid z) runs as one thread-block cluster per output tile, whose
+ * CTAs add their partial sums through distributed shared memory in split order (the
+ * values of i8_reduce_kernel, no scratch, no second launch; sm_90) */
+template <int DT, int NT, bool CL>
 __global__ void __launch_bounds__(I8_WARPS * 32, 2)
-    gemm_i8s_kernel(const uint8_t *__restrict__ W, int64_t n, int64_t k,
-                    const uint4 *__restrict__ xq, int T, float *__restrict__ y, int64_t ys,
-                    const float *__restrict__ bias, int per, float *__restrict__ part) {
+    gemm_i8s_kernel(const i8_grp gp, int64_t k, const uint4 *__restrict__ xq, int T, int per,
+                    float *__restrict__ part) {
     constexpr int SCB = i8_geom<DT>::SCB, NQ = i8_geom<DT>::NQ, MT = I8S_MT, NC = SCB / 16;
     extern __shared__ uint4 i8s_raw[];
     i8s_smem<DT, NT> &sm = *reinterpret_cast<i8s_smem<DT, NT> *>(i8s_raw);
+    int mi = 0;
+#pragma unroll
+    for (int i = 1; i < KILN_MATMUL_GROUP_MAX; i++)
+        if (i < gp.nm && (int)blockIdx.y >= gp.m[i].gy0) mi = i;
+    const uint8_t *__restrict__ W = gp.m[mi].W;
+    float *__restrict__ y = gp.m[mi].y;
+    const float *__restrict__ bias = gp.m[mi].bias;
+    const int64_t n = gp.m[mi].n, ys = gp.m[mi].ys, by = (int64_t)blockIdx.y - gp.m[mi].gy0;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, tig = lane & 3;
     const int64_t nb = k / 32, nk = k / KILN_CUDA_T16_K;
     const int64_t sc0 = (int64_t)blockIdx.z * per, sc1 = sc0 + per < nk ? sc0 + per : nk;
-    const int64_t tiles = (n + 15) / 16, tile0 = ((int64_t)blockIdx.y * I8_WARPS + w) * MT;
+    const int64_t tiles = (n + 15) / 16, tile0 = (by * I8_WARPS + w) * MT;
     const int ntt = (T + 7) / 8, j0 = (int)blockIdx.x * NT;
     const int nj = ntt - j0 < NT ? ntt - j0 : NT;
     int mlive = 0;
@@ -410,6 +437,44 @@ __global__ void __launch_bounds__(I8_WARPS * 32, 2)
             }
         }
         __syncthreads(); /* the buffer is restaged two superchunks on */
+    }
+    if constexpr (CL) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        if (gridDim.z > 1) {
+            /* the CTA's partial tile [256 rows][NT 8 tokens] in its own shared memory (the
+             * staging buffers: every warp passed the loop's last barrier) */
+            constexpr int TK = NT * 8, R = I8_WARPS * MT * 16;
+            float *red = reinterpret_cast<float *>(i8s_raw);
+            static_assert(sizeof(float) * R * TK <= sizeof(i8s_smem<DT, NT>), "partial tile");
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        red[(w * MT * 16 + m * 16 + g + (e >= 2 ? 8 : 0)) * TK + j * 8 + 2 * tig +
+                            (e & 1)] = tot[m][j][e];
+            cg::cluster_group cl = cg::this_cluster();
+            cl.sync();
+            /* CTA z adds elements [z E / ks, (z + 1) E / ks) of the tile (row fastest: the
+             * stores coalesce), over the cluster's CTAs in split order, then + bias */
+            const int ks = (int)gridDim.z, z = (int)blockIdx.z, E = R * nj * 8;
+            const int lo = (int)((int64_t)z * E / ks), hi = (int)((int64_t)(z + 1) * E / ks);
+            for (int i = lo + tid; i < hi; i += I8_WARPS * 32) {
+                const int tk = i / R, rl = i % R;
+                const int64_t row = by * R + rl, tok = (int64_t)j0 * 8 + tk;
+                if (row >= n || tok >= T) continue;
+                float *p = red + rl * TK + tk;
+                float s2 = *cl.map_shared_rank(p, 0);
+                for (int r = 1; r < ks; r++) s2 += *cl.map_shared_rank(p, r);
+                y[tok * ys + row] = s2 + (bias ? bias[row] : 0.0f);
+            }
+            cl.sync(); /* no CTA leaves while another reads its shared memory */
+            return;
+        }
+#else
+        __trap(); /* launched on sm_90 only (i8_cluster_ok) */
+#endif
     }
 #pragma unroll
     for (int m = 0; m < MT; m++)
@@ -552,10 +617,11 @@ static bool i8_use(const kiln_kctx *c, const kiln_matmul_args *m, int nm) {
 
 /* the k split for a grid of ctas CTAs: enough for 2 CTAs per SM, at most I8_MAX_KS ranges
  * and nk superchunks, partial sums within pb bytes; returns the range length (per) */
-static int i8_split(int64_t ctas, int64_t nk, int64_t T, int64_t n, size_t pb, int64_t *ks_out) {
+static int i8_split(int64_t ctas, int64_t nk, int64_t T, int64_t n, size_t pb, int64_t *ks_out,
+                    int64_t most = I8_MAX_KS) {
     const int64_t want = 2 * (int64_t)kc_device_sms();
     int64_t ks = i8_ks_fixed > 0 ? i8_ks_fixed : (want + ctas - 1) / ctas;
-    const int64_t maxks = nk < I8_MAX_KS ? nk : I8_MAX_KS;
+    const int64_t maxks = nk < most ? nk : most;
     ks = ks < 1 ? 1 : ks > maxks ? maxks : ks;
     while (ks > 1 && (size_t)ks * (size_t)T * (size_t)n * sizeof(float) > pb) ks--;
     const int per = (int)((nk + ks - 1) / ks);
@@ -587,46 +653,114 @@ static void launch_i8_cfg(cudaStream_t s, const kiln_matmul_args *a, const uint4
     }
 }
 
-template <int DT, int NT>
-static void launch_i8s(cudaStream_t s, const kiln_matmul_args *a, const uint4 *xq, int T, float *y,
-                       float *part, size_t pb) {
-    /* the shared memory past 48 KB, asked once per device (setting it twice is harmless) */
+/* The cluster reduction (gemm_i8s_kernel<.., CL>): on unless KILN_I8_CLUSTER=0 or the
+ * setter; sm_90 devices only; clusters of at most 8 CTAs (16 with KILN_I8_CLUSTER_MAX=16) */
+static int i8_cl_state = -1, i8_cl_max = 0;
+extern "C" void kiln_cuda_gemm_i8_cluster(int on) {
+    i8_cl_state = on < 0 ? -1 : on ? 1 : 0;
+}
+static int i8_cluster_max(void) {
+    if (i8_cl_state < 0) {
+        const char *e = getenv("KILN_I8_CLUSTER");
+        i8_cl_state = e && e[0] == '0' ? 0 : 1;
+    }
+    if (!i8_cl_state) return 0;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        major < 9)
+        return 0;
+    if (!i8_cl_max) {
+        const char *e = getenv("KILN_I8_CLUSTER_MAX");
+        i8_cl_max = e && !strcmp(e, "16") ? 16 : 8;
+    }
+    return i8_cl_max;
+}
+
+template <int DT, int NT, bool CL> static void i8s_attrs(size_t smem) {
+    /* the shared memory past 48 KB (and clusters past 8), asked once per device (setting it
+     * twice is harmless) */
     static unsigned long long attr_set = 0;
-    const size_t smem = sizeof(i8s_smem<DT, NT>);
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 63;
     if (!((__atomic_load_n(&attr_set, __ATOMIC_RELAXED) >> dev) & 1ull)) {
-        (void)cudaFuncSetAttribute(gemm_i8s_kernel<DT, NT>,
+        (void)cudaFuncSetAttribute(gemm_i8s_kernel<DT, NT, CL>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (CL)
+            (void)cudaFuncSetAttribute(gemm_i8s_kernel<DT, NT, CL>,
+                                       cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
         __atomic_fetch_or(&attr_set, 1ull << dev, __ATOMIC_RELAXED);
-    }
-    const int64_t tiles = (a->n + 15) / 16, nk = a->k / KILN_CUDA_T16_K;
-    const int ntt = (T + 7) / 8;
-    const unsigned gx = (unsigned)((ntt + NT - 1) / NT);
-    const int64_t gy = (tiles + I8_WARPS * I8S_MT - 1) / (I8_WARPS * I8S_MT);
-    int64_t ks = 1;
-    const int per = i8_split(gy * gx, nk, T, a->n, pb, &ks);
-    gemm_i8s_kernel<DT, NT><<<dim3(gx, (unsigned)gy, (unsigned)ks), I8_WARPS * 32, smem, s>>>(
-        (const uint8_t *)a->w, a->n, a->k, xq, T, y, a->y_stride, a->bias, per,
-        ks > 1 ? part : NULL);
-    if (ks > 1) {
-        const int64_t m = (int64_t)T * a->n;
-        i8_reduce_kernel<<<(unsigned)((m + 255) / 256), 256, 0, s>>>(part, (int)ks, a->n, T, y,
-                                                                     a->y_stride, a->bias);
     }
 }
 
+/* Version 2 on nm matmuls of one dtype sharing x: with clusters (clmax > 0) one launch for
+ * all, the k split reduced in the clusters; else one launch per matmul (nm must be 1), the
+ * k split's partial sums in part (pb bytes) added by i8_reduce_kernel */
+template <int DT, int NT>
+static void launch_i8s(cudaStream_t s, const kiln_matmul_args *m, int nm, const uint4 *xq, int T,
+                       float *part, size_t pb, int clmax) {
+    const int64_t nk = m[0].k / KILN_CUDA_T16_K;
+    const int ntt = (T + 7) / 8;
+    const unsigned gx = (unsigned)((ntt + NT - 1) / NT);
+    i8_grp gp;
+    memset(&gp, 0, sizeof gp);
+    gp.nm = nm;
+    int64_t gy = 0;
+    for (int i = 0; i < nm; i++) {
+        const int64_t tiles = (m[i].n + 15) / 16;
+        gp.m[i] = i8_mm{(const uint8_t *)m[i].w, m[i].y, m[i].bias, m[i].n, m[i].y_stride, (int)gy};
+        gy += (tiles + I8_WARPS * I8S_MT - 1) / (I8_WARPS * I8S_MT);
+    }
+    int64_t ks = 1;
+    if (clmax > 0) {
+        const size_t smem = sizeof(i8s_smem<DT, NT>);
+        i8s_attrs<DT, NT, true>(smem);
+        const int per = i8_split(gy * gx, nk, T, m[0].n, SIZE_MAX, &ks, clmax);
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(gx, (unsigned)gy, (unsigned)ks);
+        cfg.blockDim = dim3(I8_WARPS * 32);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = s;
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = 1;
+        at[0].val.clusterDim.y = 1;
+        at[0].val.clusterDim.z = (unsigned)ks;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        /* an error stays for kc_launched */
+        (void)cudaLaunchKernelEx(&cfg, gemm_i8s_kernel<DT, NT, true>, gp, m[0].k, xq, T, per,
+                                 (float *)NULL);
+        return;
+    }
+    const size_t smem = sizeof(i8s_smem<DT, NT>);
+    i8s_attrs<DT, NT, false>(smem);
+    const int per = i8_split(gy * gx, nk, T, m[0].n, pb, &ks);
+    gemm_i8s_kernel<DT, NT, false>
+        <<<dim3(gx, (unsigned)gy, (unsigned)ks), I8_WARPS * 32, smem, s>>>(gp, m[0].k, xq, T, per,
+                                                                           ks > 1 ? part : NULL);
+    if (ks > 1) {
+        const int64_t e = (int64_t)T * m[0].n;
+        i8_reduce_kernel<<<(unsigned)((e + 255) / 256), 256, 0, s>>>(
+            part, (int)ks, m[0].n, T, m[0].y, m[0].y_stride, m[0].bias);
+    }
+}
+
+/* Version 2 (the default) on nm matmuls of dtype DT sharing x (nm > 1: clusters only) */
+template <int DT>
+static void launch_i8v2(cudaStream_t s, const kiln_matmul_args *m, int nm, const uint4 *xq, int T,
+                        float *part, size_t pb, int clmax) {
+    if ((T + 7) / 8 <= 2)
+        launch_i8s<DT, 2>(s, m, nm, xq, T, part, pb, clmax);
+    else
+        launch_i8s<DT, 4>(s, m, nm, xq, T, part, pb, clmax);
+}
+
+/* Version 1 (KILN_I8_V=1) on one matmul */
 template <int DT>
 static void launch_i8(cudaStream_t s, const kiln_matmul_args *a, const uint4 *xq, int T, float *y,
                       float *part, size_t pb) {
     const int ntt = (T + 7) / 8;
-    if (i8_v_get() == 2) {
-        if (ntt <= 2)
-            launch_i8s<DT, 2>(s, a, xq, T, y, part, pb);
-        else
-            launch_i8s<DT, 4>(s, a, xq, T, y, part, pb);
-        return;
-    }
     const bool o2 = i8_occ_get() == 2;
     if (ntt <= 2) {
         if (o2)
@@ -649,17 +783,38 @@ static kiln_status i8_run(const kiln_kctx *c, const kiln_matmul_args *m, int nm)
     const size_t dq = (i8_bytes(k, ch) + 255) / 256 * 256; /* then the partial sums */
     float *part = (float *)((char *)c->scratch + dq);
     const size_t pb = c->scratch_size > dq ? c->scratch_size - dq : 0;
+    const bool v2 = i8_v_get() == 2;
+    const int clmax = v2 ? i8_cluster_max() : 0;
     for (int64_t t0 = 0; t0 < t; t0 += ch) {
         const int T = (int)(t - t0 < ch ? t - t0 : ch), Tp = (T + 7) / 8 * 8;
         const int64_t thr = (int64_t)Tp * (k / 4);
         xq8_prep_kernel<<<(unsigned)((thr + 255) / 256), 256, 0, s>>>(m[0].x + t0 * m[0].x_stride,
                                                                       m[0].x_stride, k, T, Tp, xq);
+        /* this chunk's members: their outputs from token t0 */
+        kiln_matmul_args mc[KILN_MATMUL_GROUP_MAX];
+        bool one_dt = true;
         for (int i = 0; i < nm; i++) {
-            float *y = m[i].y + t0 * m[i].y_stride;
-            if (m[i].w_dtype == KILN_DTYPE_Q4_0)
-                launch_i8<KILN_DTYPE_Q4_0>(s, &m[i], (const uint4 *)xq, T, y, part, pb);
+            mc[i] = m[i];
+            mc[i].y = m[i].y + t0 * m[i].y_stride;
+            one_dt = one_dt && m[i].w_dtype == m[0].w_dtype;
+        }
+        if (v2 && clmax > 0 && one_dt) { /* one launch for the group */
+            if (m[0].w_dtype == KILN_DTYPE_Q4_0)
+                launch_i8v2<KILN_DTYPE_Q4_0>(s, mc, nm, (const uint4 *)xq, T, part, pb, clmax);
             else
-                launch_i8<KILN_DTYPE_Q8_0>(s, &m[i], (const uint4 *)xq, T, y, part, pb);
+                launch_i8v2<KILN_DTYPE_Q8_0>(s, mc, nm, (const uint4 *)xq, T, part, pb, clmax);
+            continue;
+        }
+        for (int i = 0; i < nm; i++) {
+            const bool q4 = m[i].w_dtype == KILN_DTYPE_Q4_0;
+            if (v2 && q4)
+                launch_i8v2<KILN_DTYPE_Q4_0>(s, &mc[i], 1, (const uint4 *)xq, T, part, pb, clmax);
+            else if (v2)
+                launch_i8v2<KILN_DTYPE_Q8_0>(s, &mc[i], 1, (const uint4 *)xq, T, part, pb, clmax);
+            else if (q4)
+                launch_i8<KILN_DTYPE_Q4_0>(s, &mc[i], (const uint4 *)xq, T, mc[i].y, part, pb);
+            else
+                launch_i8<KILN_DTYPE_Q8_0>(s, &mc[i], (const uint4 *)xq, T, mc[i].y, part, pb);
         }
     }
     return kc_launched();
