@@ -363,13 +363,13 @@ static void test_gemm_i8_group(void **state) {
 }
 
 /* version 2's k split reduced in thread-block clusters (the default on sm_90) against the
- * partial sums and i8_reduce_kernel: the same bits at the same split (the clusters hold at
- * most 8 CTAs, so splits of 2-8, and 16 with KILN_I8_CLUSTER_MAX=16) */
+ * partial sums and i8_reduce_kernel: the same bits at the same split (2, 5, 8, 16: clusters
+ * of up to 16 CTAs) */
 static void test_gemm_i8_cluster(void **state) {
     (void)state;
     kiln_cuda_gemm_i8_set(1);
     kiln_cuda_gemm_i8_config(0, 0, 0);
-    static const int kss[] = {2, 5, 8};
+    static const int kss[] = {2, 5, 8, 16};
     for (size_t d = 0; d < 2; d++)
         for (size_t i = 0; i < NCS; i++) {
             if (cs[i].t < 12) continue;
@@ -377,7 +377,7 @@ static void test_gemm_i8_cluster(void **state) {
             mm_make(&m, dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, 1.0f, 0);
             float *y0 = malloc(m.yb);
             assert_non_null(y0);
-            for (int a = 0; a < 3; a++) {
+            for (int a = 0; a < 4; a++) {
                 kiln_cuda_gemm_i8_ksplit(kss[a]);
                 kiln_cuda_gemm_i8_cluster(0);
                 assert_int_equal(kiln_cuda_matmul_i8(&kc, &m.a), KILN_OK);

@@ -654,7 +654,7 @@ static void launch_i8_cfg(cudaStream_t s, const kiln_matmul_args *a, const uint4
 }
 
 /* The cluster reduction (gemm_i8s_kernel<.., CL>): on unless KILN_I8_CLUSTER=0 or the
- * setter; sm_90 devices only; clusters of at most 8 CTAs (16 with KILN_I8_CLUSTER_MAX=16) */
+ * setter; sm_90 devices only; clusters of at most 16 CTAs (8 with KILN_I8_CLUSTER_MAX=8) */
 static int i8_cl_state = -1, i8_cl_max = 0;
 extern "C" void kiln_cuda_gemm_i8_cluster(int on) {
     i8_cl_state = on < 0 ? -1 : on ? 1 : 0;
@@ -672,7 +672,7 @@ static int i8_cluster_max(void) {
         return 0;
     if (!i8_cl_max) {
         const char *e = getenv("KILN_I8_CLUSTER_MAX");
-        i8_cl_max = e && !strcmp(e, "16") ? 16 : 8;
+        i8_cl_max = e && !strcmp(e, "8") ? 8 : 16;
     }
     return i8_cl_max;
 }
@@ -691,6 +691,54 @@ template <int DT, int NT, bool CL> static void i8s_attrs(size_t smem) {
                                        cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
         __atomic_fetch_or(&attr_set, 1ull << dev, __ATOMIC_RELAXED);
     }
+}
+
+/* The cluster path's k split: the ks (<= clmax, <= the superchunks) whose waves x range
+ * length is least (fewest ranges on ties), a wave being the CTAs resident at once: 2 per
+ * SM, or fewer where clusters of ks CTAs fit fewer (cudaOccupancyMaxActiveClusters, asked
+ * once per device and size). The range length (per) and *ks_out as i8_split. */
+template <int DT, int NT>
+static int i8_split_cl(int64_t ctas, int64_t nk, int clmax, size_t smem, int64_t *ks_out) {
+    static int fit[64][17]; /* [device][ks]: CTAs resident at once in clusters of ks (+1) */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 63;
+    const int64_t slots = 2 * (int64_t)kc_device_sms();
+    const int64_t most = i8_ks_fixed > 0 ? (i8_ks_fixed < clmax ? i8_ks_fixed : clmax) : clmax;
+    int64_t best = 1, best_cost = INT64_MAX;
+    for (int64_t ks = i8_ks_fixed > 0 ? most : 1; ks <= most && ks <= nk; ks++) {
+        int f = __atomic_load_n(&fit[dev][ks], __ATOMIC_RELAXED);
+        if (!f) {
+            f = (int)slots + 1;
+            if (ks > 1) {
+                cudaLaunchConfig_t cfg = {};
+                cfg.gridDim = dim3(1, 1, (unsigned)ks);
+                cfg.blockDim = dim3(I8_WARPS * 32);
+                cfg.dynamicSmemBytes = smem;
+                cudaLaunchAttribute at[1];
+                at[0].id = cudaLaunchAttributeClusterDimension;
+                at[0].val.clusterDim.x = 1;
+                at[0].val.clusterDim.y = 1;
+                at[0].val.clusterDim.z = (unsigned)ks;
+                cfg.attrs = at;
+                cfg.numAttrs = 1;
+                int nc = 0;
+                if (cudaOccupancyMaxActiveClusters(&nc, gemm_i8s_kernel<DT, NT, true>, &cfg) !=
+                    cudaSuccess) {
+                    (void)cudaGetLastError();
+                    nc = 0;
+                }
+                f = nc * (int)ks + 1;
+            }
+            __atomic_store_n(&fit[dev][ks], f, __ATOMIC_RELAXED);
+        }
+        const int64_t res = (f - 1) < slots ? (f - 1) : slots;
+        if (res < ks) continue; /* clusters of ks do not fit */
+        const int64_t per = (nk + ks - 1) / ks, waves = (ctas * ks + res - 1) / res;
+        if (waves * per < best_cost) best_cost = waves * per, best = ks;
+    }
+    const int per = (int)((nk + best - 1) / best);
+    *ks_out = (nk + per - 1) / per; /* no empty range */
+    return per;
 }
 
 /* Version 2 on nm matmuls of one dtype sharing x: with clusters (clmax > 0) one launch for
@@ -715,7 +763,7 @@ static void launch_i8s(cudaStream_t s, const kiln_matmul_args *m, int nm, const 
     if (clmax > 0) {
         const size_t smem = sizeof(i8s_smem<DT, NT>);
         i8s_attrs<DT, NT, true>(smem);
-        const int per = i8_split(gy * gx, nk, T, m[0].n, SIZE_MAX, &ks, clmax);
+        const int per = i8_split_cl<DT, NT>(gy * gx, nk, clmax, smem, &ks);
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3(gx, (unsigned)gy, (unsigned)ks);
         cfg.blockDim = dim3(I8_WARPS * 32);
