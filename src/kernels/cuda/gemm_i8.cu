@@ -325,6 +325,7 @@ struct i8_mm {
     float *y;
     const float *bias;
     int64_t n, ys;
+    int64_t poff; /* the member's partial sums from part + poff (ks T n floats) */
     int gy0;
 };
 struct i8_grp {
@@ -487,7 +488,7 @@ __global__ void __launch_bounds__(I8_WARPS * 32, 2)
                 const int64_t tok = (int64_t)(j0 + j) * 8 + 2 * tig + (e & 1);
                 if (row >= n || tok >= T) continue;
                 if (part)
-                    part[((int64_t)blockIdx.z * T + tok) * n + row] = tot[m][j][e];
+                    part[gp.m[mi].poff + ((int64_t)blockIdx.z * T + tok) * n + row] = tot[m][j][e];
                 else
                     y[tok * ys + row] = tot[m][j][e] + (bias ? bias[row] : 0.0f);
             }
@@ -503,6 +504,24 @@ __global__ void i8_reduce_kernel(const float *__restrict__ part, int ks, int64_t
     float s = part[i];
     for (int z = 1; z < ks; z++) s += part[z * step + i];
     y[tok * ys + row] = s + (bias ? bias[row] : 0.0f);
+}
+
+/* i8_reduce_kernel for the members of a group launch: one thread per output of any member */
+__global__ void i8_reduce_grp_kernel(const float *__restrict__ part, int ks, const i8_grp gp,
+                                     int T) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int mi = 0;
+    for (; mi < gp.nm; mi++) {
+        if (i < (int64_t)T * gp.m[mi].n) break;
+        i -= (int64_t)T * gp.m[mi].n;
+    }
+    if (mi >= gp.nm) return;
+    const i8_mm &mm = gp.m[mi];
+    const int64_t tok = i / mm.n, row = i % mm.n, step = (int64_t)T * mm.n;
+    const float *p = part + mm.poff;
+    float s = p[i];
+    for (int z = 1; z < ks; z++) s += p[z * step + i];
+    mm.y[tok * mm.ys + row] = s + (mm.bias ? mm.bias[row] : 0.0f);
 }
 
 /* ---- host side ---- */
@@ -653,8 +672,9 @@ static void launch_i8_cfg(cudaStream_t s, const kiln_matmul_args *a, const uint4
     }
 }
 
-/* The cluster reduction (gemm_i8s_kernel<.., CL>): on unless KILN_I8_CLUSTER=0 or the
- * setter; sm_90 devices only; clusters of at most 16 CTAs (8 with KILN_I8_CLUSTER_MAX=8) */
+/* The cluster reduction (gemm_i8s_kernel<.., CL>): off unless KILN_I8_CLUSTER=1 or the
+ * setter (measured slower than the partial sums on the H100: docs/CUDA.md); sm_90 devices
+ * only; clusters of at most 16 CTAs (8 with KILN_I8_CLUSTER_MAX=8) */
 static int i8_cl_state = -1, i8_cl_max = 0;
 extern "C" void kiln_cuda_gemm_i8_cluster(int on) {
     i8_cl_state = on < 0 ? -1 : on ? 1 : 0;
@@ -662,7 +682,7 @@ extern "C" void kiln_cuda_gemm_i8_cluster(int on) {
 static int i8_cluster_max(void) {
     if (i8_cl_state < 0) {
         const char *e = getenv("KILN_I8_CLUSTER");
-        i8_cl_state = e && e[0] == '0' ? 0 : 1;
+        i8_cl_state = e && e[0] == '1' ? 1 : 0;
     }
     if (!i8_cl_state) return 0;
     int dev = 0, major = 0;
@@ -697,13 +717,33 @@ template <int DT, int NT, bool CL> static void i8s_attrs(size_t smem) {
  * length is least (fewest ranges on ties), a wave being the CTAs resident at once: 2 per
  * SM, or fewer where clusters of ks CTAs fit fewer (cudaOccupancyMaxActiveClusters, asked
  * once per device and size). The range length (per) and *ks_out as i8_split. */
+/* Version 2's k split (no clusters): the ks (<= 16, <= the superchunks, partial sums of
+ * ntot rows within pb bytes) whose waves x (range length + 1) is least, fewest ranges on
+ * ties; a wave is 2 CTAs per SM (the +1: a CTA's fixed cost, about one superchunk's) */
+static int i8_split_waves(int64_t ctas, int64_t nk, int64_t T, int64_t ntot, size_t pb,
+                          int64_t *ks_out) {
+    const int64_t slots = 2 * (int64_t)kc_device_sms();
+    int64_t most = i8_ks_fixed > 0 ? i8_ks_fixed : I8_MAX_KS;
+    most = most < nk ? most : nk;
+    while (most > 1 && (size_t)most * (size_t)T * (size_t)ntot * sizeof(float) > pb) most--;
+    int64_t best = 1, best_cost = INT64_MAX;
+    for (int64_t ks = i8_ks_fixed > 0 ? most : 1; ks <= most; ks++) {
+        const int64_t per = (nk + ks - 1) / ks, waves = (ctas * ks + slots - 1) / slots;
+        if (waves * (per + 1) < best_cost) best_cost = waves * (per + 1), best = ks;
+    }
+    const int per = (int)((nk + best - 1) / best);
+    *ks_out = (nk + per - 1) / per; /* no empty range */
+    return per;
+}
+
 template <int DT, int NT>
 static int i8_split_cl(int64_t ctas, int64_t nk, int clmax, size_t smem, int64_t *ks_out) {
     static int fit[64][17]; /* [device][ks]: CTAs resident at once in clusters of ks (+1) */
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 63;
     const int64_t slots = 2 * (int64_t)kc_device_sms();
-    const int64_t most = i8_ks_fixed > 0 ? (i8_ks_fixed < clmax ? i8_ks_fixed : clmax) : clmax;
+    int64_t most = i8_ks_fixed > 0 ? (i8_ks_fixed < clmax ? i8_ks_fixed : clmax) : clmax;
+    most = most < nk ? most : nk;
     int64_t best = 1, best_cost = INT64_MAX;
     for (int64_t ks = i8_ks_fixed > 0 ? most : 1; ks <= most && ks <= nk; ks++) {
         int f = __atomic_load_n(&fit[dev][ks], __ATOMIC_RELAXED);
@@ -741,9 +781,9 @@ static int i8_split_cl(int64_t ctas, int64_t nk, int clmax, size_t smem, int64_t
     return per;
 }
 
-/* Version 2 on nm matmuls of one dtype sharing x: with clusters (clmax > 0) one launch for
- * all, the k split reduced in the clusters; else one launch per matmul (nm must be 1), the
- * k split's partial sums in part (pb bytes) added by i8_reduce_kernel */
+/* Version 2 on nm matmuls of one dtype sharing x, in one launch: the k split reduced in
+ * clusters (clmax > 0), else its partial sums in part (pb bytes) added in split order by
+ * i8_reduce_grp_kernel */
 template <int DT, int NT>
 static void launch_i8s(cudaStream_t s, const kiln_matmul_args *m, int nm, const uint4 *xq, int T,
                        float *part, size_t pb, int clmax) {
@@ -753,11 +793,13 @@ static void launch_i8s(cudaStream_t s, const kiln_matmul_args *m, int nm, const 
     i8_grp gp;
     memset(&gp, 0, sizeof gp);
     gp.nm = nm;
-    int64_t gy = 0;
+    int64_t gy = 0, ntot = 0;
     for (int i = 0; i < nm; i++) {
         const int64_t tiles = (m[i].n + 15) / 16;
-        gp.m[i] = i8_mm{(const uint8_t *)m[i].w, m[i].y, m[i].bias, m[i].n, m[i].y_stride, (int)gy};
+        gp.m[i] =
+            i8_mm{(const uint8_t *)m[i].w, m[i].y, m[i].bias, m[i].n, m[i].y_stride, 0, (int)gy};
         gy += (tiles + I8_WARPS * I8S_MT - 1) / (I8_WARPS * I8S_MT);
+        ntot += m[i].n;
     }
     int64_t ks = 1;
     if (clmax > 0) {
@@ -783,18 +825,18 @@ static void launch_i8s(cudaStream_t s, const kiln_matmul_args *m, int nm, const 
     }
     const size_t smem = sizeof(i8s_smem<DT, NT>);
     i8s_attrs<DT, NT, false>(smem);
-    const int per = i8_split(gy * gx, nk, T, m[0].n, pb, &ks);
+    const int per = i8_split_waves(gy * gx, nk, T, ntot, pb, &ks);
+    for (int i = 1; i < nm; i++) gp.m[i].poff = gp.m[i - 1].poff + ks * (int64_t)T * m[i - 1].n;
     gemm_i8s_kernel<DT, NT, false>
         <<<dim3(gx, (unsigned)gy, (unsigned)ks), I8_WARPS * 32, smem, s>>>(gp, m[0].k, xq, T, per,
                                                                            ks > 1 ? part : NULL);
     if (ks > 1) {
-        const int64_t e = (int64_t)T * m[0].n;
-        i8_reduce_kernel<<<(unsigned)((e + 255) / 256), 256, 0, s>>>(
-            part, (int)ks, m[0].n, T, m[0].y, m[0].y_stride, m[0].bias);
+        const int64_t e = (int64_t)T * ntot;
+        i8_reduce_grp_kernel<<<(unsigned)((e + 255) / 256), 256, 0, s>>>(part, (int)ks, gp, T);
     }
 }
 
-/* Version 2 (the default) on nm matmuls of dtype DT sharing x (nm > 1: clusters only) */
+/* Version 2 (the default) on nm matmuls of dtype DT sharing x */
 template <int DT>
 static void launch_i8v2(cudaStream_t s, const kiln_matmul_args *m, int nm, const uint4 *xq, int T,
                         float *part, size_t pb, int clmax) {
@@ -846,7 +888,7 @@ static kiln_status i8_run(const kiln_kctx *c, const kiln_matmul_args *m, int nm)
             mc[i].y = m[i].y + t0 * m[i].y_stride;
             one_dt = one_dt && m[i].w_dtype == m[0].w_dtype;
         }
-        if (v2 && clmax > 0 && one_dt) { /* one launch for the group */
+        if (v2 && one_dt) { /* one launch for the group */
             if (m[0].w_dtype == KILN_DTYPE_Q4_0)
                 launch_i8v2<KILN_DTYPE_Q4_0>(s, mc, nm, (const uint4 *)xq, T, part, pb, clmax);
             else
