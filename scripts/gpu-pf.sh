@@ -12,25 +12,7 @@
 #        RUNS (default "base new base new": `base`, `new` or `new:VAR=VALUE`)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/kiln-gpu-out}
-LOG=$OUT/logs; mkdir -p "$LOG"
-M=/tmp/models; mkdir -p $M
-export KILN_NO_PROGRESS=1
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$LOG/gpu.txt"
-source scripts/gpu-env.sh
-step() { # name, timeout, command... (output in $LOG/name.log)
-  local name=$1 to=$2; shift 2
-  local t0=$SECONDS
-  timeout "$to" "$@" >"$LOG/$name.log" 2>&1
-  local r=$?
-  ROWS+=("$(printf '%-30s %-8s %4ss' "$name" "$([ $r = 0 ] && echo ok || echo "FAIL:$r")" \
-    "$((SECONDS - t0))")")
-  [ $r = 0 ] || rc=1
-  return $r
-}
-B=build-gpu
-[ -f $B/CMakeCache.txt ] || step configure 300 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release \
-  -DKILN_CUDA=ON -DKILN_CUDA_ARCHITECTURES=90 -DKILN_OPENBLAS=OFF -DKILN_ONEDNN=OFF "${KILN_CMAKE_ARGS[@]}"
+source scripts/gpu-common.sh
 step build 600 cmake --build $B -j"$(nproc)" --target kiln-bin kiln-gen bench_cuda test_cuda_kernels \
   test_cuda_e2e || grep -E "error" "$LOG/build.log" | head
 N=$PWD/$B

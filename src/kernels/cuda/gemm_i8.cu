@@ -31,9 +31,11 @@
  * Work split (version 2, the default: gemm_i8s_kernel): a CTA of 8 warps, each owning 2 T16
  * tiles (256 rows a CTA) and NT (2 or 4) tiles of 8 tokens; per superchunk the CTA's B
  * fragments and each warp's weights are copied to shared memory by cp.async, double-buffered.
- * Grid x: token groups; y: row groups; z: the k split into ranges of superchunks, as many as
- * give 2 CTAs per SM (at most 16, their partial sums in scratch, added in range order by
- * i8_reduce_kernel, then + bias). Version 1 (gemm_i8_kernel, KILN_I8_V=1): the warps load
+ * Grid x: token groups; y: row groups (of every member of a group of one dtype: one launch
+ * for q / k / v or gate / up, session 19); z: the k split into ranges of superchunks, as many
+ * as make the fewest waves x range length (at most 16, their partial sums in scratch, added
+ * in range order by i8_reduce_grp_kernel, then + bias). Version 1 (gemm_i8_kernel,
+ * KILN_I8_V=1): the warps load
  * weights and B fragments from global memory (L1) themselves, the k split also over the
  * CTA's warps.
  *
@@ -736,6 +738,23 @@ static int i8_split_waves(int64_t ctas, int64_t nk, int64_t T, int64_t ntot, siz
     return per;
 }
 
+/* a version-2 launch of grid g whose grid-z CTAs form one cluster (at: its attribute) */
+static cudaLaunchConfig_t i8_cluster_cfg(dim3 g, size_t smem, cudaStream_t s,
+                                         cudaLaunchAttribute at[1]) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = g;
+    cfg.blockDim = dim3(I8_WARPS * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = g.z;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
 template <int DT, int NT>
 static int i8_split_cl(int64_t ctas, int64_t nk, int clmax, size_t smem, int64_t *ks_out) {
     static int fit[64][17]; /* [device][ks]: CTAs resident at once in clusters of ks (+1) */
@@ -750,17 +769,9 @@ static int i8_split_cl(int64_t ctas, int64_t nk, int clmax, size_t smem, int64_t
         if (!f) {
             f = (int)slots + 1;
             if (ks > 1) {
-                cudaLaunchConfig_t cfg = {};
-                cfg.gridDim = dim3(1, 1, (unsigned)ks);
-                cfg.blockDim = dim3(I8_WARPS * 32);
-                cfg.dynamicSmemBytes = smem;
                 cudaLaunchAttribute at[1];
-                at[0].id = cudaLaunchAttributeClusterDimension;
-                at[0].val.clusterDim.x = 1;
-                at[0].val.clusterDim.y = 1;
-                at[0].val.clusterDim.z = (unsigned)ks;
-                cfg.attrs = at;
-                cfg.numAttrs = 1;
+                const cudaLaunchConfig_t cfg =
+                    i8_cluster_cfg(dim3(1, 1, (unsigned)ks), smem, 0, at);
                 int nc = 0;
                 if (cudaOccupancyMaxActiveClusters(&nc, gemm_i8s_kernel<DT, NT, true>, &cfg) !=
                     cudaSuccess) {
@@ -806,18 +817,9 @@ static void launch_i8s(cudaStream_t s, const kiln_matmul_args *m, int nm, const 
         const size_t smem = sizeof(i8s_smem<DT, NT>);
         i8s_attrs<DT, NT, true>(smem);
         const int per = i8_split_cl<DT, NT>(gy * gx, nk, clmax, smem, &ks);
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(gx, (unsigned)gy, (unsigned)ks);
-        cfg.blockDim = dim3(I8_WARPS * 32);
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = s;
         cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = 1;
-        at[0].val.clusterDim.y = 1;
-        at[0].val.clusterDim.z = (unsigned)ks;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
+        const cudaLaunchConfig_t cfg =
+            i8_cluster_cfg(dim3(gx, (unsigned)gy, (unsigned)ks), smem, s, at);
         /* an error stays for kc_launched */
         (void)cudaLaunchKernelEx(&cfg, gemm_i8s_kernel<DT, NT, true>, gp, m[0].k, xq, T, per,
                                  (float *)NULL);
