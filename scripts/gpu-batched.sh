@@ -10,9 +10,10 @@
 #   ncu     per-kernel GPU time of a short 16-sequence run (ncu, gpu__time_duration only)
 #   bench   bench_cuda --gemm (the 8B's matmuls of a step at 16-512 tokens)
 #   tests   test_cuda_gemm_i8, test_cuda_kernels
+#   e2e     test_cuda_e2e on kiln-gen tiny models (3 families x 5 types) and llama-110m q4_0
 # A summary last.
 #
-#   bash scripts/gpu-batched.sh [base] [prof] [ab] [ncu] [bench] [tests]   (carry [".carry/deps"])
+#   bash scripts/gpu-batched.sh [base] [prof] [ab] [ncu] [bench] [tests] [e2e]   (carry [".carry/deps"])
 #   env: TYPES_8B (default q4_0), RUNS (default "new new:KILN_GRAPH_BUCKET=2" twice),
 #        PROF_NPL (default 16,64), TG (default 128)
 set -uo pipefail
@@ -21,6 +22,7 @@ source scripts/gpu-common.sh
 TGTS=(kiln-bin kiln-gen bench_sched)
 [[ " $* " == *" bench "* ]] && TGTS+=(bench_cuda)
 [[ " $* " == *" tests "* ]] && TGTS+=(test_cuda_gemm_i8 test_cuda_kernels)
+[[ " $* " == *" e2e "* ]] && TGTS+=(test_cuda_e2e)
 step build 600 cmake --build $B -j"$(nproc)" --target "${TGTS[@]}" || grep -E "error" "$LOG/build.log" | head
 N=$PWD/$B
 if [[ " $* " == *" base "* ]]; then
@@ -72,6 +74,13 @@ print("kernels", sum(cnt.values()), "total us", round(sum(tot.values()), 1))
 for n, v in sorted(tot.items(), key=lambda kv: -kv[1]): print(f"{v:12.1f} us {cnt[n]:6d}  {n}")
 EOF
       ;;
+    e2e)
+      E=/tmp/kiln-e2e; mkdir -p $E
+      ( for f in llama qwen3 gemma3; do for t in f16 q8_0 q4_0 q4_K q6_K; do
+          echo "-p tiny -f $f -t $t -o $E/tiny-$f-$t.gguf"; done; done
+        echo "-p llama-110m -t q4_0 -o $E/llama-110m-q4_0.gguf" ) |
+        xargs -P 8 -L 1 $N/kiln-gen -q --threads 2 >"$LOG/gen-e2e.log" 2>&1
+      step test_cuda_e2e 400 env KILN_E2E_DIR=$E $N/tests/test_cuda_e2e ;;
     bench)
       step bench_cuda 400 $N/bench/bench_cuda --gemm --dtypes q4_0 --reps 5 ;;
     tests)
@@ -81,6 +90,7 @@ EOF
 done
 echo
 grep -h "PASSED\|FAILED\|passed\|failed" "$LOG"/test_*.log 2>/dev/null | tail -6
+grep -h "^graphs, \|^batch invariance" "$LOG"/test_cuda_e2e.log 2>/dev/null
 for f in "$LOG"/prof-*.log; do [ -f "$f" ] && { echo "== $(basename "$f")"; grep -A40 "^op profile" "$f" | grep -v "^$"; grep "^| [0-9]" "$f"; }; done
 for f in "$LOG"/ab-*.log; do
   [ -f "$f" ] && printf '%-44s %s\n' "$(basename "$f" .log)" "$(awk -F'|' '/^\| [0-9]/{printf "%s:%s ", $2, $5}' "$f")"

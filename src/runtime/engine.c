@@ -117,10 +117,10 @@ kiln_status kiln_engine_create_rank(const kiln_model *m, const kiln_engine_opts 
                 return kiln_err_set(err, KILN_ERR_NOMEM, "engine: out of memory");
             }
         }
-        /* graphs for pure-decode steps of up to this bucket (KILN_GRAPH_BUCKET, default 1:
-         * 1-8 tokens; 2: up to 64) */
+        /* graphs for pure-decode steps of up to this bucket (KILN_GRAPH_BUCKET, default 2:
+         * up to 64 tokens; 1: 1-8, session 18's rule) */
         const char *gb = getenv("KILN_GRAPH_BUCKET");
-        e->graph_bucket = gb && gb[0] >= '0' && gb[0] <= '4' && !gb[1] ? gb[0] - '0' : 1;
+        e->graph_bucket = gb && gb[0] >= '0' && gb[0] <= '4' && !gb[1] ? gb[0] - '0' : 2;
     }
     for (int b = 0; b < KILN_BUCKETS; b++) e->scratch_need[b] = SIZE_MAX;
     int64_t n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;
@@ -895,8 +895,8 @@ kiln_status kiln_engine_run_into(kiln_engine *e, float *logits, int32_t *ids, ki
          * would have to capture its collectives too */
         st = kiln_tp_run(e, &x, out_logits, err);
     } else {
-        /* decode buckets (gemv kernels, no cuBLAS); pure-decode steps of up to 64 tokens
-         * with KILN_GRAPH_BUCKET=2 */
+        /* decode buckets (gemv kernels, no cuBLAS), and pure-decode steps of up to 64
+         * tokens (their GEMMs: no cuBLAS; KILN_GRAPH_BUCKET=1 leaves them ungraphed) */
         if (e->graphs_on && (x.bucket <= 1 || (x.bucket <= e->graph_bucket && x.n_decode == n))) {
             kiln_graph_key gk;
             kiln_graph_key_of(&x, mode, &gk);

@@ -42,7 +42,8 @@ kiln_status kiln_graph_run(kiln_graph_cache *gc, kiln_device *dev, const kiln_gr
     /* a replayed graph that fails cannot say which of its kernels failed: no instruction
      * is blamed (the circuit breaker must not mark the step's first kernel) */
     x->failed_insn = -1;
-    if (gc->disabled || !be->graph_begin || !be->graph_end || !be->graph_launch)
+    if (gc->disabled || (k->bucket >= 2 && gc->disabled_gemm) || !be->graph_begin ||
+        !be->graph_end || !be->graph_launch)
         return kiln_exec_run(bp, x, err);
     gc->tick++;
     for (int i = 0; i < KILN_GRAPH_SLOTS; i++)
@@ -63,8 +64,14 @@ kiln_status kiln_graph_run(kiln_graph_cache *gc, kiln_device *dev, const kiln_gr
     if (st2 || !g) {
         /* the device refused the capture (a call inside it that cannot be captured: the
          * step may have failed because of that): nothing ran, run it without graphs */
-        KILN_WARN("step graphs off: %s", st2 ? e2.msg : "no graph");
-        gc->disabled = true;
+        /* a step of 9+ tokens (GEMM kernels, maybe a library's) turns off only those
+         * steps' graphs */
+        KILN_WARN("step graphs off%s: %s", k->bucket >= 2 ? " for steps of 9+ tokens" : "",
+                  st2 ? e2.msg : "no graph");
+        if (k->bucket >= 2)
+            gc->disabled_gemm = true;
+        else
+            gc->disabled = true;
         return kiln_exec_run(bp, x, err);
     }
     if (st) { /* the step's own failure (captured work is not executed: nothing ran) */

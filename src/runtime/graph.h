@@ -39,7 +39,8 @@ typedef struct kiln_graph_cache {
         uint64_t used;
     } e[KILN_GRAPH_SLOTS];
     uint64_t tick;
-    bool disabled;
+    bool disabled;              /* the device refused a capture: no graphs */
+    bool disabled_gemm;         /* refused a step of 9+ tokens: none for those */
     uint64_t captures, replays; /* counts (bench, tests) */
 } kiln_graph_cache;
 

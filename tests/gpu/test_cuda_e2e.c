@@ -123,22 +123,30 @@ static int batch_invariance(const char *path) {
 }
 
 /* Step graphs (runtime/graph.h): decode steps replayed from captured graphs give the
- * same logits, bitwise, as the same steps run kernel by kernel (KILN_GRAPHS=0). */
-static int decode_logits(const kiln_model *m, bool graphs, int n, float *out, uint64_t *replays) {
+ * same logits, bitwise, as the same steps run kernel by kernel (KILN_GRAPHS=0); nseq
+ * sequences stepped together (16: pure-decode steps of the 9-64 bucket, graphed by default
+ * since session 19). out: n steps x nseq rows of n_vocab. */
+static int decode_logits(const kiln_model *m, bool graphs, int nseq, int n, float *out,
+                         uint64_t *replays) {
     if (!graphs) setenv("KILN_GRAPHS", "0", 1);
-    kiln_engine *e = engine(m, 2);
+    kiln_engine *e = engine(m, nseq > 2 ? nseq : 2);
     unsetenv("KILN_GRAPHS");
     if (!e) return -1;
     const int nv = kiln_engine_n_vocab(e);
-    int32_t s;
+    int32_t s[16];
     kiln_err err;
-    int rc = kiln_seq_create(e, &s, &err) ? -1 : 0;
-    kiln_batch_entry en[PROMPT];
-    for (int i = 0; i < PROMPT; i++) en[i] = (kiln_batch_entry){s, tok(1, i, nv), i, 0};
-    if (!rc && kiln_engine_step(e, en, PROMPT, NULL, &err)) rc = -1;
+    int rc = 0;
+    kiln_batch_entry en[16 * PROMPT];
+    for (int q = 0; q < nseq && !rc; q++) {
+        rc = kiln_seq_create(e, &s[q], &err) ? -1 : 0;
+        for (int i = 0; i < PROMPT; i++)
+            en[q * PROMPT + i] = (kiln_batch_entry){s[q], tok(1 + q, i, nv), i, 0};
+    }
+    if (!rc && kiln_engine_step(e, en, nseq * PROMPT, NULL, &err)) rc = -1;
     for (int d = 0; d < n && !rc; d++) {
-        en[0] = (kiln_batch_entry){s, tok(2, d, nv), PROMPT + d, 1};
-        if (kiln_engine_step(e, en, 1, out + (size_t)d * nv, &err)) rc = -1;
+        for (int q = 0; q < nseq; q++)
+            en[q] = (kiln_batch_entry){s[q], tok(100 + q, d, nv), PROMPT + d, 1};
+        if (kiln_engine_step(e, en, nseq, out + (size_t)d * nseq * nv, &err)) rc = -1;
     }
     if (rc) fprintf(stderr, "decode (graphs %s): %s\n", graphs ? "on" : "off", err.msg);
     *replays = e->graphs.replays;
@@ -146,24 +154,25 @@ static int decode_logits(const kiln_model *m, bool graphs, int n, float *out, ui
     return rc;
 }
 
-static int graph_equivalence(const char *path) {
+static int graph_equivalence(const char *path, int nseq) {
     int status;
     kiln_model *m = kt_e2e_load(path, "graphs: ", &status);
     if (!m) return status;
     const int n = 40; /* crosses two KV block boundaries: new table strides, new graphs */
-    const size_t cnt = (size_t)n * (size_t)m->cfg.n_vocab;
+    const size_t cnt = (size_t)n * (size_t)nseq * (size_t)m->cfg.n_vocab;
     float *a = malloc(sizeof(float) * cnt), *b = malloc(sizeof(float) * cnt);
     uint64_t ra = 0, rb = 0;
     int fails = 0;
-    if (!a || !b || decode_logits(m, true, n, a, &ra) || decode_logits(m, false, n, b, &rb)) {
+    if (!a || !b || decode_logits(m, true, nseq, n, a, &ra) ||
+        decode_logits(m, false, nseq, n, b, &rb)) {
         fails++;
     } else {
         size_t diff = 0;
         for (size_t i = 0; i < cnt; i++) diff += memcmp(&a[i], &b[i], sizeof(float)) != 0;
         const bool ok = diff == 0 && ra > 0 && rb == 0;
-        printf("graphs, %s: %d decode steps, %llu replayed; %zu of %zu logits differ from the "
-               "steps run without graphs %s\n",
-               path, n, (unsigned long long)ra, diff, cnt, ok ? "ok" : "FAIL");
+        printf("graphs, %s, %d sequences: %d decode steps, %llu replayed; %zu of %zu logits "
+               "differ from the steps run without graphs %s\n",
+               path, nseq, n, (unsigned long long)ra, diff, cnt, ok ? "ok" : "FAIL");
         if (!ok) fails++;
     }
     free(a), free(b);
@@ -218,9 +227,11 @@ int main(int argc, char **argv) {
         failures += batch_invariance(p);
         snprintf(p, sizeof p, "%s/llama-110m-q4_0.gguf", dir);
         failures += batch_invariance(p);
-        failures += graph_equivalence(p);
+        failures += graph_equivalence(p, 1);
+        failures += graph_equivalence(p, 16);
         snprintf(p, sizeof p, "%s/tiny-gemma3-q4_K.gguf", dir);
-        failures += graph_equivalence(p);
+        failures += graph_equivalence(p, 1);
+        failures += graph_equivalence(p, 16);
     }
     printf("%s\n", failures ? "FAILED" : "PASSED");
     return failures ? 1 : 0;
