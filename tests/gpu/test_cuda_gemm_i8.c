@@ -12,8 +12,7 @@
  * selection, bitwise the T16 GEMM up to 64 tokens), and a matmul group (q / k / v, gate / up
  * + GLU, mixed dtypes; one dtype: one launch, at a forced k split) bitwise equal to its
  * members alone; the k split reduced in thread-block clusters bitwise equal to the partial
- * sums' reduction kernel; 2-4 pipeline stages bitwise equal; the registry's choice per
- * bucket and policy.
+ * sums' reduction kernel; the registry's choice per bucket and policy.
  *
  * Skips (exit 77) when no usable GPU is present.
  */
@@ -401,39 +400,6 @@ static void test_gemm_i8_cluster(void **state) {
     kiln_cuda_gemm_i8_cluster(-1);
 }
 
-/* version 2's pipeline depth (2 stages: double buffering; by default as many as keep 2 CTAs
- * per SM, up to 4): the same bits at every depth, on every shape */
-static void test_gemm_i8_stages(void **state) {
-    (void)state;
-    kiln_cuda_gemm_i8_set(1);
-    kiln_cuda_gemm_i8_config(0, 0, 0);
-    for (size_t d = 0; d < 2; d++)
-        for (size_t i = 0; i < NCS; i++) {
-            if (cs[i].t < 12) continue;
-            dev_mm m;
-            mm_make(&m, dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 1, 1.0f, 0);
-            float *y0 = malloc(m.yb);
-            assert_non_null(y0);
-            kiln_cuda_gemm_i8_stages(2);
-            assert_int_equal(kiln_cuda_matmul_i8(&kc, &m.a), KILN_OK);
-            get(y0, m.a.y, m.yb);
-            for (int st = 3; st <= 5; st++) { /* 5: the default (0) */
-                CK(cudaMemset(m.a.y, 0xFF, m.yb));
-                kiln_cuda_gemm_i8_stages(st <= 4 ? st : 0);
-                assert_int_equal(kiln_cuda_matmul_i8(&kc, &m.a), KILN_OK);
-                get(m.y, m.a.y, m.yb);
-                check_pad(&m, "stages");
-                if (memcmp(y0, m.y, m.yb) != 0)
-                    fail_msg("gemm_i8 %s n=%lld k=%lld t=%lld: %d stages differ from 2",
-                             kiln_dtype_get(dts[d])->name, (long long)cs[i].n, (long long)cs[i].k,
-                             (long long)cs[i].t, st);
-            }
-            free(y0);
-            mm_free(&m);
-        }
-    kiln_cuda_gemm_i8_stages(0);
-}
-
 /* the registry's choice for an 8B-shaped q4_0 / q8_0 matmul on this device: the int8 GEMM
  * for 1, 9-64 tokens (below 12 its entry runs the T16 GEMM's), cuBLAS on T16 above 64; a
  * batch-invariant (deterministic) site keeps the T16 GEMM */
@@ -480,10 +446,10 @@ static void test_gemm_i8_selection(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm_i8_shapes),  cmocka_unit_test(test_gemm_i8_magnitudes),
-        cmocka_unit_test(test_gemm_i8_configs), cmocka_unit_test(test_gemm_i8_fallback),
-        cmocka_unit_test(test_gemm_i8_group),   cmocka_unit_test(test_gemm_i8_cluster),
-        cmocka_unit_test(test_gemm_i8_stages),  cmocka_unit_test(test_gemm_i8_selection),
+        cmocka_unit_test(test_gemm_i8_shapes),    cmocka_unit_test(test_gemm_i8_magnitudes),
+        cmocka_unit_test(test_gemm_i8_configs),   cmocka_unit_test(test_gemm_i8_fallback),
+        cmocka_unit_test(test_gemm_i8_group),     cmocka_unit_test(test_gemm_i8_cluster),
+        cmocka_unit_test(test_gemm_i8_selection),
     };
     return kt_cuda_main("test_cuda_gemm_i8", tests, sizeof tests / sizeof tests[0],
                         0x6b696c6e69386d6dull, SCRATCH_BYTES);

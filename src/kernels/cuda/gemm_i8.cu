@@ -315,11 +315,9 @@ __global__ void __launch_bounds__(I8_WARPS * 32, MINB)
  * at the same k split (the test checks both against ref). */
 
 #define I8S_MT 2 /* row tiles a warp in version 2 */
-/* S buffers (stages of the cp.async pipeline: S - 1 superchunks in flight while one
- * computes; session 19) */
-template <int DT, int NT, int S = 2> struct i8s_smem {
-    uint4 x[S][4][NT][64]; /* [buffer][block][token tile][d1 d2 words of lanes 0-31, d3 f ...] */
-    uint4 w[S][I8_WARPS][I8S_MT][i8_geom<DT>::SCB / 16]; /* [buffer][warp][tile][T16 bytes] */
+template <int DT, int NT> struct i8s_smem {
+    uint4 x[2][4][NT][64]; /* [buffer][block][token tile][d1 d2 words of lanes 0-31, d3 f ...] */
+    uint4 w[2][I8_WARPS][I8S_MT][i8_geom<DT>::SCB / 16]; /* [buffer][warp][tile][T16 bytes] */
 };
 
 /* The matmuls of one version-2 launch: one, or the members of a group sharing x, k and the
@@ -340,13 +338,13 @@ struct i8_grp {
 /* CL: the grid's k split (grid z) runs as one thread-block cluster per output tile, whose
  * CTAs add their partial sums through distributed shared memory in split order (the
  * values of i8_reduce_kernel, no scratch, no second launch; sm_90) */
-template <int DT, int NT, bool CL, int S = 2>
+template <int DT, int NT, bool CL>
 __global__ void __launch_bounds__(I8_WARPS * 32, 2)
     gemm_i8s_kernel(const i8_grp gp, int64_t k, const uint4 *__restrict__ xq, int T, int per,
                     float *__restrict__ part) {
     constexpr int SCB = i8_geom<DT>::SCB, NQ = i8_geom<DT>::NQ, MT = I8S_MT, NC = SCB / 16;
     extern __shared__ uint4 i8s_raw[];
-    i8s_smem<DT, NT, S> &sm = *reinterpret_cast<i8s_smem<DT, NT, S> *>(i8s_raw);
+    i8s_smem<DT, NT> &sm = *reinterpret_cast<i8s_smem<DT, NT> *>(i8s_raw);
     int mi = 0;
 #pragma unroll
     for (int i = 1; i < KILN_MATMUL_GROUP_MAX; i++)
@@ -385,15 +383,12 @@ __global__ void __launch_bounds__(I8_WARPS * 32, 2)
 #pragma unroll
             for (int e = 0; e < 4; e++) tot[m][j][e] = 0.0f;
     int bf = 0;
-#pragma unroll
-    for (int i = 0; i < S - 1; i++) { /* one commit group per stage, empty ones too */
-        if (sc0 + i < sc1) stage(sc0 + i, i);
+    stage(sc0, 0);
+    kc_cp_commit();
+    for (int64_t sc = sc0; sc < sc1; sc++, bf ^= 1) {
+        if (sc + 1 < sc1) stage(sc + 1, bf ^ 1);
         kc_cp_commit();
-    }
-    for (int64_t sc = sc0; sc < sc1; sc++, bf = bf + 1 < S ? bf + 1 : 0) {
-        if (sc + S - 1 < sc1) stage(sc + S - 1, bf + S - 1 < S ? bf + S - 1 : bf - 1);
-        kc_cp_commit();
-        kc_cp_wait<S - 1>(); /* superchunk sc's group has landed */
+        kc_cp_wait<1>();
         __syncthreads();
         if (mlive > 0) {
 #pragma unroll
@@ -444,7 +439,7 @@ __global__ void __launch_bounds__(I8_WARPS * 32, 2)
                 }
             }
         }
-        __syncthreads(); /* the buffer is restaged S superchunks on */
+        __syncthreads(); /* the buffer is restaged two superchunks on */
     }
     if constexpr (CL) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -453,7 +448,7 @@ __global__ void __launch_bounds__(I8_WARPS * 32, 2)
              * staging buffers: every warp passed the loop's last barrier) */
             constexpr int TK = NT * 8, R = I8_WARPS * MT * 16;
             float *red = reinterpret_cast<float *>(i8s_raw);
-            static_assert(sizeof(float) * R * TK <= sizeof(i8s_smem<DT, NT, S>), "partial tile");
+            static_assert(sizeof(float) * R * TK <= sizeof(i8s_smem<DT, NT>), "partial tile");
 #pragma unroll
             for (int m = 0; m < MT; m++)
 #pragma unroll
@@ -704,17 +699,17 @@ static int i8_cluster_max(void) {
     return i8_cl_max;
 }
 
-template <int DT, int NT, bool CL, int S = 2> static void i8s_attrs(size_t smem) {
+template <int DT, int NT, bool CL> static void i8s_attrs(size_t smem) {
     /* the shared memory past 48 KB (and clusters past 8), asked once per device (setting it
      * twice is harmless) */
     static unsigned long long attr_set = 0;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 63;
     if (!((__atomic_load_n(&attr_set, __ATOMIC_RELAXED) >> dev) & 1ull)) {
-        (void)cudaFuncSetAttribute(gemm_i8s_kernel<DT, NT, CL, S>,
+        (void)cudaFuncSetAttribute(gemm_i8s_kernel<DT, NT, CL>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (CL)
-            (void)cudaFuncSetAttribute(gemm_i8s_kernel<DT, NT, CL, S>,
+            (void)cudaFuncSetAttribute(gemm_i8s_kernel<DT, NT, CL>,
                                        cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
         __atomic_fetch_or(&attr_set, 1ull << dev, __ATOMIC_RELAXED);
     }
@@ -797,36 +792,6 @@ static int i8_split_cl(int64_t ctas, int64_t nk, int clmax, size_t smem, int64_t
     return per;
 }
 
-/* The pipeline's stages: as many (at most 4) as keep 2 CTAs of stage_bytes a stage per SM
- * in shared memory (110 KB each); KILN_I8_STAGES=N caps them (2: session 18's double
- * buffering) */
-static int i8_st_cap = 0;
-extern "C" void kiln_cuda_gemm_i8_stages(int n) {
-    i8_st_cap = n >= 2 && n <= 4 ? n : 0;
-}
-static int i8_stages(size_t stage_bytes) {
-    int cap = i8_st_cap;
-    if (!cap) {
-        const char *e = getenv("KILN_I8_STAGES");
-        cap = e && e[0] >= '2' && e[0] <= '4' && !e[1] ? e[0] - '0' : 4;
-    }
-    int st = 2;
-    while (st < cap && (size_t)(st + 1) * stage_bytes <= ((size_t)110 << 10)) st++;
-    return st;
-}
-/* the stage counts instantiated per shape (fitting 2 CTAs per SM: q4_0 2 token tiles 4, 4
- * tiles 3; q8_0 2): larger counts fall back to these */
-template <int DT, int NT> constexpr int I8_ST4 = DT == KILN_DTYPE_Q4_0 &&NT == 2 ? 4 : 2;
-template <int DT, int NT> constexpr int I8_ST3 = DT == KILN_DTYPE_Q4_0 ? 3 : 2;
-
-template <int DT, int NT, int S>
-static void launch_i8s_st(cudaStream_t s, dim3 grid, const i8_grp &gp, int64_t k, const uint4 *xq,
-                          int T, int per, float *part) {
-    const size_t smem = sizeof(i8s_smem<DT, NT, S>);
-    i8s_attrs<DT, NT, false, S>(smem);
-    gemm_i8s_kernel<DT, NT, false, S><<<grid, I8_WARPS * 32, smem, s>>>(gp, k, xq, T, per, part);
-}
-
 /* Version 2 on nm matmuls of one dtype sharing x, in one launch: the k split reduced in
  * clusters (clmax > 0), else its partial sums in part (pb bytes) added in split order by
  * i8_reduce_grp_kernel */
@@ -860,17 +825,13 @@ static void launch_i8s(cudaStream_t s, const kiln_matmul_args *m, int nm, const 
                                  (float *)NULL);
         return;
     }
+    const size_t smem = sizeof(i8s_smem<DT, NT>);
+    i8s_attrs<DT, NT, false>(smem);
     const int per = i8_split_waves(gy * gx, nk, T, ntot, pb, &ks);
     for (int i = 1; i < nm; i++) gp.m[i].poff = gp.m[i - 1].poff + ks * (int64_t)T * m[i - 1].n;
-    const dim3 grid(gx, (unsigned)gy, (unsigned)ks);
-    float *pp = ks > 1 ? part : NULL;
-    const int st = i8_stages(sizeof(i8s_smem<DT, NT, 1>));
-    if (st >= 4)
-        launch_i8s_st<DT, NT, I8_ST4<DT, NT>>(s, grid, gp, m[0].k, xq, T, per, pp);
-    else if (st == 3)
-        launch_i8s_st<DT, NT, I8_ST3<DT, NT>>(s, grid, gp, m[0].k, xq, T, per, pp);
-    else
-        launch_i8s_st<DT, NT, 2>(s, grid, gp, m[0].k, xq, T, per, pp);
+    gemm_i8s_kernel<DT, NT, false>
+        <<<dim3(gx, (unsigned)gy, (unsigned)ks), I8_WARPS * 32, smem, s>>>(gp, m[0].k, xq, T, per,
+                                                                           ks > 1 ? part : NULL);
     if (ks > 1) {
         const int64_t e = (int64_t)T * ntot;
         i8_reduce_grp_kernel<<<(unsigned)((e + 255) / 256), 256, 0, s>>>(part, (int)ks, gp, T);
