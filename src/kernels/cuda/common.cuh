@@ -53,14 +53,14 @@ __device__ __forceinline__ void kc_prefetch_line_l2(const void *p) {
 }
 
 #ifdef __CUDACC__
-/* kernel<<<grid, block, smem, s>>>(args...), with programmatic stream serialization when pdl */
+/* kernel<<<grid, block, 0, s>>>(args...), with programmatic stream serialization when pdl */
 template <typename... KArgs, typename... Args>
-static inline void kc_launch_pdl_smem(void (*kernel)(KArgs...), dim3 grid, unsigned block,
-                                      size_t smem, cudaStream_t s, bool pdl, Args... args) {
+static inline void kc_launch_pdl(void (*kernel)(KArgs...), unsigned grid, unsigned block,
+                                 cudaStream_t s, bool pdl, Args... args) {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
+    cfg.gridDim = dim3(grid);
     cfg.blockDim = dim3(block);
-    cfg.dynamicSmemBytes = smem;
+    cfg.dynamicSmemBytes = 0;
     cfg.stream = s;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -68,11 +68,6 @@ static inline void kc_launch_pdl_smem(void (*kernel)(KArgs...), dim3 grid, unsig
     cfg.attrs = at;
     cfg.numAttrs = pdl ? 1 : 0;
     (void)cudaLaunchKernelEx(&cfg, kernel, args...); /* an error stays for kc_launched */
-}
-template <typename... KArgs, typename... Args>
-static inline void kc_launch_pdl(void (*kernel)(KArgs...), unsigned grid, unsigned block,
-                                 cudaStream_t s, bool pdl, Args... args) {
-    kc_launch_pdl_smem(kernel, dim3(grid), block, 0, s, pdl, args...);
 }
 #endif
 

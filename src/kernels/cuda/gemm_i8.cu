@@ -75,8 +75,6 @@ template <> struct i8_geom<KILN_DTYPE_Q8_0> { static constexpr int SCB = 2176, N
  * 6 / 7 = 2^-P of tokens 8 j + 2 tig, 8 j + 2 tig + 1 (f32 bits). One thread per 4 values. */
 __global__ void xq8_prep_kernel(const float *__restrict__ x, int64_t xs, int64_t k, int T, int Tp,
                                 uint32_t *__restrict__ out) {
-    kc_pdl_wait(); /* x from the kernel before; out is read by the GEMMs before */
-    kc_pdl_trigger();
     const int64_t k4 = k / 4, nb = k / 32;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)Tp * k4) return; /* whole 8-thread groups leave together (k % 32 == 0) */
@@ -340,8 +338,8 @@ struct i8_grp {
 /* CL: the grid's k split (grid z) runs as one thread-block cluster per output tile, whose
  * CTAs add their partial sums through distributed shared memory in split order (the
  * values of i8_reduce_kernel, no scratch, no second launch; sm_90) */
-template <int DT, int NT, bool CL, int MINB = 2>
-__global__ void __launch_bounds__(I8_WARPS * 32, MINB)
+template <int DT, int NT, bool CL>
+__global__ void __launch_bounds__(I8_WARPS * 32, 2)
     gemm_i8s_kernel(const i8_grp gp, int64_t k, const uint4 *__restrict__ xq, int T, int per,
                     float *__restrict__ part) {
     constexpr int SCB = i8_geom<DT>::SCB, NQ = i8_geom<DT>::NQ, MT = I8S_MT, NC = SCB / 16;
@@ -364,24 +362,18 @@ __global__ void __launch_bounds__(I8_WARPS * 32, MINB)
     int mlive = 0;
 #pragma unroll
     for (int m = 0; m < MT; m++) mlive += tile0 + m < tiles;
-    auto stage_x = [&](int64_t sc, int bf) {
+    auto stage = [&](int64_t sc, int bf) {
         for (int i = tid; i < 4 * nj * 64; i += I8_WARPS * 32) {
             const int blk = i / (nj * 64), jt = (i / 64) % nj, u = i % 64;
             kc_cp16(&sm.x[bf][blk][jt][(u & 1) * 32 + (u >> 1)],
                     xq + ((int64_t)(j0 + jt) * nb + sc * 4 + blk) * 64 + u);
         }
-    };
-    auto stage_w = [&](int64_t sc, int bf) {
 #pragma unroll
         for (int m = 0; m < MT; m++) {
             if (m >= mlive) break;
             const uint4 *src = (const uint4 *)(W + ((size_t)(tile0 + m) * nk + sc) * SCB);
             for (int c = lane; c < NC; c += 32) kc_cp16(&sm.w[bf][w][m][c], src + c);
         }
-    };
-    auto stage = [&](int64_t sc, int bf) {
-        stage_x(sc, bf);
-        stage_w(sc, bf);
     };
     float tot[MT][NT][4];
 #pragma unroll
@@ -391,12 +383,7 @@ __global__ void __launch_bounds__(I8_WARPS * 32, MINB)
 #pragma unroll
             for (int e = 0; e < 4; e++) tot[m][j][e] = 0.0f;
     int bf = 0;
-    /* the weights do not depend on the kernels before: their first superchunk is requested
-     * before the programmatic launch's wait (a no-op when launched without it); x's digits,
-     * and every write, after it */
-    stage_w(sc0, 0);
-    kc_pdl_wait();
-    stage_x(sc0, 0);
+    stage(sc0, 0);
     kc_cp_commit();
     for (int64_t sc = sc0; sc < sc1; sc++, bf ^= 1) {
         if (sc + 1 < sc1) stage(sc + 1, bf ^ 1);
@@ -454,7 +441,6 @@ __global__ void __launch_bounds__(I8_WARPS * 32, MINB)
         }
         __syncthreads(); /* the buffer is restaged two superchunks on */
     }
-    kc_pdl_trigger(); /* the next kernel (the reduction, the next prep) may launch */
     if constexpr (CL) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
         if (gridDim.z > 1) {
@@ -525,8 +511,6 @@ __global__ void i8_reduce_kernel(const float *__restrict__ part, int ks, int64_t
 /* i8_reduce_kernel for the members of a group launch: one thread per output of any member */
 __global__ void i8_reduce_grp_kernel(const float *__restrict__ part, int ks, const i8_grp gp,
                                      int T) {
-    kc_pdl_wait();
-    kc_pdl_trigger();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int mi = 0;
     for (; mi < gp.nm; mi++) {
@@ -715,17 +699,17 @@ static int i8_cluster_max(void) {
     return i8_cl_max;
 }
 
-template <int DT, int NT, bool CL, int MINB = 2> static void i8s_attrs(size_t smem) {
+template <int DT, int NT, bool CL> static void i8s_attrs(size_t smem) {
     /* the shared memory past 48 KB (and clusters past 8), asked once per device (setting it
      * twice is harmless) */
     static unsigned long long attr_set = 0;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 63;
     if (!((__atomic_load_n(&attr_set, __ATOMIC_RELAXED) >> dev) & 1ull)) {
-        (void)cudaFuncSetAttribute(gemm_i8s_kernel<DT, NT, CL, MINB>,
+        (void)cudaFuncSetAttribute(gemm_i8s_kernel<DT, NT, CL>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (CL)
-            (void)cudaFuncSetAttribute(gemm_i8s_kernel<DT, NT, CL, MINB>,
+            (void)cudaFuncSetAttribute(gemm_i8s_kernel<DT, NT, CL>,
                                        cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
         __atomic_fetch_or(&attr_set, 1ull << dev, __ATOMIC_RELAXED);
     }
@@ -737,10 +721,10 @@ template <int DT, int NT, bool CL, int MINB = 2> static void i8s_attrs(size_t sm
  * once per device and size). The range length (per) and *ks_out as i8_split. */
 /* Version 2's k split (no clusters): the ks (<= 16, <= the superchunks, partial sums of
  * ntot rows within pb bytes) whose waves x (range length + 1) is least, fewest ranges on
- * ties; a wave is the slots CTAs resident at once (the +1: a CTA's fixed cost, about one
- * superchunk's) */
+ * ties; a wave is 2 CTAs per SM (the +1: a CTA's fixed cost, about one superchunk's) */
 static int i8_split_waves(int64_t ctas, int64_t nk, int64_t T, int64_t ntot, size_t pb,
-                          int64_t slots, int64_t *ks_out) {
+                          int64_t *ks_out) {
+    const int64_t slots = 2 * (int64_t)kc_device_sms();
     int64_t most = i8_ks_fixed > 0 ? i8_ks_fixed : I8_MAX_KS;
     most = most < nk ? most : nk;
     while (most > 1 && (size_t)most * (size_t)T * (size_t)ntot * sizeof(float) > pb) most--;
@@ -808,44 +792,6 @@ static int i8_split_cl(int64_t ctas, int64_t nk, int clmax, size_t smem, int64_t
     return per;
 }
 
-/* Programmatic dependent launches of the prep, the GEMM and its reduction (the GEMM asks
- * for its first weights before it waits): on unless KILN_I8_PDL=0 (session 19) */
-static int i8_pdl_state = -1, i8_minb_state = 0;
-static bool i8_pdl(void) {
-    if (i8_pdl_state < 0) {
-        const char *e = getenv("KILN_I8_PDL");
-        i8_pdl_state = e && e[0] == '0' ? 0 : 1;
-    }
-    return i8_pdl_state != 0;
-}
-/* CTAs per SM the q4_0 2-token-tile kernel is built for: 3 unless KILN_I8_MINB=2 */
-static int i8_minb(void) {
-    if (!i8_minb_state) {
-        const char *e = getenv("KILN_I8_MINB");
-        i8_minb_state = e && e[0] == '2' ? 2 : 3;
-    }
-    return i8_minb_state;
-}
-/* CTAs of version 2's kernel (no clusters, built for MB per SM; 256 threads, smem bytes)
- * resident at once on the device, asked once per kernel and device (2 per SM when the
- * runtime cannot say) */
-template <int DT, int NT, int MB> static int64_t i8_slots(size_t smem) {
-    static int per_sm[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 63;
-    int b = __atomic_load_n(&per_sm[dev], __ATOMIC_RELAXED);
-    if (!b) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemm_i8s_kernel<DT, NT, false, MB>,
-                                                          I8_WARPS * 32, smem) != cudaSuccess ||
-            b < 1) {
-            (void)cudaGetLastError();
-            b = 2;
-        }
-        __atomic_store_n(&per_sm[dev], b, __ATOMIC_RELAXED);
-    }
-    return (int64_t)b * kc_device_sms();
-}
-
 /* Version 2 on nm matmuls of one dtype sharing x, in one launch: the k split reduced in
  * clusters (clmax > 0), else its partial sums in part (pb bytes) added in split order by
  * i8_reduce_grp_kernel */
@@ -880,24 +826,15 @@ static void launch_i8s(cudaStream_t s, const kiln_matmul_args *m, int nm, const 
         return;
     }
     const size_t smem = sizeof(i8s_smem<DT, NT>);
-    /* 3 CTAs per SM where they fit (q4_0, 2 token tiles: 53 KB of shared memory each) */
-    constexpr int MB = DT == KILN_DTYPE_Q4_0 && NT == 2 ? 3 : 2;
-    const bool mb3 = MB == 3 && i8_minb() == 3;
-    auto kern = mb3 ? gemm_i8s_kernel<DT, NT, false, MB> : gemm_i8s_kernel<DT, NT, false, 2>;
-    if (mb3)
-        i8s_attrs<DT, NT, false, MB>(smem);
-    else
-        i8s_attrs<DT, NT, false, 2>(smem);
-    const int64_t slots = mb3 ? i8_slots<DT, NT, MB>(smem) : i8_slots<DT, NT, 2>(smem);
-    const int per = i8_split_waves(gy * gx, nk, T, ntot, pb, slots, &ks);
+    i8s_attrs<DT, NT, false>(smem);
+    const int per = i8_split_waves(gy * gx, nk, T, ntot, pb, &ks);
     for (int i = 1; i < nm; i++) gp.m[i].poff = gp.m[i - 1].poff + ks * (int64_t)T * m[i - 1].n;
-    const bool pdl = i8_pdl();
-    kc_launch_pdl_smem(kern, dim3(gx, (unsigned)gy, (unsigned)ks), I8_WARPS * 32, smem, s, pdl, gp,
-                       m[0].k, xq, T, per, ks > 1 ? part : (float *)NULL);
+    gemm_i8s_kernel<DT, NT, false>
+        <<<dim3(gx, (unsigned)gy, (unsigned)ks), I8_WARPS * 32, smem, s>>>(gp, m[0].k, xq, T, per,
+                                                                           ks > 1 ? part : NULL);
     if (ks > 1) {
         const int64_t e = (int64_t)T * ntot;
-        kc_launch_pdl(i8_reduce_grp_kernel, (unsigned)((e + 255) / 256), 256, s, pdl,
-                      (const float *)part, (int)ks, gp, T);
+        i8_reduce_grp_kernel<<<(unsigned)((e + 255) / 256), 256, 0, s>>>(part, (int)ks, gp, T);
     }
 }
 
@@ -943,8 +880,8 @@ static kiln_status i8_run(const kiln_kctx *c, const kiln_matmul_args *m, int nm)
     for (int64_t t0 = 0; t0 < t; t0 += ch) {
         const int T = (int)(t - t0 < ch ? t - t0 : ch), Tp = (T + 7) / 8 * 8;
         const int64_t thr = (int64_t)Tp * (k / 4);
-        kc_launch_pdl(xq8_prep_kernel, (unsigned)((thr + 255) / 256), 256, s, v2 && i8_pdl(),
-                      m[0].x + t0 * m[0].x_stride, m[0].x_stride, k, T, Tp, xq);
+        xq8_prep_kernel<<<(unsigned)((thr + 255) / 256), 256, 0, s>>>(m[0].x + t0 * m[0].x_stride,
+                                                                      m[0].x_stride, k, T, Tp, xq);
         /* this chunk's members: their outputs from token t0 */
         kiln_matmul_args mc[KILN_MATMUL_GROUP_MAX];
         bool one_dt = true;
