@@ -14,7 +14,7 @@
 # A summary last.
 #
 #   bash scripts/gpu-batched.sh [base] [prof] [ab] [ncu] [bench] [tests] [e2e]   (carry [".carry/deps"])
-#   env: TYPES_8B (default q4_0), RUNS (default "new new:KILN_GRAPH_BUCKET=2" twice),
+#   env: TYPES_8B (default q4_0), RUNS (default "new new:KILN_GRAPH_BUCKET=1" twice),
 #        PROF_NPL (default 16,64), TG (default 128)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +46,7 @@ for s in "$@"; do
     ab)
       for t in $T8; do
         i=0
-        for r in ${RUNS:-new new:KILN_GRAPH_BUCKET=2 new new:KILN_GRAPH_BUCKET=2}; do
+        for r in ${RUNS:-new new:KILN_GRAPH_BUCKET=1 new new:KILN_GRAPH_BUCKET=1}; do
           i=$((i + 1))
           d=$N; [ "${r%%:*}" = base ] && d=/tmp/base/$B
           e=; [[ $r == *:* ]] && e=${r#*:}
