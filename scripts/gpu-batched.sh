@@ -9,11 +9,12 @@
 #           is this tree's default, `base` the tree in .carry/base.tgz when `base` is named)
 #   ncu     per-kernel GPU time of a short 16-sequence run (ncu, gpu__time_duration only)
 #   bench   bench_cuda --gemm (the 8B's matmuls of a step at 16-512 tokens)
+#   pp      kiln bench -p $PP (default "128 512") -n 16 -r 3, alternating the runs of $RUNS
 #   tests   test_cuda_gemm_i8, test_cuda_kernels
 #   e2e     test_cuda_e2e on kiln-gen tiny models (3 families x 5 types) and llama-110m q4_0
 # A summary last.
 #
-#   bash scripts/gpu-batched.sh [base] [prof] [ab] [ncu] [bench] [tests] [e2e]   (carry [".carry/deps"])
+#   bash scripts/gpu-batched.sh [base] [prof] [ab] [pp] [ncu] [bench] [tests] [e2e]   (carry [".carry/deps"])
 #   env: TYPES_8B (default q4_0), RUNS (default "new new:KILN_GRAPH_BUCKET=1" twice),
 #        PROF_NPL (default 16,64), TG (default 128)
 set -uo pipefail
@@ -29,7 +30,7 @@ if [[ " $* " == *" base "* ]]; then
   ( rm -rf /tmp/base && mkdir -p /tmp/base && tar xzf .carry/base.tgz -C /tmp/base &&
     cmake -S /tmp/base -B /tmp/base/$B -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON \
       -DKILN_CUDA_ARCHITECTURES=90 -DKILN_OPENBLAS=OFF -DKILN_ONEDNN=OFF "${KILN_CMAKE_ARGS[@]}" &&
-    cmake --build /tmp/base/$B -j8 --target bench_sched ) >"$LOG/build-base.log" 2>&1 &
+    cmake --build /tmp/base/$B -j8 --target bench_sched kiln-bin ) >"$LOG/build-base.log" 2>&1 &
   BP=$!
 fi
 gen() { [ -f "$M/$1-$2.gguf" ] || $N/kiln-gen -q -p "$1" -t "$2" -o "$M/$1-$2.gguf"; }
@@ -74,6 +75,19 @@ print("kernels", sum(cnt.values()), "total us", round(sum(tot.values()), 1))
 for n, v in sorted(tot.items(), key=lambda kv: -kv[1]): print(f"{v:12.1f} us {cnt[n]:6d}  {n}")
 EOF
       ;;
+    pp)
+      for t in $T8; do
+        i=0
+        for r in ${RUNS:-new new:KILN_GRAPH_BUCKET=1 new new:KILN_GRAPH_BUCKET=1}; do
+          i=$((i + 1))
+          d=$N; [ "${r%%:*}" = base ] && d=/tmp/base/$B
+          e=; [[ $r == *:* ]] && e=${r#*:}
+          for p in ${PP:-128 512}; do
+            step "pp$p-$t-$i-${r//[:=]/-}" 240 env $e $d/kiln bench -m $M/llama3-8b-$t.gguf \
+              --backend cuda -p $p -n 16 -r 3
+          done
+        done
+      done ;;
     e2e)
       E=/tmp/kiln-e2e; mkdir -p $E
       ( for f in llama qwen3 gemma3; do for t in f16 q8_0 q4_0 q4_K q6_K; do
@@ -94,6 +108,9 @@ grep -h "^graphs, \|^batch invariance" "$LOG"/test_cuda_e2e.log 2>/dev/null
 for f in "$LOG"/prof-*.log; do [ -f "$f" ] && { echo "== $(basename "$f")"; grep -A40 "^op profile" "$f" | grep -v "^$"; grep "^| [0-9]" "$f"; }; done
 for f in "$LOG"/ab-*.log; do
   [ -f "$f" ] && printf '%-44s %s\n' "$(basename "$f" .log)" "$(awk -F'|' '/^\| [0-9]/{printf "%s:%s ", $2, $5}' "$f")"
+done
+for f in "$LOG"/pp*.log; do
+  [ -f "$f" ] && printf '%-44s %s\n' "$(basename "$f" .log)" "$(awk -F'|' '/pp[0-9]+|tg[0-9]+/{printf "%s %s  ", $5, $6}' "$f")"
 done
 [ -f "$LOG/ncu-sum.txt" ] && head -40 "$LOG/ncu-sum.txt"
 printf '%s\n' "${ROWS[@]}"

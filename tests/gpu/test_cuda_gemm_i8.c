@@ -260,6 +260,30 @@ static void test_gemm_i8_fallback(void **state) {
                 mm_free(&m);
             }
     kiln_cuda_gemm_i8_set(1);
+    /* the default limit: up to 192 tokens the GEMM, above cuBLAS on the T16 weights (bitwise
+     * kiln_cuda_matmul_cublas) */
+    kiln_cuda_gemm_i8_max_t(0);
+    static const int64_t ts[] = {150, 192, 193, 300};
+    for (size_t d = 0; d < 2; d++)
+        for (size_t i = 0; i < 4; i++) {
+            dev_mm m;
+            mm_make(&m, dts[d], 257, 512, ts[i], i % 2 == 0, 1.0f, 0);
+            assert_int_equal(kiln_cuda_matmul_i8(&kc, &m.a), KILN_OK);
+            get(m.y, m.a.y, m.yb);
+            CHECK_ERR("gemm_i8 limit", relerr(m.y, m.yr, m.a.t, m.a.n, m.ys, m.ys), 2e-5);
+            float *y2 = malloc(m.yb);
+            assert_non_null(y2);
+            CK(cudaMemset(m.a.y, 0xFF, m.yb));
+            assert_int_equal(kiln_cuda_matmul_cublas(&kc, &m.a), KILN_OK);
+            get(y2, m.a.y, m.yb);
+            const bool same = memcmp(y2, m.y, m.yb) == 0;
+            if (same != (ts[i] > 192))
+                fail_msg("gemm_i8 at t=%lld: %s cuBLAS's bits", (long long)ts[i],
+                         same ? "has" : "does not have");
+            free(y2);
+            mm_free(&m);
+        }
+    kiln_cuda_gemm_i8_max_t(1 << 30);
 }
 
 /* a matmul group through kiln_cuda_matmul_group with every member on the i8 entry: one
@@ -419,7 +443,8 @@ static void test_gemm_i8_selection(void **state) {
         const char *id;
     } want[] = {{0, false, "cuda.gemm_i8.matmul"},
                 {2, false, "cuda.gemm_i8.matmul"},
-                {3, false, "cuda.cublas_t16.matmul"},
+                {3, false, "cuda.gemm_i8.matmul"},
+                {4, false, "cuda.cublas_t16.matmul"},
                 {2, true, "cuda.gemm_t16.matmul"}};
     kiln_sel_result *r = malloc(sizeof *r);
     assert_non_null(r);
@@ -445,6 +470,9 @@ static void test_gemm_i8_selection(void **state) {
 }
 
 int main(void) {
+    /* the GEMM at every size the cases ask for (by default it serves up to 192 tokens:
+     * test_gemm_i8_fallback checks the switch) */
+    kiln_cuda_gemm_i8_max_t(1 << 30);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_i8_shapes),    cmocka_unit_test(test_gemm_i8_magnitudes),
         cmocka_unit_test(test_gemm_i8_configs),   cmocka_unit_test(test_gemm_i8_fallback),

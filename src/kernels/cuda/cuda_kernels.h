@@ -146,6 +146,9 @@ void kiln_cuda_gemm_i8_variant(int v);
 /* The cluster reduction of version 2's k split (sm_90; a group of one dtype in one launch):
  * 1 on, 0 off (one launch per member, i8_reduce_kernel), -1 KILN_I8_CLUSTER (default on) */
 void kiln_cuda_gemm_i8_cluster(int on);
+/* The most tokens the int8 GEMM serves (more: cuBLAS on the dequantized T16 weights); n <= 0:
+ * KILN_I8_MAX_T or the default, 192 */
+void kiln_cuda_gemm_i8_max_t(int n);
 
 /* T16 weights (n x k) -> f16 hi halves at out[0, n k), 2^11-scaled lo at out[n k, 2 n k)
  * (the cuBLAS path's split-f16 weights), on the stream. */

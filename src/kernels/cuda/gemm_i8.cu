@@ -58,10 +58,14 @@
 
 namespace cg = cooperative_groups;
 
-#define I8_WARPS      8   /* warps per CTA */
-#define I8_CHUNK      512 /* most tokens quantized per prep launch (the workspace holds them) */
-#define I8_MAX_KS     16  /* most ranges the grid splits k into */
-#define I8_MIN_T      12  /* the fewest tokens the GEMM takes by default (fewer: the gemv) */
+#define I8_WARPS  8   /* warps per CTA */
+#define I8_CHUNK  512 /* most tokens quantized per prep launch (the workspace holds them) */
+#define I8_MAX_KS 16  /* most ranges the grid splits k into */
+#define I8_MIN_T  12  /* the fewest tokens the GEMM takes by default (fewer: the gemv) */
+/* the most tokens it takes by default (more: cuBLAS on the dequantized T16 weights): the 8B's
+ * matmuls of a step at 128 tokens 22.7 vs 34.5 ms, at 512 79.6 vs 51.1 (session 19): the
+ * lines cross near 240 */
+#define I8_MAX_T      192
 #define I8_PART_BYTES ((size_t)16 << 20) /* the workspace's room for their partial sums */
 
 template <int DT> struct i8_geom;
@@ -528,7 +532,20 @@ __global__ void i8_reduce_grp_kernel(const float *__restrict__ part, int ks, con
 
 /* ---- host side ---- */
 
-static int i8_on_state = -1, i8_mt = 0, i8_min_t = I8_MIN_T, i8_occ = 0, i8_ks_fixed = 0, i8_v = 0;
+static int i8_on_state = -1, i8_mt = 0, i8_min_t = I8_MIN_T, i8_occ = 0, i8_ks_fixed = 0, i8_v = 0,
+           i8_max_t = 0;
+
+/* the most tokens the GEMM serves (n > 0; tests take every size with 1 << 30); 0: KILN_I8_MAX_T
+ * or I8_MAX_T */
+extern "C" void kiln_cuda_gemm_i8_max_t(int n) {
+    i8_max_t = n > 0 ? n : 0;
+}
+static int64_t i8_max_t_get(void) {
+    if (i8_max_t > 0) return i8_max_t;
+    const char *e = getenv("KILN_I8_MAX_T");
+    const long v = e ? strtol(e, NULL, 10) : 0;
+    return v > 0 ? v : I8_MAX_T;
+}
 
 /* 1: version 1 (loads through L1), 2: version 2 (shared memory, cp.async: the default); 0:
  * KILN_I8_V=1, else 2 */
@@ -601,6 +618,7 @@ extern "C" size_t kiln_cuda_gemm_i8_workspace(const struct kiln_sel_ctx *ctx) {
     }
     if (ctx->k <= 0 || ctx->tokens_max < I8_MIN_T) return ws; /* fewer: never the GEMM */
     int64_t ch = ctx->tokens_max < I8_CHUNK ? ctx->tokens_max : I8_CHUNK;
+    ch = ch < i8_max_t_get() ? ch : i8_max_t_get(); /* more tokens: cuBLAS */
     ch = (ch + 7) / 8 * 8;
     /* the k split's partial sums: at most I8_MAX_KS x ch x n floats, at most I8_PART_BYTES
      * (a call with less room splits k less: i8_split) */
@@ -630,7 +648,7 @@ static int64_t i8_chunk(const kiln_kctx *c, int64_t k, int64_t t) {
 }
 
 static bool i8_use(const kiln_kctx *c, const kiln_matmul_args *m, int nm) {
-    if (!i8_on() || m[0].t < i8_min_t) return false;
+    if (!i8_on() || m[0].t < i8_min_t || m[0].t > i8_max_t_get()) return false;
     for (int i = 0; i < nm; i++)
         if (!i8_ok(&m[i])) return false;
     return i8_chunk(c, m[0].k, m[0].t) >= 8;

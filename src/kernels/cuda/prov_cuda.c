@@ -28,7 +28,8 @@
  * 76 vs 118 ms, session 10 run 2), so cuda.gemm_t16_any.matmul (32, every t, above
  * gemv_t16_any) serves only the batch-invariant policies there.
  * KILN_AVOID=cuda.gemm_t16.matmul,cuda.gemm_t16_any.matmul gives the previous selection.
- * Session 12: cuda.gemm_i8.matmul (88, q4_0 / q8_0, up to 64 tokens) above them: the int8
+ * Session 12: cuda.gemm_i8.matmul (88, q4_0 / q8_0, up to 64 tokens; session 19: up to 512,
+ * the GEMM to 192 tokens, cuBLAS above) above them: the int8
  * tensor-core GEMM (gemm_i8.cu) from 12 tokens, deterministic but not batch invariant (so
  * the deterministic policy keeps the T16 GEMM / gemv rows); KILN_CUDA_NO_I8=1 (or
  * KILN_AVOID=cuda.gemm_i8.matmul) gives the previous selection.
@@ -157,12 +158,12 @@ static const kiln_kernel_spec cuda_specs[] = {
      .w_dtypes = KILN_DT(KILN_DTYPE_Q8_0) | KILN_DT(KILN_DTYPE_Q4_0),
      .act_dtypes = F32,
      .k_multiple = 128,
-     /* buckets 1-64 (below 12 tokens: the T16 GEMM's entry, the gemv): 8B matmuls of a step
-      * at 16 / 32 / 64 tokens 4.90 / 7.61 / 14.13 ms vs the T16 GEMM's 5.36 / 9.17 / 15.24
-      * (q4_0, session 12 run 3); at 512 tokens 83 ms vs cuBLAS's 51, so 65+ stays on
-      * cuda.cublas_t16.matmul (at 128 tokens the GEMM measured 25.6 ms vs cuBLAS 34.6: a
-      * switch inside the 65-512 bucket is the next step) */
-     .max_tokens = 64,
+     /* buckets 1-512 (below 12 tokens: the T16 GEMM's entry, the gemv; above 192 inside the
+      * 65-512 bucket: cuBLAS on the dequantized T16 weights, kiln_cuda_matmul_i8): 8B
+      * matmuls of a step at 16 / 64 / 128 tokens 4.56 / 12.03 / 22.7 ms vs the T16 GEMM's
+      * 5.37 / 15.1 / 28.3 and cuBLAS's 34.5 at 128; at 512 79.6 vs cuBLAS's 51.1 (q4_0,
+      * session 19) */
+     .max_tokens = 512,
      .features = KILN_KFEAT_BIAS,
      /* deterministic; not batch invariant (its values are not the T16 gemv's, and its
       * configuration depends on the token count): the deterministic policy keeps the T16
