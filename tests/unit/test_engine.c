@@ -1,7 +1,8 @@
 /* test_engine.c — the engine step API on synthetic models (random weights, the
  * shapes of the gemma3 and llama families): batch invariance (bitwise on ref),
  * prefill == token-by-token decode, KV lifecycle (truncate/reuse, fork, free and
- * recycle, capacity), entry validation, dispatch counters. */
+ * recycle, capacity), entry validation, dispatch counters, the op profile
+ * (KILN_OP_PROFILE). */
 #include "testutil.h"
 
 #include "model/model.h"
@@ -307,8 +308,63 @@ static void test_bind_errors(void **state) {
     synth_free(&s);
 }
 
+/* KILN_OP_PROFILE=1: per tokens bucket the steps, per opcode the calls (those of the
+ * dispatch counters; a residual add fused into the norm after it counts as the norm's) and
+ * their time; the logits unchanged (bitwise the same steps without the profile) */
+static void test_op_profile(void **state) {
+    (void)state;
+    synth s;
+    synth_make(&s, "llama", 5);
+    const int V = 97;
+    float *lg[2];
+    uint64_t calls[KILN_OP_LIMIT] = {0};
+    for (int prof = 1; prof >= 0; prof--) {
+        if (prof) setenv("KILN_OP_PROFILE", "1", 1);
+        kiln_engine *e = engine(s.m, 1, 64);
+        unsetenv("KILN_OP_PROFILE");
+        assert_true((e->op_prof != NULL) == (prof == 1));
+        lg[prof] = calloc((size_t)(2 * 4 * V), sizeof(float));
+        int32_t q[2];
+        for (int i = 0; i < 2; i++) assert_int_equal(kiln_seq_create(e, &q[i], NULL), 0);
+        kiln_batch_entry b[32];
+        int n = 0;
+        for (int j = 0; j < 17; j++) /* 20 tokens: the 9-64 bucket; rows 4 and 19 want logits */
+            for (int i = 0; i < 2; i++)
+                if (j < (i ? 17 : 3))
+                    b[n++] = (kiln_batch_entry){q[i], tok(i, j), j, j == (i ? 16 : 2)};
+        assert_int_equal(kiln_engine_step(e, b, n, lg[prof], NULL), 0);
+        for (int d = 1; d < 4; d++) { /* 2 tokens: the 2-8 bucket */
+            for (int i = 0; i < 2; i++)
+                b[i] = (kiln_batch_entry){q[i], tok(i, 50 + d), (i ? 17 : 3) + d - 1, 1};
+            assert_int_equal(kiln_engine_step(e, b, 2, lg[prof] + (size_t)d * 2 * V, NULL), 0);
+        }
+        if (prof) {
+            assert_int_equal(e->prof_steps[2], 1);
+            assert_int_equal(e->prof_steps[1], 3);
+            assert_true(e->prof_step_ns[2] > 0 && e->prof_step_ns[1] > 0);
+            for (int b2 = 0; b2 < KILN_BUCKETS; b2++)
+                for (int op = 0; op < KILN_OP_LIMIT; op++)
+                    calls[op] += e->op_prof[(size_t)b2 * 2 * KILN_OP_LIMIT + KILN_OP_LIMIT + op];
+            const uint64_t *cnt = kiln_engine_counters(e);
+            for (int op = 0; op < KILN_OP_LIMIT; op++)
+                if (op != KILN_OP_RESIDUAL_ADD && calls[op] != cnt[op])
+                    fail_msg("%s: profiled %llu calls, dispatched %llu",
+                             kiln_opcode_name((uint32_t)op), (unsigned long long)calls[op],
+                             (unsigned long long)cnt[op]);
+            assert_int_equal(calls[KILN_OP_ATTENTION], 4 * 3);
+            assert_true(e->op_prof[2 * 2 * KILN_OP_LIMIT + KILN_OP_ATTENTION] > 0);
+        }
+        kiln_engine_free(e);
+    }
+    if (memcmp(lg[0], lg[1], sizeof(float) * (size_t)(2 * 4 * V)) != 0)
+        fail_msg("the profiled steps' logits differ");
+    free(lg[0]), free(lg[1]);
+    synth_free(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_op_profile),
         cmocka_unit_test(test_batch_invariance_gemma3),
         cmocka_unit_test(test_batch_invariance_llama),
         cmocka_unit_test(test_prefill_decode_lifecycle),
