@@ -37,6 +37,18 @@ gen() { [ -f "$M/$1-$2.gguf" ] || $N/kiln-gen -q -p "$1" -t "$2" -o "$M/$1-$2.gg
 step gen 300 bash -c "$(declare -f gen); M=$M N=$N; for t in ${TYPES_8B:-q4_0}; do gen llama3-8b \$t; done"
 [ -n "${BP:-}" ] && { wait $BP; ROWS+=("$(printf '%-34s %s' build-base "$(tail -1 "$LOG/build-base.log" | cut -c1-50)")"); }
 T8=${TYPES_8B:-q4_0}
+each_run() { # runs "$@" once per entry of $RUNS with i (its index), d (the build's folder),
+  # e (its VAR=VALUE, if any) and tag (the entry as a file-name part) set
+  local r
+  i=0
+  for r in ${RUNS:-new new:KILN_GRAPH_BUCKET=1 new new:KILN_GRAPH_BUCKET=1}; do
+    i=$((i + 1))
+    d=$N; [ "${r%%:*}" = base ] && d=/tmp/base/$B
+    e=; [[ $r == *:* ]] && e=${r#*:}
+    tag=${r//[:=]/-}
+    "$@"
+  done
+}
 for s in "$@"; do
   case $s in
     prof)
@@ -45,16 +57,11 @@ for s in "$@"; do
           -b cuda --mode decode --npl ${PROF_NPL:-16,64} --pp 128 --tg ${TG:-128}
       done ;;
     ab)
-      for t in $T8; do
-        i=0
-        for r in ${RUNS:-new new:KILN_GRAPH_BUCKET=1 new new:KILN_GRAPH_BUCKET=1}; do
-          i=$((i + 1))
-          d=$N; [ "${r%%:*}" = base ] && d=/tmp/base/$B
-          e=; [[ $r == *:* ]] && e=${r#*:}
-          step "ab-$t-$i-${r//[:=]/-}" 300 env $e $d/bench/bench_sched -m $M/llama3-8b-$t.gguf \
-            -b cuda --mode decode --npl 1,4,16,64 --pp 128 --tg ${TG:-128}
-        done
-      done ;;
+      ab_one() {
+        step "ab-$t-$i-$tag" 300 env $e $d/bench/bench_sched -m $M/llama3-8b-$t.gguf \
+          -b cuda --mode decode --npl 1,4,16,64 --pp 128 --tg ${TG:-128}
+      }
+      for t in $T8; do each_run ab_one; done ;;
     ncu)
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
       t=${T8%% *}
@@ -69,25 +76,20 @@ h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.i
 tot = collections.defaultdict(float); cnt = collections.Counter()
 for r in rows[1:]:
     v = float(r[vi].replace(",", "")); u = r[ui]
-    v = v / 1e3 if u == "nsecond" else v * 1e3 if u == "msecond" else v
+    v = v / 1e3 if u in ("ns", "nsecond") else v * 1e3 if u in ("ms", "msecond") else v
     name = r[ki].split("(")[0][:70]; tot[name] += v; cnt[name] += 1
 print("kernels", sum(cnt.values()), "total us", round(sum(tot.values()), 1))
 for n, v in sorted(tot.items(), key=lambda kv: -kv[1]): print(f"{v:12.1f} us {cnt[n]:6d}  {n}")
 EOF
       ;;
     pp)
-      for t in $T8; do
-        i=0
-        for r in ${RUNS:-new new:KILN_GRAPH_BUCKET=1 new new:KILN_GRAPH_BUCKET=1}; do
-          i=$((i + 1))
-          d=$N; [ "${r%%:*}" = base ] && d=/tmp/base/$B
-          e=; [[ $r == *:* ]] && e=${r#*:}
-          for p in ${PP:-128 512}; do
-            step "pp$p-$t-$i-${r//[:=]/-}" 240 env $e $d/kiln bench -m $M/llama3-8b-$t.gguf \
-              --backend cuda -p $p -n 16 -r 3
-          done
+      pp_one() {
+        for p in ${PP:-128 512}; do
+          step "pp$p-$t-$i-$tag" 240 env $e $d/kiln bench -m $M/llama3-8b-$t.gguf \
+            --backend cuda -p $p -n 16 -r 3
         done
-      done ;;
+      }
+      for t in $T8; do each_run pp_one; done ;;
     e2e)
       E=/tmp/kiln-e2e; mkdir -p $E
       ( for f in llama qwen3 gemma3; do for t in f16 q8_0 q4_0 q4_K q6_K; do
