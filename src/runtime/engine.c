@@ -118,9 +118,10 @@ kiln_status kiln_engine_create_rank(const kiln_model *m, const kiln_engine_opts 
             }
         }
         /* graphs for pure-decode steps of up to this bucket (KILN_GRAPH_BUCKET, default 2:
-         * up to 64 tokens; 1: 1-8, session 18's rule) */
+         * up to 64 tokens; 1: 1-8, session 18's rule; steps above 64 tokens may call
+         * cuBLAS and are never graphed) */
         const char *gb = getenv("KILN_GRAPH_BUCKET");
-        e->graph_bucket = gb && gb[0] >= '0' && gb[0] <= '4' && !gb[1] ? gb[0] - '0' : 2;
+        e->graph_bucket = gb && gb[0] == '1' && !gb[1] ? 1 : 2;
     }
     for (int b = 0; b < KILN_BUCKETS; b++) e->scratch_need[b] = SIZE_MAX;
     int64_t n_ctx = o->n_ctx > 0 ? o->n_ctx : 4096;

@@ -123,8 +123,8 @@ struct kiln_engine {
      * KILN_OP_LIMIT], exec.h), and the engine steps' wall ns and count; printed to stderr
      * when the engine is freed */
     uint64_t *op_prof, prof_step_ns[KILN_BUCKETS], prof_steps[KILN_BUCKETS];
-    /* replayable decode-step graphs (runtime/graph.h; device backends with graph hooks,
-     * buckets 0-1 only; KILN_GRAPHS=0 turns them off) */
+    /* replayable decode-step graphs (runtime/graph.h; device backends with graph hooks:
+     * buckets 0-1, and pure-decode steps up to graph_bucket; KILN_GRAPHS=0 turns them off) */
     kiln_graph_cache graphs;
     bool graphs_on;
     int graph_bucket; /* the largest tokens bucket whose pure-decode steps replay graphs */

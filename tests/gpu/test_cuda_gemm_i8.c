@@ -11,8 +11,8 @@
  * token (its small-t paths), the fallbacks with the GEMM off (KILN_CUDA_NO_I8's previous
  * selection, bitwise the T16 GEMM up to 64 tokens), and a matmul group (q / k / v, gate / up
  * + GLU, mixed dtypes; one dtype: one launch, at a forced k split) bitwise equal to its
- * members alone; the k split reduced in thread-block clusters bitwise equal to the partial
- * sums' reduction kernel; the registry's choice per bucket and policy.
+ * members alone; the switch to cuBLAS above 192 tokens; the registry's choice per bucket and
+ * policy.
  *
  * Skips (exit 77) when no usable GPU is present.
  */
@@ -294,7 +294,7 @@ static void test_gemm_i8_group(void **state) {
     kiln_cuda_gemm_i8_config(0, 0, 0);
     static const int64_t ts[] = {16, 64, 130};
     /* mixed dtypes: a launch per member (their own k splits); one dtype: one launch for the
-     * group (clusters), whose k split follows the whole grid, so the members alone are
+     * group, whose k split follows the whole grid, so the members alone are
      * compared at the same forced split */
     for (int same = 0; same < 2; same++)
         for (int ti = 0; ti < 3; ti++)
@@ -386,44 +386,6 @@ static void test_gemm_i8_group(void **state) {
     kiln_cuda_gemm_i8_ksplit(0);
 }
 
-/* version 2's k split reduced in thread-block clusters (the default on sm_90) against the
- * partial sums and i8_reduce_kernel: the same bits at the same split (2, 5, 8, 16: clusters
- * of up to 16 CTAs) */
-static void test_gemm_i8_cluster(void **state) {
-    (void)state;
-    kiln_cuda_gemm_i8_set(1);
-    kiln_cuda_gemm_i8_config(0, 0, 0);
-    static const int kss[] = {2, 5, 8, 16};
-    for (size_t d = 0; d < 2; d++)
-        for (size_t i = 0; i < NCS; i++) {
-            if (cs[i].t < 12) continue;
-            dev_mm m;
-            mm_make(&m, dts[d], cs[i].n, cs[i].k, cs[i].t, i % 2 == 0, 1.0f, 0);
-            float *y0 = malloc(m.yb);
-            assert_non_null(y0);
-            for (int a = 0; a < 4; a++) {
-                kiln_cuda_gemm_i8_ksplit(kss[a]);
-                kiln_cuda_gemm_i8_cluster(0);
-                assert_int_equal(kiln_cuda_matmul_i8(&kc, &m.a), KILN_OK);
-                get(y0, m.a.y, m.yb);
-                CK(cudaMemset(m.a.y, 0xFF, m.yb));
-                kiln_cuda_gemm_i8_cluster(1);
-                assert_int_equal(kiln_cuda_matmul_i8(&kc, &m.a), KILN_OK);
-                get(m.y, m.a.y, m.yb);
-                check_pad(&m, "cluster");
-                if (memcmp(y0, m.y, m.yb) != 0)
-                    fail_msg("gemm_i8 %s n=%lld k=%lld t=%lld split %d: clusters differ from "
-                             "the partial sums",
-                             kiln_dtype_get(dts[d])->name, (long long)cs[i].n, (long long)cs[i].k,
-                             (long long)cs[i].t, kss[a]);
-            }
-            free(y0);
-            mm_free(&m);
-        }
-    kiln_cuda_gemm_i8_ksplit(0);
-    kiln_cuda_gemm_i8_cluster(-1);
-}
-
 /* the registry's choice for an 8B-shaped q4_0 / q8_0 matmul on this device: the int8 GEMM
  * for 1, 9-64 tokens (below 12 its entry runs the T16 GEMM's), cuBLAS on T16 above 64; a
  * batch-invariant (deterministic) site keeps the T16 GEMM */
@@ -474,10 +436,9 @@ int main(void) {
      * test_gemm_i8_fallback checks the switch) */
     kiln_cuda_gemm_i8_max_t(1 << 30);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm_i8_shapes),    cmocka_unit_test(test_gemm_i8_magnitudes),
-        cmocka_unit_test(test_gemm_i8_configs),   cmocka_unit_test(test_gemm_i8_fallback),
-        cmocka_unit_test(test_gemm_i8_group),     cmocka_unit_test(test_gemm_i8_cluster),
-        cmocka_unit_test(test_gemm_i8_selection),
+        cmocka_unit_test(test_gemm_i8_shapes),  cmocka_unit_test(test_gemm_i8_magnitudes),
+        cmocka_unit_test(test_gemm_i8_configs), cmocka_unit_test(test_gemm_i8_fallback),
+        cmocka_unit_test(test_gemm_i8_group),   cmocka_unit_test(test_gemm_i8_selection),
     };
     return kt_cuda_main("test_cuda_gemm_i8", tests, sizeof tests / sizeof tests[0],
                         0x6b696c6e69386d6dull, SCRATCH_BYTES);

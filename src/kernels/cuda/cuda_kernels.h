@@ -143,9 +143,6 @@ void kiln_cuda_gemm_i8_ksplit(int ks);
 /* Which kernel: 1 (version 1: loads through L1), 2 (version 2: activations and weights staged
  * in shared memory by cp.async, the default); 0: KILN_I8_V=1, else 2. Process-wide. */
 void kiln_cuda_gemm_i8_variant(int v);
-/* The cluster reduction of version 2's k split (sm_90; a group of one dtype in one launch):
- * 1 on, 0 off (one launch per member, i8_reduce_kernel), -1 KILN_I8_CLUSTER (default on) */
-void kiln_cuda_gemm_i8_cluster(int on);
 /* The most tokens the int8 GEMM serves (more: cuBLAS on the dequantized T16 weights); n <= 0:
  * KILN_I8_MAX_T or the default, 192 */
 void kiln_cuda_gemm_i8_max_t(int n);

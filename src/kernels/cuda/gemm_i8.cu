@@ -52,11 +52,8 @@
 #include "kernels/select.h"
 #include "kernels/spec.h"
 
-#include <cooperative_groups.h>
 #include <stdlib.h>
 #include <string.h>
-
-namespace cg = cooperative_groups;
 
 #define I8_WARPS  8   /* warps per CTA */
 #define I8_CHUNK  512 /* most tokens quantized per prep launch (the workspace holds them) */
@@ -141,7 +138,7 @@ __device__ __forceinline__ void i8_mma(int c[4], const uint32_t a[4], uint32_t b
 #else
     (void)a, (void)b0, (void)b1;
     c[0] = c[1] = c[2] = c[3] = 0;
-    __trap();     /* the spec asks for sm_80; never reached */
+    __trap(); /* the spec asks for sm_80; never reached */
 #endif
 }
 
@@ -267,7 +264,7 @@ __global__ void __launch_bounds__(I8_WARPS * 32, MINB)
         const int64_t row = (tile0 + m) * 16 + g + (e >= 2 ? 8 : 0);
         const int64_t tok = (int64_t)(j0 + j) * 8 + 2 * tig + (e & 1);
         if (row >= n || tok >= T) return;
-        if (part) /* one of the k split's partial sums: i8_reduce_kernel adds them in order */
+        if (part) /* one of the k split's partial sums: i8_reduce_grp_kernel adds them in order */
             part[((int64_t)blockIdx.z * T + tok) * n + row] = s;
         else
             y[tok * ys + row] = s + (bias ? bias[row] : 0.0f);
@@ -339,10 +336,7 @@ struct i8_grp {
     int nm;
 };
 
-/* CL: the grid's k split (grid z) runs as one thread-block cluster per output tile, whose
- * CTAs add their partial sums through distributed shared memory in split order (the
- * values of i8_reduce_kernel, no scratch, no second launch; sm_90) */
-template <int DT, int NT, bool CL>
+template <int DT, int NT>
 __global__ void __launch_bounds__(I8_WARPS * 32, 2)
     gemm_i8s_kernel(const i8_grp gp, int64_t k, const uint4 *__restrict__ xq, int T, int per,
                     float *__restrict__ part) {
@@ -445,44 +439,6 @@ __global__ void __launch_bounds__(I8_WARPS * 32, 2)
         }
         __syncthreads(); /* the buffer is restaged two superchunks on */
     }
-    if constexpr (CL) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        if (gridDim.z > 1) {
-            /* the CTA's partial tile [256 rows][NT 8 tokens] in its own shared memory (the
-             * staging buffers: every warp passed the loop's last barrier) */
-            constexpr int TK = NT * 8, R = I8_WARPS * MT * 16;
-            float *red = reinterpret_cast<float *>(i8s_raw);
-            static_assert(sizeof(float) * R * TK <= sizeof(i8s_smem<DT, NT>), "partial tile");
-#pragma unroll
-            for (int m = 0; m < MT; m++)
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        red[(w * MT * 16 + m * 16 + g + (e >= 2 ? 8 : 0)) * TK + j * 8 + 2 * tig +
-                            (e & 1)] = tot[m][j][e];
-            cg::cluster_group cl = cg::this_cluster();
-            cl.sync();
-            /* CTA z adds elements [z E / ks, (z + 1) E / ks) of the tile (row fastest: the
-             * stores coalesce), over the cluster's CTAs in split order, then + bias */
-            const int ks = (int)gridDim.z, z = (int)blockIdx.z, E = R * nj * 8;
-            const int lo = (int)((int64_t)z * E / ks), hi = (int)((int64_t)(z + 1) * E / ks);
-            for (int i = lo + tid; i < hi; i += I8_WARPS * 32) {
-                const int tk = i / R, rl = i % R;
-                const int64_t row = by * R + rl, tok = (int64_t)j0 * 8 + tk;
-                if (row >= n || tok >= T) continue;
-                float *p = red + rl * TK + tk;
-                float s2 = *cl.map_shared_rank(p, 0);
-                for (int r = 1; r < ks; r++) s2 += *cl.map_shared_rank(p, r);
-                y[tok * ys + row] = s2 + (bias ? bias[row] : 0.0f);
-            }
-            cl.sync(); /* no CTA leaves while another reads its shared memory */
-            return;
-        }
-#else
-        __trap(); /* launched on sm_90 only (i8_cluster_ok) */
-#endif
-    }
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll
@@ -500,19 +456,8 @@ __global__ void __launch_bounds__(I8_WARPS * 32, 2)
             }
 }
 
-/* y = the ks partial sums of the k split in split order, + bias: one thread per output */
-__global__ void i8_reduce_kernel(const float *__restrict__ part, int ks, int64_t n, int T,
-                                 float *__restrict__ y, int64_t ys,
-                                 const float *__restrict__ bias) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (int64_t)T * n) return;
-    const int64_t tok = i / n, row = i % n, step = (int64_t)T * n;
-    float s = part[i];
-    for (int z = 1; z < ks; z++) s += part[z * step + i];
-    y[tok * ys + row] = s + (bias ? bias[row] : 0.0f);
-}
-
-/* i8_reduce_kernel for the members of a group launch: one thread per output of any member */
+/* y = the ks partial sums of the k split in split order, + bias, for each matmul of a launch
+ * (one, or a group's members, their sums from part + poff): one thread per output */
 __global__ void i8_reduce_grp_kernel(const float *__restrict__ part, int ks, const i8_grp gp,
                                      int T) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -676,7 +621,7 @@ static void launch_i8_cfg(cudaStream_t s, const kiln_matmul_args *a, const uint4
     const unsigned gx = (unsigned)((ntt + NT - 1) / NT);
     /* the warps split rows (sharing the activations through L1) as far as the rows go, the
      * rest split k inside the CTA; then the grid splits k (ks ranges, partial sums in
-     * scratch, added in order by i8_reduce_kernel) until there are 2 CTAs per SM */
+     * scratch, added in order by i8_reduce_grp_kernel) until there are 2 CTAs per SM */
     int wr = I8_WARPS;
     while (wr > 1 && (int64_t)(wr / 2) * MT >= tiles) wr /= 2;
     const int64_t gy = (tiles + (int64_t)wr * MT - 1) / ((int64_t)wr * MT);
@@ -686,58 +631,28 @@ static void launch_i8_cfg(cudaStream_t s, const kiln_matmul_args *a, const uint4
         (const uint8_t *)a->w, a->n, a->k, xq, T, y, a->y_stride, a->bias, wr, per,
         ks > 1 ? part : NULL);
     if (ks > 1) {
+        i8_grp gp;
+        memset(&gp, 0, sizeof gp);
+        gp.nm = 1;
+        gp.m[0] = i8_mm{(const uint8_t *)a->w, y, a->bias, a->n, a->y_stride, 0, 0};
         const int64_t m = (int64_t)T * a->n;
-        i8_reduce_kernel<<<(unsigned)((m + 255) / 256), 256, 0, s>>>(part, (int)ks, a->n, T, y,
-                                                                     a->y_stride, a->bias);
+        i8_reduce_grp_kernel<<<(unsigned)((m + 255) / 256), 256, 0, s>>>(part, (int)ks, gp, T);
     }
 }
 
-/* The cluster reduction (gemm_i8s_kernel<.., CL>): off unless KILN_I8_CLUSTER=1 or the
- * setter (measured slower than the partial sums on the H100: docs/CUDA.md); sm_90 devices
- * only; clusters of at most 16 CTAs (8 with KILN_I8_CLUSTER_MAX=8) */
-static int i8_cl_state = -1, i8_cl_max = 0;
-extern "C" void kiln_cuda_gemm_i8_cluster(int on) {
-    i8_cl_state = on < 0 ? -1 : on ? 1 : 0;
-}
-static int i8_cluster_max(void) {
-    if (i8_cl_state < 0) {
-        const char *e = getenv("KILN_I8_CLUSTER");
-        i8_cl_state = e && e[0] == '1' ? 1 : 0;
-    }
-    if (!i8_cl_state) return 0;
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        major < 9)
-        return 0;
-    if (!i8_cl_max) {
-        const char *e = getenv("KILN_I8_CLUSTER_MAX");
-        i8_cl_max = e && !strcmp(e, "8") ? 8 : 16;
-    }
-    return i8_cl_max;
-}
-
-template <int DT, int NT, bool CL> static void i8s_attrs(size_t smem) {
-    /* the shared memory past 48 KB (and clusters past 8), asked once per device (setting it
-     * twice is harmless) */
+template <int DT, int NT> static void i8s_attrs(size_t smem) {
+    /* the shared memory past 48 KB, asked once per device (setting it twice is harmless) */
     static unsigned long long attr_set = 0;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 63;
     if (!((__atomic_load_n(&attr_set, __ATOMIC_RELAXED) >> dev) & 1ull)) {
-        (void)cudaFuncSetAttribute(gemm_i8s_kernel<DT, NT, CL>,
+        (void)cudaFuncSetAttribute(gemm_i8s_kernel<DT, NT>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (CL)
-            (void)cudaFuncSetAttribute(gemm_i8s_kernel<DT, NT, CL>,
-                                       cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
         __atomic_fetch_or(&attr_set, 1ull << dev, __ATOMIC_RELAXED);
     }
 }
 
-/* The cluster path's k split: the ks (<= clmax, <= the superchunks) whose waves x range
- * length is least (fewest ranges on ties), a wave being the CTAs resident at once: 2 per
- * SM, or fewer where clusters of ks CTAs fit fewer (cudaOccupancyMaxActiveClusters, asked
- * once per device and size). The range length (per) and *ks_out as i8_split. */
-/* Version 2's k split (no clusters): the ks (<= 16, <= the superchunks, partial sums of
+/* Version 2's k split: the ks (<= 16, <= the superchunks, partial sums of
  * ntot rows within pb bytes) whose waves x (range length + 1) is least, fewest ranges on
  * ties; a wave is 2 CTAs per SM (the +1: a CTA's fixed cost, about one superchunk's) */
 static int i8_split_waves(int64_t ctas, int64_t nk, int64_t T, int64_t ntot, size_t pb,
@@ -756,66 +671,13 @@ static int i8_split_waves(int64_t ctas, int64_t nk, int64_t T, int64_t ntot, siz
     return per;
 }
 
-/* a version-2 launch of grid g whose grid-z CTAs form one cluster (at: its attribute) */
-static cudaLaunchConfig_t i8_cluster_cfg(dim3 g, size_t smem, cudaStream_t s,
-                                         cudaLaunchAttribute at[1]) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = g;
-    cfg.blockDim = dim3(I8_WARPS * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = g.z;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    return cfg;
-}
-
-template <int DT, int NT>
-static int i8_split_cl(int64_t ctas, int64_t nk, int clmax, size_t smem, int64_t *ks_out) {
-    static int fit[64][17]; /* [device][ks]: CTAs resident at once in clusters of ks (+1) */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 63;
-    const int64_t slots = 2 * (int64_t)kc_device_sms();
-    int64_t most = i8_ks_fixed > 0 ? (i8_ks_fixed < clmax ? i8_ks_fixed : clmax) : clmax;
-    most = most < nk ? most : nk;
-    int64_t best = 1, best_cost = INT64_MAX;
-    for (int64_t ks = i8_ks_fixed > 0 ? most : 1; ks <= most && ks <= nk; ks++) {
-        int f = __atomic_load_n(&fit[dev][ks], __ATOMIC_RELAXED);
-        if (!f) {
-            f = (int)slots + 1;
-            if (ks > 1) {
-                cudaLaunchAttribute at[1];
-                const cudaLaunchConfig_t cfg =
-                    i8_cluster_cfg(dim3(1, 1, (unsigned)ks), smem, 0, at);
-                int nc = 0;
-                if (cudaOccupancyMaxActiveClusters(&nc, gemm_i8s_kernel<DT, NT, true>, &cfg) !=
-                    cudaSuccess) {
-                    (void)cudaGetLastError();
-                    nc = 0;
-                }
-                f = nc * (int)ks + 1;
-            }
-            __atomic_store_n(&fit[dev][ks], f, __ATOMIC_RELAXED);
-        }
-        const int64_t res = (f - 1) < slots ? (f - 1) : slots;
-        if (res < ks) continue; /* clusters of ks do not fit */
-        const int64_t per = (nk + ks - 1) / ks, waves = (ctas * ks + res - 1) / res;
-        if (waves * per < best_cost) best_cost = waves * per, best = ks;
-    }
-    const int per = (int)((nk + best - 1) / best);
-    *ks_out = (nk + per - 1) / per; /* no empty range */
-    return per;
-}
-
-/* Version 2 on nm matmuls of one dtype sharing x, in one launch: the k split reduced in
- * clusters (clmax > 0), else its partial sums in part (pb bytes) added in split order by
- * i8_reduce_grp_kernel */
+/* Version 2 on nm matmuls of one dtype sharing x, in one launch: the k split's partial sums
+ * in part (pb bytes), added in split order by i8_reduce_grp_kernel. (Session 19 also tried
+ * the split reduced in thread-block clusters through distributed shared memory: the same
+ * bits, slower; removed, docs/CUDA.md.) */
 template <int DT, int NT>
 static void launch_i8s(cudaStream_t s, const kiln_matmul_args *m, int nm, const uint4 *xq, int T,
-                       float *part, size_t pb, int clmax) {
+                       float *part, size_t pb) {
     const int64_t nk = m[0].k / KILN_CUDA_T16_K;
     const int ntt = (T + 7) / 8;
     const unsigned gx = (unsigned)((ntt + NT - 1) / NT);
@@ -831,25 +693,12 @@ static void launch_i8s(cudaStream_t s, const kiln_matmul_args *m, int nm, const 
         ntot += m[i].n;
     }
     int64_t ks = 1;
-    if (clmax > 0) {
-        const size_t smem = sizeof(i8s_smem<DT, NT>);
-        i8s_attrs<DT, NT, true>(smem);
-        const int per = i8_split_cl<DT, NT>(gy * gx, nk, clmax, smem, &ks);
-        cudaLaunchAttribute at[1];
-        const cudaLaunchConfig_t cfg =
-            i8_cluster_cfg(dim3(gx, (unsigned)gy, (unsigned)ks), smem, s, at);
-        /* an error stays for kc_launched */
-        (void)cudaLaunchKernelEx(&cfg, gemm_i8s_kernel<DT, NT, true>, gp, m[0].k, xq, T, per,
-                                 (float *)NULL);
-        return;
-    }
     const size_t smem = sizeof(i8s_smem<DT, NT>);
-    i8s_attrs<DT, NT, false>(smem);
+    i8s_attrs<DT, NT>(smem);
     const int per = i8_split_waves(gy * gx, nk, T, ntot, pb, &ks);
     for (int i = 1; i < nm; i++) gp.m[i].poff = gp.m[i - 1].poff + ks * (int64_t)T * m[i - 1].n;
-    gemm_i8s_kernel<DT, NT, false>
-        <<<dim3(gx, (unsigned)gy, (unsigned)ks), I8_WARPS * 32, smem, s>>>(gp, m[0].k, xq, T, per,
-                                                                           ks > 1 ? part : NULL);
+    gemm_i8s_kernel<DT, NT><<<dim3(gx, (unsigned)gy, (unsigned)ks), I8_WARPS * 32, smem, s>>>(
+        gp, m[0].k, xq, T, per, ks > 1 ? part : NULL);
     if (ks > 1) {
         const int64_t e = (int64_t)T * ntot;
         i8_reduce_grp_kernel<<<(unsigned)((e + 255) / 256), 256, 0, s>>>(part, (int)ks, gp, T);
@@ -859,11 +708,11 @@ static void launch_i8s(cudaStream_t s, const kiln_matmul_args *m, int nm, const 
 /* Version 2 (the default) on nm matmuls of dtype DT sharing x */
 template <int DT>
 static void launch_i8v2(cudaStream_t s, const kiln_matmul_args *m, int nm, const uint4 *xq, int T,
-                        float *part, size_t pb, int clmax) {
+                        float *part, size_t pb) {
     if ((T + 7) / 8 <= 2)
-        launch_i8s<DT, 2>(s, m, nm, xq, T, part, pb, clmax);
+        launch_i8s<DT, 2>(s, m, nm, xq, T, part, pb);
     else
-        launch_i8s<DT, 4>(s, m, nm, xq, T, part, pb, clmax);
+        launch_i8s<DT, 4>(s, m, nm, xq, T, part, pb);
 }
 
 /* Version 1 (KILN_I8_V=1) on one matmul */
@@ -894,7 +743,6 @@ static kiln_status i8_run(const kiln_kctx *c, const kiln_matmul_args *m, int nm)
     float *part = (float *)((char *)c->scratch + dq);
     const size_t pb = c->scratch_size > dq ? c->scratch_size - dq : 0;
     const bool v2 = i8_v_get() == 2;
-    const int clmax = v2 ? i8_cluster_max() : 0;
     for (int64_t t0 = 0; t0 < t; t0 += ch) {
         const int T = (int)(t - t0 < ch ? t - t0 : ch), Tp = (T + 7) / 8 * 8;
         const int64_t thr = (int64_t)Tp * (k / 4);
@@ -910,17 +758,17 @@ static kiln_status i8_run(const kiln_kctx *c, const kiln_matmul_args *m, int nm)
         }
         if (v2 && one_dt) { /* one launch for the group */
             if (m[0].w_dtype == KILN_DTYPE_Q4_0)
-                launch_i8v2<KILN_DTYPE_Q4_0>(s, mc, nm, (const uint4 *)xq, T, part, pb, clmax);
+                launch_i8v2<KILN_DTYPE_Q4_0>(s, mc, nm, (const uint4 *)xq, T, part, pb);
             else
-                launch_i8v2<KILN_DTYPE_Q8_0>(s, mc, nm, (const uint4 *)xq, T, part, pb, clmax);
+                launch_i8v2<KILN_DTYPE_Q8_0>(s, mc, nm, (const uint4 *)xq, T, part, pb);
             continue;
         }
         for (int i = 0; i < nm; i++) {
             const bool q4 = m[i].w_dtype == KILN_DTYPE_Q4_0;
             if (v2 && q4)
-                launch_i8v2<KILN_DTYPE_Q4_0>(s, &mc[i], 1, (const uint4 *)xq, T, part, pb, clmax);
+                launch_i8v2<KILN_DTYPE_Q4_0>(s, &mc[i], 1, (const uint4 *)xq, T, part, pb);
             else if (v2)
-                launch_i8v2<KILN_DTYPE_Q8_0>(s, &mc[i], 1, (const uint4 *)xq, T, part, pb, clmax);
+                launch_i8v2<KILN_DTYPE_Q8_0>(s, &mc[i], 1, (const uint4 *)xq, T, part, pb);
             else if (q4)
                 launch_i8<KILN_DTYPE_Q4_0>(s, &mc[i], (const uint4 *)xq, T, mc[i].y, part, pb);
             else
