@@ -22,6 +22,7 @@
 #include "serve/serve.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -125,6 +126,16 @@ static int connect_local(int port) {
     return fd;
 }
 
+/* recv, again after a signal: a socket with a receive timeout is not restarted after a
+ * handled signal (signal(7)), so a signal to this thread (CI saw one, session 20) made
+ * recv fail with EINTR at once; the timeout itself is EAGAIN */
+static ssize_t recv_retry(int fd, void *buf, size_t len) {
+    ssize_t k;
+    do k = recv(fd, buf, len, 0);
+    while (k < 0 && errno == EINTR);
+    return k;
+}
+
 /* kiln_requests_running from GET /metrics */
 static int metrics_running(int port) {
     int fd = connect_local(port);
@@ -133,7 +144,7 @@ static int metrics_running(int port) {
     static char buf[1 << 16];
     size_t n = 0;
     ssize_t k;
-    while (n + 1 < sizeof buf && (k = recv(fd, buf + n, sizeof buf - n - 1, 0)) > 0) n += (size_t)k;
+    while (n + 1 < sizeof buf && (k = recv_retry(fd, buf + n, sizeof buf - n - 1)) > 0) n += (size_t)k;
     buf[n] = 0;
     close(fd);
     const char *p = strstr(buf, "\nkiln_requests_running ");
@@ -160,9 +171,9 @@ static int post(int port, const char *body, char **resp) {
             buf = realloc(buf, cap);
             assert_non_null(buf);
         }
-        ssize_t k = recv(fd, buf + n, cap - n - 1, 0);
+        ssize_t k = recv_retry(fd, buf + n, cap - n - 1);
         if (k == 0) break;
-        if (k < 0) fail_msg("no response within 60 s (a hang)");
+        if (k < 0) fail_msg("no response within 60 s (a hang): recv: %s", strerror(errno));
         n += (size_t)k;
     }
     buf[n] = 0;
@@ -188,7 +199,7 @@ static void cancel_one(int port) {
                       strlen(body), body);
     assert_int_equal(send(fd, head, (size_t)hn, MSG_NOSIGNAL), hn);
     char buf[256];
-    assert_true(recv(fd, buf, sizeof buf, 0) > 0);
+    assert_true(recv_retry(fd, buf, sizeof buf) > 0);
     close(fd);
     /* the request ends at the server's next look at the connection */
     for (int i = 0; i < 500 * time_scale(); i++) {
