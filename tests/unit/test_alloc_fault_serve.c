@@ -144,7 +144,8 @@ static int metrics_running(int port) {
     static char buf[1 << 16];
     size_t n = 0;
     ssize_t k;
-    while (n + 1 < sizeof buf && (k = recv_retry(fd, buf + n, sizeof buf - n - 1)) > 0) n += (size_t)k;
+    while (n + 1 < sizeof buf && (k = recv_retry(fd, buf + n, sizeof buf - n - 1)) > 0)
+        n += (size_t)k;
     buf[n] = 0;
     close(fd);
     const char *p = strstr(buf, "\nkiln_requests_running ");
