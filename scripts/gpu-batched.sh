@@ -34,7 +34,8 @@ if [[ " $* " == *" base "* ]]; then
   BP=$!
 fi
 gen() { [ -f "$M/$1-$2.gguf" ] || $N/kiln-gen -q -p "$1" -t "$2" -o "$M/$1-$2.gguf"; }
-step gen 300 bash -c "$(declare -f gen); M=$M N=$N; for t in ${TYPES_8B:-q4_0}; do gen llama3-8b \$t; done"
+[[ " $* " =~ " "(prof|ab|pp|ncu|bench)" " ]] && # (tests and e2e alone need no 8B file)
+  step gen 300 bash -c "$(declare -f gen); M=$M N=$N; for t in ${TYPES_8B:-q4_0}; do gen llama3-8b \$t; done"
 [ -n "${BP:-}" ] && { wait $BP; ROWS+=("$(printf '%-34s %s' build-base "$(tail -1 "$LOG/build-base.log" | cut -c1-50)")"); }
 T8=${TYPES_8B:-q4_0}
 each_run() { # runs "$@" once per entry of $RUNS with i (its index), d (the build's folder),
