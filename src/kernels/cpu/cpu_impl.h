@@ -69,7 +69,9 @@ static inline int64_t kiln_cpu_row_grain(int64_t n, int nth, int64_t m) {
 }
 
 /* The AVX2 float GEMM's k block and panel (matmul_f_avx2.c: 24 rows x FKB widened to f32) */
-#define KILN_CPU_MMF_AVX2_FKB   448
+#ifndef KILN_CPU_MMF_AVX2_FKB
+#define KILN_CPU_MMF_AVX2_FKB 448 /* -DKILN_CPU_MMF_AVX2_FKB=N: the A/B build */
+#endif
 #define KILN_CPU_MMF_AVX2_PANEL ((size_t)24 * KILN_CPU_MMF_AVX2_FKB * sizeof(float))
 
 /* Float weights (f32, f16, bf16) with f32 activations. panel: scratch of

@@ -360,6 +360,22 @@ INLINE void pf_some(pf_panel *q, int64_t m) {
     }
 }
 
+/* The next tile's accumulators (4 token rows of y, 24 floats each at column r), asked for
+ * while the current tile runs: they are loaded (stored, in the first k block) at the
+ * tile's start from 4 rows a y_stride apart, which left L1 since the last k block. */
+#ifndef KILN_MMF_Y_PF
+#define KILN_MMF_Y_PF 1 /* -DKILN_MMF_Y_PF=0: off, the A/B build */
+#endif
+INLINE void pf_tile_y(const kiln_cpu_mm *p, int64_t t0, int64_t r) {
+    const int64_t te = t0 + FTT < p->t ? t0 + FTT : p->t;
+    for (int64_t t = t0; t < te; t++) {
+        const char *y = (const char *)(p->y + t * p->y_stride + r);
+        _mm_prefetch(y, _MM_HINT_T0);
+        _mm_prefetch(y + 64, _MM_HINT_T0);
+        _mm_prefetch(y + 95, _MM_HINT_T0);
+    }
+}
+
 /* NV 3: 24 rows x 4 tokens (3 panel loads and 4 broadcasts per 12 FMAs). NV 2 (16 rows)
  * would need tiles of 6 tokens to keep 12 FMA chains. */
 INLINE void gemm_rv(int NV, uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1, float *wp) {
@@ -386,6 +402,7 @@ INLINE void gemm_rv(int NV, uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64
             const int64_t rt = p->t % FT, tfull = p->t >= FT ? p->t - rt - (rt ? FT : 0) : 0;
             int64_t t0 = 0;
             for (; t0 < tfull; t0 += FT) {
+                if (KILN_MMF_Y_PF) pf_tile_y(p, t0 + FT, r);
                 tile_rv(NV, FT, p, wp, k0, kb, t0, r, nr, first, last);
                 pf_some(&q, per);
             }
