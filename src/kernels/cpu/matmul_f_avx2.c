@@ -188,6 +188,67 @@ INLINE void widen_t(int NV, uint32_t dt, const kiln_cpu_mm *p, int64_t r, int nr
             wp[i * RW + j] = j < nr ? wload1(dt, p->w + (r + j) * p->w_row_bytes, k0 + i) : 0.0f;
 }
 
+/* f16 weights keep f16 in the panel (KILN_MMF_PANEL_H; the micro-kernel converts with
+ * vcvtph2ps from memory, which issued beside the 12 FMAs per element at the same rate as
+ * vmovaps in a microbenchmark on Zen 3: 92.8-94.1 vs 91.6-94.4 GFLOP/s one core): half the
+ * panel's bytes (21 KB at FKBH 448: it fits L1 beside the block's activations), half the
+ * stores and half the shuffles of the f32 transpose, the same f32 values in the same FMA
+ * chains (vcvtph2ps is exact): the same bits. Rows [r, r + nr), elements [k0, k0 + kb) into
+ * wh[i][8 NV]; rows past nr are zero. 16 elements of 8 rows per step: one 8 x 8 transpose
+ * of 16-bit lanes in each 128-bit half (24 unpacks for two), the low halves are elements
+ * i..i+7, the high halves i+8..i+15. */
+#ifndef KILN_MMF_PANEL_H
+#define KILN_MMF_PANEL_H 1 /* -DKILN_MMF_PANEL_H=0: f16 widened to an f32 panel, the A/B build */
+#endif
+/* The f16 panel's k block: 768 (36 KB) ran faster than 448 / 640 in 6 of 6 in-process pairs
+ * each (scripts/mmf-ab.sh, tinyllama's three matmul shapes, one core), 896 the same as 768 */
+#ifndef KILN_CPU_MMF_AVX2_FKBH
+#define KILN_CPU_MMF_AVX2_FKBH 768
+#endif
+#define FKBH KILN_CPU_MMF_AVX2_FKBH
+_Static_assert(FKBH <= 2 * FKB, "the f16 panel must fit the f32 panel's scratch");
+INLINE void widen_h(int NV, const kiln_cpu_mm *p, int64_t r, int nr, int64_t k0, int64_t kb,
+                    uint16_t *wh) {
+    const int RW = 8 * NV;
+    int64_t i = 0;
+    if (nr == RW)
+        for (; i + 16 <= kb; i += 16)
+            for (int h = 0; h < NV; h++) {
+                __m256i a[8], b[8];
+                for (int j = 0; j < 8; j++)
+                    a[j] = _mm256_loadu_si256(
+                        (const __m256i *)((const uint16_t *)(p->w +
+                                                             (r + 8 * h + j) * p->w_row_bytes) +
+                                          k0 + i));
+                for (int j = 0; j < 4; j++) { /* pairs of rows: 16-bit interleave */
+                    b[2 * j] = _mm256_unpacklo_epi16(a[2 * j], a[2 * j + 1]);
+                    b[2 * j + 1] = _mm256_unpackhi_epi16(a[2 * j], a[2 * j + 1]);
+                }
+                for (int j = 0; j < 2; j++) { /* quads of rows: 32-bit interleave */
+                    a[4 * j + 0] = _mm256_unpacklo_epi32(b[4 * j], b[4 * j + 2]);
+                    a[4 * j + 1] = _mm256_unpackhi_epi32(b[4 * j], b[4 * j + 2]);
+                    a[4 * j + 2] = _mm256_unpacklo_epi32(b[4 * j + 1], b[4 * j + 3]);
+                    a[4 * j + 3] = _mm256_unpackhi_epi32(b[4 * j + 1], b[4 * j + 3]);
+                }
+                for (int j = 0; j < 4; j++) { /* all 8 rows: 64-bit interleave */
+                    b[2 * j] = _mm256_unpacklo_epi64(a[j], a[4 + j]);
+                    b[2 * j + 1] = _mm256_unpackhi_epi64(a[j], a[4 + j]);
+                }
+                /* b[e]: element e (low half) and e + 8 (high half) of the 8 rows */
+                for (int j = 0; j < 8; j++) {
+                    uint16_t *d = wh + (i + j) * RW + 8 * h;
+                    _mm_storeu_si128((__m128i *)d, _mm256_castsi256_si128(b[j]));
+                    _mm_storeu_si128((__m128i *)(d + 8 * RW), _mm256_extracti128_si256(b[j], 1));
+                }
+            }
+    for (; i < kb; i++)
+        for (int j = 0; j < RW; j++) {
+            uint16_t v = 0;
+            if (j < nr) memcpy(&v, p->w + (r + j) * p->w_row_bytes + 2 * (k0 + i), 2);
+            wh[i * RW + j] = v;
+        }
+}
+
 /* The 24-row x 4-token tile's loop over 16-element chunks (n of them), in inline asm: per
  * element 3 panel loads, 4 broadcasts and 12 FMAs, the 12 accumulators in registers (as C,
  * GCC spilled them beside the 3 weights and the broadcast). Each accumulator is the same FMA
@@ -209,40 +270,54 @@ INLINE void widen_t(int NV, uint32_t dt, const kiln_cpu_mm *p, int64_t r, int nr
     "vmovups %%ymm6, 6*32(%[acc])\n\t vmovups %%ymm7, 7*32(%[acc])\n\t"                            \
     "vmovups %%ymm8, 8*32(%[acc])\n\t vmovups %%ymm9, 9*32(%[acc])\n\t"                            \
     "vmovups %%ymm10, 10*32(%[acc])\n\t vmovups %%ymm11, 11*32(%[acc])\n\t"
-/* acc[v][t] (v < 3, t < 4: the array is [3][FTT = 4]) lives in ymm(4 v + t) */
-INLINE void k24x4(__m256 acc[3][FTT], const float *w, const float *const x[FTT], int64_t n) {
+/* acc[v][t] (v < 3, t < 4: the array is [3][FTT = 4]) lives in ymm(4 v + t). LD loads one
+ * 8-row weight vector (vmovaps of the f32 panel, vcvtph2ps of the f16 one), ES is the
+ * panel's bytes per element (96 or 48), O1 / O2 the second and third vectors' offsets. */
+#define K24_LOOP(LD, ES, O1, O2, STEP)                                                             \
+    K24_ACC("vmovups ")                                                                            \
+    "1:\n\t"                                                                                       \
+    "prefetcht0 128(%[x0])\n\t"                                                                    \
+    "prefetcht0 128(%[x0],%[rs],1)\n\t"                                                            \
+    "prefetcht0 128(%[x0],%[rs],2)\n\t"                                                            \
+    "prefetcht0 128(%[x0],%[r3],1)\n\t"                                                            \
+    ".irp j,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n\t" LD " \\j*" ES "(%[w]), %%ymm12\n\t" LD      \
+    " \\j*" ES "+" O1 "(%[w]), %%ymm13\n\t" LD " \\j*" ES "+" O2                                   \
+    "(%[w]), %%ymm14\n\t" K24_EL("(%[x0])", "0", "4", "8")                                         \
+        K24_EL("(%[x0],%[rs],1)", "1", "5", "9") K24_EL("(%[x0],%[rs],2)", "2", "6", "10")         \
+            K24_EL("(%[x0],%[r3],1)", "3", "7", "11") ".endr\n\t"                                  \
+                                                      "add $" STEP ", %[w]\n\t"                    \
+                                                      "add $64, %[x0]\n\t"                         \
+                                                      "dec %[n]\n\t"                               \
+                                                      "jnz 1b\n\t" K24_ST
+#define K24_OPS                                                                                    \
+    : [w] "+r"(w), [x0] "+r"(x0), [n] "+r"(n)                                                      \
+    : [acc] "r"(&acc[0][0]), [rs] "r"(rs), [r3] "r"(r3)                                            \
+    : "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7", "ymm8", "ymm9", "ymm10",     \
+      "ymm11", "ymm12", "ymm13", "ymm14", "ymm15", "cc", "memory"
+INLINE void k24x4(int PH, __m256 acc[3][FTT], const void *w, const float *const x[FTT], int64_t n) {
     const float *x0 = x[0];
     const int64_t rs = (const char *)x[1] - (const char *)x[0], r3 = 3 * rs;
-    __asm__ volatile(
-        K24_ACC("vmovups ") "1:\n\t"
-                            "prefetcht0 128(%[x0])\n\t"
-                            "prefetcht0 128(%[x0],%[rs],1)\n\t"
-                            "prefetcht0 128(%[x0],%[rs],2)\n\t"
-                            "prefetcht0 128(%[x0],%[r3],1)\n\t"
-                            ".irp j,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n\t"
-                            "vmovaps \\j*96(%[w]), %%ymm12\n\t"
-                            "vmovaps \\j*96+32(%[w]), %%ymm13\n\t"
-                            "vmovaps \\j*96+64(%[w]), %%ymm14\n\t" K24_EL("(%[x0])", "0", "4", "8")
-                                K24_EL("(%[x0],%[rs],1)", "1", "5", "9") K24_EL("(%[x0],%[rs],2)",
-                                                                                "2", "6", "10")
-                                    K24_EL("(%[x0],%[r3],1)", "3", "7", "11") ".endr\n\t"
-                                                                              "add $1536, %[w]\n\t"
-                                                                              "add $64, %[x0]\n\t"
-                                                                              "dec %[n]\n\t"
-                                                                              "jnz 1b\n\t" K24_ST
-        : [w] "+r"(w), [x0] "+r"(x0), [n] "+r"(n)
-        : [acc] "r"(&acc[0][0]), [rs] "r"(rs), [r3] "r"(r3)
-        : "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "ymm7", "ymm8", "ymm9", "ymm10",
-          "ymm11", "ymm12", "ymm13", "ymm14", "ymm15", "cc", "memory");
+    if (PH)
+        __asm__ volatile(K24_LOOP("vcvtph2ps", "48", "16", "32", "768") K24_OPS);
+    else
+        __asm__ volatile(K24_LOOP("vmovaps", "96", "32", "64", "1536") K24_OPS);
 }
+#undef K24_LOOP
+#undef K24_OPS
 #undef K24_ACC
 #undef K24_ST
 #undef K24_EL
 
 /* Tokens [t0, t0 + T) x 8 NV rows at column r of y over elements [k0, k0 + kb); nr valid
  * rows (masked loads and stores below 8 NV). */
-INLINE void micro_rv(int NV, int T, const kiln_cpu_mm *p, const float *wp, int64_t k0, int64_t kb,
-                     int64_t t0, int64_t r, int nr, bool first, bool last) {
+/* One 8-row weight vector of element i of the panel (f32, or f16 when PH) */
+INLINE __m256 pload(int PH, const void *wp, int64_t off) {
+    return PH ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)wp + off)))
+              : _mm256_load_ps((const float *)wp + off);
+}
+
+INLINE void micro_rv(int NV, int T, int PH, const kiln_cpu_mm *p, const void *wp, int64_t k0,
+                     int64_t kb, int64_t t0, int64_t r, int nr, bool first, bool last) {
     const int RW = 8 * NV;
     const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256 acc[3][FTT];
@@ -262,7 +337,7 @@ INLINE void micro_rv(int NV, int T, const kiln_cpu_mm *p, const float *wp, int64
     }
     int64_t i = 0;
     if (NV == 3 && T == 4 && kb >= 16) {
-        k24x4(acc, wp, x, kb / 16);
+        k24x4(PH, acc, wp, x, kb / 16);
         i = kb / 16 * 16;
     }
     /* 16 elements per iteration with constant offsets: one index step and one branch per
@@ -276,7 +351,7 @@ INLINE void micro_rv(int NV, int T, const kiln_cpu_mm *p, const float *wp, int64
         for (int j = 0; j < 16; j++) {
             __m256 w[3];
 #pragma GCC unroll 3
-            for (int v = 0; v < NV; v++) w[v] = _mm256_load_ps(wp + RW * (i + j) + 8 * v);
+            for (int v = 0; v < NV; v++) w[v] = pload(PH, wp, RW * (i + j) + 8 * v);
 #pragma GCC unroll 6
             for (int t = 0; t < T; t++) {
                 const __m256 xv = _mm256_broadcast_ss(x[t] + i + j);
@@ -288,7 +363,7 @@ INLINE void micro_rv(int NV, int T, const kiln_cpu_mm *p, const float *wp, int64
     for (; i < kb; i++) {
         __m256 w[3];
 #pragma GCC unroll 3
-        for (int v = 0; v < NV; v++) w[v] = _mm256_load_ps(wp + RW * i + 8 * v);
+        for (int v = 0; v < NV; v++) w[v] = pload(PH, wp, RW * i + 8 * v);
 #pragma GCC unroll 6
         for (int t = 0; t < T; t++) {
             const __m256 xv = _mm256_broadcast_ss(x[t] + i);
@@ -315,10 +390,10 @@ INLINE void micro_rv(int NV, int T, const kiln_cpu_mm *p, const float *wp, int64
 /* One tile of T (1-4) tokens, with T a compile-time constant in each micro_rv. */
 #define TILE_CASE(N)                                                                               \
     case N:                                                                                        \
-        micro_rv(NV, N, p, wp, k0, kb, t0, r, nr, first, last);                                    \
+        micro_rv(NV, N, PH, p, wp, k0, kb, t0, r, nr, first, last);                                \
         break
-INLINE void tile_rv(int NV, int T, const kiln_cpu_mm *p, const float *wp, int64_t k0, int64_t kb,
-                    int64_t t0, int64_t r, int nr, bool first, bool last) {
+INLINE void tile_rv(int NV, int T, int PH, const kiln_cpu_mm *p, const void *wp, int64_t k0,
+                    int64_t kb, int64_t t0, int64_t r, int nr, bool first, bool last) {
     switch (T) {
         TILE_CASE(4);
         TILE_CASE(3);
@@ -380,18 +455,23 @@ INLINE void pf_tile_y(const kiln_cpu_mm *p, int64_t t0, int64_t r) {
  * would need tiles of 6 tokens to keep 12 FMA chains. */
 INLINE void gemm_rv(int NV, uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1, float *wp) {
     const int RW = 8 * NV, FT = FTT;
-    for (int64_t k0 = 0; k0 < p->k; k0 += FKB) {
-        const int64_t kb = p->k - k0 < FKB ? p->k - k0 : FKB;
+    const int PH = KILN_MMF_PANEL_H && dt == KILN_DTYPE_F16;
+    const int64_t KB = PH ? FKBH : FKB;
+    for (int64_t k0 = 0; k0 < p->k; k0 += KB) {
+        const int64_t kb = p->k - k0 < KB ? p->k - k0 : KB;
         const bool first = k0 == 0, last = k0 + kb == p->k;
         for (int64_t r = r0; r < r1; r += RW) {
             const int nr = r1 - r < RW ? (int)(r1 - r) : RW;
-            widen_t(NV, dt, p, r, nr, k0, kb, wp);
+            if (PH)
+                widen_h(NV, p, r, nr, k0, kb, (uint16_t *)wp);
+            else
+                widen_t(NV, dt, p, r, nr, k0, kb, wp);
             pf_panel q = {0};
             if (r + RW < r1) /* the next row group, same elements */
                 pf_init(&q, dt, p, r + RW, r1 - r - RW < RW ? (int)(r1 - r - RW) : RW, k0, kb);
             else if (k0 + kb < p->k) /* the first row group of the next block */
                 pf_init(&q, dt, p, r0, r1 - r0 < RW ? (int)(r1 - r0) : RW, k0 + kb,
-                        p->k - k0 - kb < FKB ? p->k - k0 - kb : FKB);
+                        p->k - k0 - kb < KB ? p->k - k0 - kb : KB);
             else
                 q.n = 0;
             if (!KILN_MMF_PANEL_PF) q.n = 0;
@@ -403,16 +483,16 @@ INLINE void gemm_rv(int NV, uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64
             int64_t t0 = 0;
             for (; t0 < tfull; t0 += FT) {
                 if (KILN_MMF_Y_PF) pf_tile_y(p, t0 + FT, r);
-                tile_rv(NV, FT, p, wp, k0, kb, t0, r, nr, first, last);
+                tile_rv(NV, FT, PH, p, wp, k0, kb, t0, r, nr, first, last);
                 pf_some(&q, per);
             }
             pf_some(&q, q.n);
             if (p->t - t0 > FT) { /* two tiles */
                 const int a = (int)((p->t - t0 + 1) / 2);
-                tile_rv(NV, a, p, wp, k0, kb, t0, r, nr, first, last);
+                tile_rv(NV, a, PH, p, wp, k0, kb, t0, r, nr, first, last);
                 t0 += a;
             }
-            tile_rv(NV, (int)(p->t - t0), p, wp, k0, kb, t0, r, nr, first, last);
+            tile_rv(NV, (int)(p->t - t0), PH, p, wp, k0, kb, t0, r, nr, first, last);
         }
     }
 }
