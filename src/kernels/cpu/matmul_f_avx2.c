@@ -125,15 +125,15 @@ INLINE void gemv_small(uint32_t dt, const kiln_cpu_mm *p, int64_t r0, int64_t r1
 
 /* ---- prefill, row-vectorized (the default for t > 1 since session 4) ----
  * 24 weight rows are widened FKB elements at a time into a transposed panel (for each
- * element, the 24 rows' f32 weights side by side: three ymm), and a 24-row x 4-token
- * micro-kernel broadcasts each token's activation x[t][i] (no transposed activations)
- * over the three weight vectors: 12 accumulators, per element 3 vector loads, 4
- * broadcasts, 12 FMAs (k24x4, inline asm: in C, GCC spilled the accumulators). The
- * accumulators are 8 consecutive rows of one token, so they live in y between k blocks
- * (contiguous loads and stores), and the result needs no scatter. Each (row, token) sum
- * is the FMA chain over k in order, the same bits as micro_xt() and as the 16-row x
- * 6-token tile this replaced in session 15 (2 loads + 6 broadcasts per 12 FMAs):
- * `taskset -c 1 bench_cpu_matmul -t 1 -r 5 -b 0 -D 0 -i avx2 -d f16`,
+ * element, the 24 rows' f32 weights side by side: three ymm; f16 weights stay f16 there,
+ * FKBH elements at a time, and the micro-kernel converts as it loads: widen_h), and a 24-row x
+ * 4-token micro-kernel broadcasts each token's activation x[t][i] (no transposed activations) over
+ * the three weight vectors: 12 accumulators, per element 3 vector loads, 4 broadcasts, 12 FMAs
+ * (k24x4, inline asm: in C, GCC spilled the accumulators). The accumulators are 8 consecutive rows
+ * of one token, so they live in y between k blocks (contiguous loads and stores), and the result
+ * needs no scatter. Each (row, token) sum is the FMA chain over k in order, the same bits as
+ * micro_xt() and as the 16-row x 6-token tile this replaced in session 15 (2 loads + 6 broadcasts
+ * per 12 FMAs): `taskset -c 1 bench_cpu_matmul -t 1 -r 5 -b 0 -D 0 -i avx2 -d f16`,
  * alternating, 69.3 -> 72.6 GFLOP/s (medians of 5); tinyllama f16 pp128 2 threads +3.6 %
  * (median of 6 pairs, docs/CPU.md).
  * Loop order: k block, then the item's row groups, then token tiles: the block's
