@@ -191,8 +191,8 @@ INLINE void widen_t(int NV, uint32_t dt, const kiln_cpu_mm *p, int64_t r, int nr
 /* f16 weights keep f16 in the panel (KILN_MMF_PANEL_H; the micro-kernel converts with
  * vcvtph2ps from memory, which issued beside the 12 FMAs per element at the same rate as
  * vmovaps in a microbenchmark on Zen 3: 92.8-94.1 vs 91.6-94.4 GFLOP/s one core): half the
- * panel's bytes (21 KB at FKBH 448: it fits L1 beside the block's activations), half the
- * stores and half the shuffles of the f32 transpose, the same f32 values in the same FMA
+ * panel's bytes per element (so a longer k block, FKBH 768 in 36 KB, and fewer round trips of
+ * the tile's sums through y), half the stores and half the shuffles of the f32 transpose, the same f32 values in the same FMA
  * chains (vcvtph2ps is exact): the same bits. Rows [r, r + nr), elements [k0, k0 + kb) into
  * wh[i][8 NV]; rows past nr are zero. 16 elements of 8 rows per step: one 8 x 8 transpose
  * of 16-bit lanes in each 128-bit half (24 unpacks for two), the low halves are elements
