@@ -192,10 +192,10 @@ INLINE void widen_t(int NV, uint32_t dt, const kiln_cpu_mm *p, int64_t r, int nr
  * vcvtph2ps from memory, which issued beside the 12 FMAs per element at the same rate as
  * vmovaps in a microbenchmark on Zen 3: 92.8-94.1 vs 91.6-94.4 GFLOP/s one core): half the
  * panel's bytes per element (so a longer k block, FKBH 768 in 36 KB, and fewer round trips of
- * the tile's sums through y), half the stores and half the shuffles of the f32 transpose, the same f32 values in the same FMA
- * chains (vcvtph2ps is exact): the same bits. Rows [r, r + nr), elements [k0, k0 + kb) into
- * wh[i][8 NV]; rows past nr are zero. 16 elements of 8 rows per step: one 8 x 8 transpose
- * of 16-bit lanes in each 128-bit half (24 unpacks for two), the low halves are elements
+ * the tile's sums through y), half the stores and half the shuffles of the f32 transpose, the same
+ * f32 values in the same FMA chains (vcvtph2ps is exact): the same bits. Rows [r, r + nr), elements
+ * [k0, k0 + kb) into wh[i][8 NV]; rows past nr are zero. 16 elements of 8 rows per step: one 8 x 8
+ * transpose of 16-bit lanes in each 128-bit half (24 unpacks for two), the low halves are elements
  * i..i+7, the high halves i+8..i+15. */
 #ifndef KILN_MMF_PANEL_H
 #define KILN_MMF_PANEL_H 1 /* -DKILN_MMF_PANEL_H=0: f16 widened to an f32 panel, the A/B build */
