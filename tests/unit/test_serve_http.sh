@@ -163,14 +163,22 @@ head -c 70000 /dev/zero | tr '\0' 'a' > "$T/big"
 
 # -- disconnect cancels; queue full answers 503 with Retry-After
 L='"model":"m","prompt":"a","temperature":0,"max_tokens":16000,"logit_bias":{"2":-100},"stream":true'
-for i in 1 2 3 4 5 6; do curl -sN "$U/v1/completions" -d "{$L}" > "$T/q$i" & PIDS+=($!); done
-# wait until the 4 slots run, then fill the queue (2) until the server answers 503
-for _ in $(seq $((300 * S))); do
-  curl -s "$U/metrics" > "$T/m"
-  grep -q '^kiln_requests_running 4' "$T/m" && break
-  sleep 0.1
+# 4 streams fill the 4 slots and 2 more the queue (2), one at a time: each is sent once the
+# one before is running or queued (six at once raced the scheduler on a loaded machine: the
+# tenant's queue limit answered 429 to streams the scheduler had not taken yet), then 4 more
+# until the server answers 503
+for i in 1 2 3 4 5 6; do
+  curl -sN "$U/v1/completions" -d "{$L}" > "$T/q$i" & PIDS+=($!)
+  run=$((i < 4 ? i : 4)) wait=$((i > 4 ? i - 4 : 0))
+  for _ in $(seq $((300 * S))); do
+    curl -s "$U/metrics" > "$T/m"
+    grep -q "^kiln_requests_running $run\$" "$T/m" && grep -q "^kiln_requests_waiting $wait\$" "$T/m" &&
+      break
+    sleep 0.05
+  done
 done
 grep -q '^kiln_requests_running 4' "$T/m" || fail "4 slots never ran: $(grep '^kiln_requests' "$T/m")"
+grep -q '^kiln_requests_waiting 2' "$T/m" || fail "2 never queued: $(grep '^kiln_requests' "$T/m")"
 for i in 1 2 3 4; do
   curl -s -o "$T/x$i" -D "$T/h$i" -w '%{http_code}' "$U/v1/completions" -d "{$L}" > "$T/st$i" &
   PIDS+=($!)
