@@ -588,12 +588,18 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
         }
         r->sess = se;
     }
-    /* a tenant's own queue limit, where it has one (without, the scheduler-wide limit
-     * below applies: it counts free slots, which a tenant fallback to max_queued did not,
-     * so requests arriving together before a step were refused with slots free) */
-    int32_t tq = t->cfg.max_queued;
-    if (tq > 0 && t->n_queued_m >= tq) {
-        int32_t q = t->n_queued_m;
+    /* the queue holds requests waiting for a slot: accepted ones not admitted yet take
+     * the free slots first (the scheduler thread may not have stepped since they came) */
+    int32_t free_slots = s->max_slots - s->n_running_m;
+    if (free_slots < 0) free_slots = 0;
+    /* a tenant's own queue limit, where it has one, counts past the free slots it may
+     * take (its slot quota): a burst on an idle server was refused with slots free (six
+     * streams at once to 4 slots and a queue of 2: the 4th got 429) */
+    int32_t tq = t->cfg.max_queued, tfree = free_slots;
+    if (t->cfg.max_slots > 0 && t->cfg.max_slots - t->slots_used_m < tfree)
+        tfree = t->cfg.max_slots - t->slots_used_m > 0 ? t->cfg.max_slots - t->slots_used_m : 0;
+    if (tq > 0 && t->n_queued_m - tfree >= tq) {
+        int32_t q = t->n_queued_m - tfree;
         double ra = retry_estimate(s, q);
         pthread_mutex_unlock(&s->mu);
         ks_req_free(r);
@@ -614,10 +620,6 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
                           t->cfg.id, wait, t->cfg.prefill_tokens_per_s);
         }
     }
-    /* the queue holds requests waiting for a slot: accepted ones not admitted yet take
-     * the free slots first (the scheduler thread may not have stepped since they came) */
-    int32_t free_slots = s->max_slots - s->n_running_m;
-    if (free_slots < 0) free_slots = 0;
     if (s->n_queued_m - free_slots >= s->max_queued) {
         double ra = retry_estimate(s, s->n_queued_m);
         int32_t q = s->n_queued_m - free_slots;

@@ -42,8 +42,9 @@ typedef struct ks_tenant {
     ks_req *qhead, *qtail;
     int32_t n_wait;
     /* under mu */
-    int32_t n_queued_m; /* accepted, never admitted yet */
-    int64_t backlog_m;  /* prompt tokens of those */
+    int32_t n_queued_m;   /* accepted, never admitted yet */
+    int64_t backlog_m;    /* prompt tokens of those */
+    int32_t slots_used_m; /* slots_used, mirrored for submit's queue limit */
     /* under lmu */
     kiln_tenant_usage u;
     ks_ring ttft, itl;

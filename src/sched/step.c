@@ -132,12 +132,14 @@ static int32_t first_need(const kiln_sched *s, const ks_req *r) {
 
 /* ---- finishing ---- */
 
-/* n_running changes here only: submit reads the mirror under mu (free slots are not
- * queue places taken) */
-static void add_running(kiln_sched *s, int32_t d) {
+/* n_running and a tenant's slots_used change here only: submit reads the mirrors under mu
+ * (free slots are not queue places taken, the scheduler's nor the tenant's) */
+static void add_running(kiln_sched *s, ks_tenant *t, int32_t d) {
     s->n_running += d;
+    t->slots_used += d;
     pthread_mutex_lock(&s->mu);
     s->n_running_m = s->n_running;
+    t->slots_used_m = t->slots_used;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -208,8 +210,7 @@ static void retire(kiln_sched *s, ks_req *r, kiln_finish fin) {
     if (r->state == KS_RUN) {
         s->eng.seq_free(s->eng.impl, r->seq);
         s->slots[r->slot] = NULL;
-        add_running(s, -1);
-        t->slots_used--;
+        add_running(s, t, -1);
         t->kv_reserved -= r->reserve;
     } else if (r->state == KS_WAIT) {
         q_remove(t, r);
@@ -308,8 +309,7 @@ static void preempt(kiln_sched *s, ks_req *r, bool keep, const char *why) {
     r->n_kv = 0;
     s->slots[r->slot] = NULL;
     r->slot = -1;
-    add_running(s, -1);
-    t->slots_used--;
+    add_running(s, t, -1);
     t->kv_reserved -= r->reserve;
     t->pinned_blocks += r->n_ent;
     r->state = KS_WAIT;
@@ -477,8 +477,7 @@ static kiln_status admit(kiln_sched *s, ks_req *r, kiln_err *err) {
     q_remove(t, r);
     s->slots[slot] = r;
     r->slot = slot;
-    add_running(s, 1);
-    t->slots_used++;
+    add_running(s, t, 1);
     t->kv_reserved += r->reserve;
     r->state = KS_RUN;
     r->admitted = ++s->admit_seq;
