@@ -19,16 +19,7 @@ LOG=$OUT/logs; mkdir -p "$LOG"
 M=/tmp/models; mkdir -p $M
 export KILN_NO_PROGRESS=1
 ROWS=() rc=0
-step() { # name, timeout, command... (output in $LOG/name.log)
-  local name=$1 to=$2; shift 2
-  local t0=$SECONDS
-  timeout "$to" "$@" >"$LOG/$name.log" 2>&1
-  local r=$?
-  ROWS+=("$(printf '%-34s %-8s %4ss' "$name" "$([ $r = 0 ] && echo ok || echo "FAIL:$r")" \
-    "$((SECONDS - t0))")")
-  [ $r = 0 ] || rc=1
-  return $r
-}
+source scripts/gpu-step.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$LOG/gpu.txt"
 source scripts/gpu-env.sh
 cfg() { cmake -S "$1" -B "$1/build-gpu" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON \

@@ -21,20 +21,8 @@ LIMIT=${LIMIT:-470}
 STEPS=${*:-kern bench prof batched e2e allkern q8 sanitize}
 export KILN_NO_PROGRESS=1 KILN_SOURCE_DIR=$PWD
 ROWS=()
-step() { # name, timeout, command...
-  local name=$1 to=$2
-  shift 2
-  if [ $((SECONDS + 20)) -gt "$LIMIT" ]; then
-    ROWS+=("$(printf '%-28s skipped (time)' "$name")")
-    return 1
-  fi
-  local t0=$SECONDS
-  timeout "$to" "$@" >"$LOG/$name.log" 2>&1
-  local r=$?
-  ROWS+=("$(printf '%-28s %-8s %4ss' "$name" "$([ $r = 0 ] && echo ok || echo "FAIL:$r")" \
-    "$((SECONDS - t0))")")
-  return $r
-}
+rc=0
+source scripts/gpu-step.sh
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 finish() {
   printf '%s\n' "${ROWS[@]}" | tee "$LOG/summary.txt"

@@ -21,22 +21,13 @@ LIMIT=${LIMIT:-450}
 STEPS=${*:-kern bench prof e2e sanitize}
 export KILN_NO_PROGRESS=1 KILN_SOURCE_DIR=$PWD
 ROWS=()
-step() { # name, timeout, command...
-  local name=$1 to=$2
-  shift 2
-  if [ $((SECONDS + 20)) -gt "$LIMIT" ]; then
-    ROWS+=("$(printf '%-28s skipped (time)' "$name")")
-    return 1
-  fi
-  local t0=$SECONDS
-  timeout "$to" "$@" >"$LOG/$name.log" 2>&1
-  local r=$?
-  ROWS+=("$(printf '%-28s %-8s %4ss' "$name" "$([ $r = 0 ] && echo ok || echo "FAIL:$r")" \
-    "$((SECONDS - t0))")")
+rc=0
+source scripts/gpu-step.sh
+after_step() { # the summary and the logs so far into $OUT (a killed call keeps them)
   printf '%s\n' "${ROWS[@]}" >"$LOG/summary.txt"
   tar czf "$OUT/logs.tgz" -C /tmp/prefill-logs logs
-  return $r
 }
+STEP_AFTER=after_step
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 finish() {
   printf '%s\n' "${ROWS[@]}" | tee "$LOG/summary.txt"

@@ -95,16 +95,7 @@ export KILN_NO_PROGRESS=1 KILN_SOURCE_DIR=$PWD
 [ -z "${KILN_SHARED_DIR:-}" ] && [ -d tests/data/shared/testdata ] &&
   export KILN_SHARED_DIR=$PWD/tests/data/shared
 ROWS=() rc=0
-step() { # name, timeout, command... (output in $LOG/name.log)
-  local name=$1 to=$2; shift 2
-  local t0=$SECONDS
-  timeout "$to" "$@" >"$LOG/$name.log" 2>&1
-  local r=$?
-  ROWS+=("$(printf '%-24s %-8s %4ss' "$name" "$([ $r = 0 ] && echo ok || echo "FAIL:$r")" \
-    "$((SECONDS - t0))")")
-  [ $r = 0 ] || rc=1
-  return $r
-}
+source scripts/gpu-step.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$LOG/gpu.txt"
 NGPU=$(nvidia-smi -L | wc -l)
 source scripts/gpu-env.sh

@@ -596,8 +596,10 @@ kiln_status kiln_sched_submit(kiln_sched *s, const kiln_request_params *p, uint6
      * take (its slot quota): a burst on an idle server was refused with slots free (six
      * streams at once to 4 slots and a queue of 2: the 4th got 429) */
     int32_t tq = t->cfg.max_queued, tfree = free_slots;
-    if (t->cfg.max_slots > 0 && t->cfg.max_slots - t->slots_used_m < tfree)
-        tfree = t->cfg.max_slots - t->slots_used_m > 0 ? t->cfg.max_slots - t->slots_used_m : 0;
+    if (t->cfg.max_slots > 0) {
+        const int32_t left = t->cfg.max_slots - t->slots_used_m;
+        tfree = left < 0 ? 0 : left < tfree ? left : tfree;
+    }
     if (tq > 0 && t->n_queued_m - tfree >= tq) {
         int32_t q = t->n_queued_m - tfree;
         double ra = retry_estimate(s, q);

@@ -324,6 +324,7 @@ static void test_op_profile(void **state) {
         unsetenv("KILN_OP_PROFILE");
         assert_true((e->op_prof != NULL) == (prof == 1));
         lg[prof] = calloc((size_t)(2 * 4 * V), sizeof(float));
+        assert_non_null(lg[prof]);
         int32_t q[2];
         for (int i = 0; i < 2; i++) assert_int_equal(kiln_seq_create(e, &q[i], NULL), 0);
         kiln_batch_entry b[32];

@@ -308,14 +308,14 @@ INLINE void k24x4(int PH, __m256 acc[3][FTT], const void *w, const float *const 
 #undef K24_ST
 #undef K24_EL
 
-/* Tokens [t0, t0 + T) x 8 NV rows at column r of y over elements [k0, k0 + kb); nr valid
- * rows (masked loads and stores below 8 NV). */
-/* One 8-row weight vector of element i of the panel (f32, or f16 when PH) */
+/* One 8-row weight vector at element offset off of the panel (f32, or f16 when PH) */
 INLINE __m256 pload(int PH, const void *wp, int64_t off) {
     return PH ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)wp + off)))
               : _mm256_load_ps((const float *)wp + off);
 }
 
+/* Tokens [t0, t0 + T) x 8 NV rows at column r of y over elements [k0, k0 + kb); nr valid
+ * rows (masked loads and stores below 8 NV). PH: the panel holds f16. */
 INLINE void micro_rv(int NV, int T, int PH, const kiln_cpu_mm *p, const void *wp, int64_t k0,
                      int64_t kb, int64_t t0, int64_t r, int nr, bool first, bool last) {
     const int RW = 8 * NV;
